@@ -357,43 +357,42 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                 // built by kernels::filter_split::stage
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e4 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                    float sw0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e5 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                    float sw1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e6 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                    float sw2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e7 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                    float sw3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
-                    {
-                        unsigned int col = sc0;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw0 / temp));
+                    unsigned int sweep_n = (col_hi - col_lo);
+                    for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                        const float sk_e4 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                        const float sk_e5 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        const float sk_e6 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const float sk_e7 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li0);
+                            m = fmaxf(m, (zx0 / temp));
                         }
-                    }
-                    {
-                        unsigned int col = sc1;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw1 / temp));
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li1);
+                            m = fmaxf(m, (zx1 / temp));
                         }
-                    }
-                    {
-                        unsigned int col = sc2;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw2 / temp));
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li2);
+                            m = fmaxf(m, (zx2 / temp));
                         }
-                    }
-                    {
-                        unsigned int col = sc3;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw3 / temp));
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li3);
+                            m = fmaxf(m, (zx3 / temp));
                         }
                     }
                 }
@@ -970,25 +969,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     unsigned long long mas_14 = 0;
                     unsigned long long mas_15 = 0;
                     sweeps = (sweeps + 1u);
-                    // built by kernels::filters::sweep
-                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    {
                         // built by kernels::filters::sweep
-                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e28 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                        float sw0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
-                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e29 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                        float sw1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
-                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e30 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                        float sw2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
-                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e31 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                        float sw3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31);
-                        {
-                            unsigned int col = sc0;
-                            if ((col < col_hi)) {
-                                float zv = (sw0 / temp);
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            // built by kernels::filter_values::for_each_read_four
+                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                            const float sk_e28 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            float zx0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
+                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                            const float sk_e29 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            float zx1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
+                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                            const float sk_e30 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            float zx2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                            const float sk_e31 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            float zx3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31);
+                            if ((li0 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li0);
+                                float zv = (zx0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1045,11 +1046,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc1;
-                            if ((col < col_hi)) {
-                                float zv = (sw1 / temp);
+                            if ((li1 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li1);
+                                float zv = (zx1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1106,11 +1106,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc2;
-                            if ((col < col_hi)) {
-                                float zv = (sw2 / temp);
+                            if ((li2 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li2);
+                                float zv = (zx2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1167,11 +1166,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc3;
-                            if ((col < col_hi)) {
-                                float zv = (sw3 / temp);
+                            if ((li3 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li3);
+                                float zv = (zx3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1520,25 +1518,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    const float sk_e33 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33);
-                                    unsigned int sc1 = (c0 + 1u);
-                                    const float sk_e34 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34);
-                                    unsigned int sc2 = (c0 + 2u);
-                                    const float sk_e35 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
-                                    unsigned int sc3 = (c0 + 3u);
-                                    const float sk_e36 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw0 / temp);
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        const float sk_e33 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33);
+                                        unsigned int li1 = (c0 + 1u);
+                                        const float sk_e34 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34);
+                                        unsigned int li2 = (c0 + 2u);
+                                        const float sk_e35 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
+                                        unsigned int li3 = (c0 + 3u);
+                                        const float sk_e36 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1555,11 +1555,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1576,11 +1575,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1597,11 +1595,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1659,25 +1656,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    const float sk_e37 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
-                                    unsigned int sc1 = (c0 + 1u);
-                                    const float sk_e38 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
-                                    unsigned int sc2 = (c0 + 2u);
-                                    const float sk_e39 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
-                                    unsigned int sc3 = (c0 + 3u);
-                                    const float sk_e40 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw0 / temp);
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        const float sk_e37 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
+                                        unsigned int li1 = (c0 + 1u);
+                                        const float sk_e38 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
+                                        unsigned int li2 = (c0 + 2u);
+                                        const float sk_e39 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
+                                        unsigned int li3 = (c0 + 3u);
+                                        const float sk_e40 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1715,11 +1714,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1757,11 +1755,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1799,11 +1796,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1855,29 +1851,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    const float sk_e45 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
-                                    unsigned int sc1 = (c0 + 1u);
-                                    const float sk_e46 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
-                                    unsigned int sc2 = (c0 + 2u);
-                                    const float sk_e47 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47);
-                                    unsigned int sc3 = (c0 + 3u);
-                                    const float sk_e48 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
-                                    if (noisy) {
-                                        // built by kernels::filters::race_sweep
-                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                    }
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw0 / temp);
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        const float sk_e45 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
+                                        unsigned int li1 = (c0 + 1u);
+                                        const float sk_e46 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                                        unsigned int li2 = (c0 + 2u);
+                                        const float sk_e47 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47);
+                                        unsigned int li3 = (c0 + 3u);
+                                        const float sk_e48 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
+                                        if (noisy) {
+                                            // built by kernels::filters::race_sweep
+                                            w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        }
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1911,11 +1909,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1949,11 +1946,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1987,11 +1983,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);

@@ -320,50 +320,49 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                 // built by kernels::filter_split::stage
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                    {
-                        unsigned int col = sc0;
-                        if ((col < col_hi)) {
-                            if (((sw0 > (0.0f)) && (sw0 < sk_bitcast<float>(2139095040u)))) {
+                    unsigned int sweep_n = (col_hi - col_lo);
+                    for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li0);
+                            if (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw0);
+                                m = fmaxf(m, zx0);
                             }
                         }
-                    }
-                    {
-                        unsigned int col = sc1;
-                        if ((col < col_hi)) {
-                            if (((sw1 > (0.0f)) && (sw1 < sk_bitcast<float>(2139095040u)))) {
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li1);
+                            if (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw1);
+                                m = fmaxf(m, zx1);
                             }
                         }
-                    }
-                    {
-                        unsigned int col = sc2;
-                        if ((col < col_hi)) {
-                            if (((sw2 > (0.0f)) && (sw2 < sk_bitcast<float>(2139095040u)))) {
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li2);
+                            if (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw2);
+                                m = fmaxf(m, zx2);
                             }
                         }
-                    }
-                    {
-                        unsigned int col = sc3;
-                        if ((col < col_hi)) {
-                            if (((sw3 > (0.0f)) && (sw3 < sk_bitcast<float>(2139095040u)))) {
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li3);
+                            if (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw3);
+                                m = fmaxf(m, zx3);
                             }
                         }
                     }
@@ -941,21 +940,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     unsigned long long mas_14 = 0;
                     unsigned long long mas_15 = 0;
                     sweeps = (sweeps + 1u);
-                    // built by kernels::filters::sweep
-                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    {
                         // built by kernels::filters::sweep
-                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                        {
-                            unsigned int col = sc0;
-                            if ((col < col_hi)) {
-                                float zv = sw0;
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            // built by kernels::filter_values::for_each_read_four
+                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            if ((li0 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li0);
+                                float zv = zx0;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1012,11 +1013,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc1;
-                            if ((col < col_hi)) {
-                                float zv = sw1;
+                            if ((li1 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li1);
+                                float zv = zx1;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1073,11 +1073,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc2;
-                            if ((col < col_hi)) {
-                                float zv = sw2;
+                            if ((li2 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li2);
+                                float zv = zx2;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1134,11 +1133,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                     }
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc3;
-                            if ((col < col_hi)) {
-                                float zv = sw3;
+                            if ((li3 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li3);
+                                float zv = zx3;
                                 float ov = zv;
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -1487,21 +1485,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                                    unsigned int sc1 = (c0 + 1u);
-                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                                    unsigned int sc2 = (c0 + 2u);
-                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                                    unsigned int sc3 = (c0 + 3u);
-                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = sw0;
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        unsigned int li1 = (c0 + 1u);
+                                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        unsigned int li2 = (c0 + 2u);
+                                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        unsigned int li3 = (c0 + 3u);
+                                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = zx0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1518,11 +1518,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = zx1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1539,11 +1538,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = zx2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1560,11 +1558,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = zx3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1622,21 +1619,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                                    unsigned int sc1 = (c0 + 1u);
-                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                                    unsigned int sc2 = (c0 + 2u);
-                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                                    unsigned int sc3 = (c0 + 3u);
-                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = sw0;
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        unsigned int li1 = (c0 + 1u);
+                                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        unsigned int li2 = (c0 + 2u);
+                                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        unsigned int li3 = (c0 + 3u);
+                                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = zx0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1674,11 +1673,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = zx1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1716,11 +1714,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = zx2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1758,11 +1755,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = zx3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1814,25 +1810,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                                    unsigned int sc1 = (c0 + 1u);
-                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                                    unsigned int sc2 = (c0 + 2u);
-                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                                    unsigned int sc3 = (c0 + 3u);
-                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                                    if (noisy) {
-                                        // built by kernels::filters::race_sweep
-                                        w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                    }
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = sw0;
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        unsigned int li1 = (c0 + 1u);
+                                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        unsigned int li2 = (c0 + 2u);
+                                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        unsigned int li3 = (c0 + 3u);
+                                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        if (noisy) {
+                                            // built by kernels::filters::race_sweep
+                                            w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        }
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = zx0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1865,11 +1863,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = zx1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1902,11 +1899,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = zx2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -1939,11 +1935,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = zx3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);

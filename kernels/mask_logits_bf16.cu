@@ -91,43 +91,42 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
             unsigned int sweeps = 0u;
             float m = sk_bitcast<float>(4286578688u);
             sweeps = (sweeps + 1u);
-            // built by kernels::filters::sweep
-            for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+            {
                 // built by kernels::filters::sweep
-                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                const float sk_e0 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                float sw0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
-                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                const float sk_e1 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                float sw1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                const float sk_e2 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                float sw2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                const float sk_e3 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                float sw3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                {
-                    unsigned int col = sc0;
-                    if ((col < col_hi)) {
-                        m = fmaxf(m, (sw0 / temp));
+                unsigned int sweep_n = (col_hi - col_lo);
+                for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    // built by kernels::filter_values::for_each_read_four
+                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                    const float sk_e0 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                    const float sk_e1 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                    const float sk_e2 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                    const float sk_e3 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    if ((li0 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int col = (col_lo + li0);
+                        m = fmaxf(m, (zx0 / temp));
                     }
-                }
-                {
-                    unsigned int col = sc1;
-                    if ((col < col_hi)) {
-                        m = fmaxf(m, (sw1 / temp));
+                    if ((li1 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int col = (col_lo + li1);
+                        m = fmaxf(m, (zx1 / temp));
                     }
-                }
-                {
-                    unsigned int col = sc2;
-                    if ((col < col_hi)) {
-                        m = fmaxf(m, (sw2 / temp));
+                    if ((li2 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int col = (col_lo + li2);
+                        m = fmaxf(m, (zx2 / temp));
                     }
-                }
-                {
-                    unsigned int col = sc3;
-                    if ((col < col_hi)) {
-                        m = fmaxf(m, (sw3 / temp));
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int col = (col_lo + li3);
+                        m = fmaxf(m, (zx3 / temp));
                     }
                 }
             }
@@ -208,25 +207,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     }
                     unsigned int list_at = list_from;
                     sweeps = (sweeps + 1u);
-                    // built by kernels::filters::sweep
-                    for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                    {
                         // built by kernels::filters::sweep
-                        unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e5 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                        float sw0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                        unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e6 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                        float sw1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                        unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e7 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                        float sw2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
-                        unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e8 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                        float sw3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
-                        {
-                            unsigned int col = sc0;
-                            if ((col < col_hi)) {
-                                float zv = (sw0 / temp);
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            // built by kernels::filter_values::for_each_read_four
+                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                            const float sk_e5 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            float zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                            const float sk_e6 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            float zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                            const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            float zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                            const float sk_e8 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                            if ((li0 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li0);
+                                float zv = (zx0 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -244,11 +245,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                     list_at = (list_at + 1u);
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc1;
-                            if ((col < col_hi)) {
-                                float zv = (sw1 / temp);
+                            if ((li1 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li1);
+                                float zv = (zx1 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -266,11 +266,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                     list_at = (list_at + 1u);
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc2;
-                            if ((col < col_hi)) {
-                                float zv = (sw2 / temp);
+                            if ((li2 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li2);
+                                float zv = (zx2 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -288,11 +287,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                     list_at = (list_at + 1u);
                                 }
                             }
-                        }
-                        {
-                            unsigned int col = sc3;
-                            if ((col < col_hi)) {
-                                float zv = (sw3 / temp);
+                            if ((li3 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int col = (col_lo + li3);
+                                float zv = (zx3 / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                 float wv = (0.0f);
@@ -544,27 +542,209 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     if ((!listed)) {
                         // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
-                        if ((digit_pass == 7u)) {
+                        {
                             // built by kernels::filters::sweep
-                            unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                unsigned int sc0 = (c0 + 0u);
-                                const float sk_e13 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                float sw0 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
-                                unsigned int sc1 = (c0 + 1u);
-                                const float sk_e14 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                float sw1 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
-                                unsigned int sc2 = (c0 + 2u);
-                                const float sk_e15 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                float sw2 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15);
-                                unsigned int sc3 = (c0 + 3u);
-                                const float sk_e16 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                float sw3 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16);
-                                {
-                                    unsigned int col = sc0;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw0 / temp);
+                            unsigned int sweep_n = (col_hi - col_lo);
+                            if ((digit_pass == 7u)) {
+                                unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                    unsigned int li0 = (c0 + 0u);
+                                    const float sk_e13 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
+                                    unsigned int li1 = (c0 + 1u);
+                                    const float sk_e14 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
+                                    unsigned int li2 = (c0 + 2u);
+                                    const float sk_e15 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15);
+                                    unsigned int li3 = (c0 + 3u);
+                                    const float sk_e16 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16);
+                                    if ((li0 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li0);
+                                        float zv = (zx0 / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            // built by kernels::filters::digit_counts
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                            }
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    if ((li1 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li1);
+                                        float zv = (zx1 / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            // built by kernels::filters::digit_counts
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                            }
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    if ((li2 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li2);
+                                        float zv = (zx2 / temp);
+                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        float wv = (0.0f);
+                                        bool ok = false;
+                                        unsigned long long mv = 0ull;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
+                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            // built by kernels::filters::digit_counts
+                                            unsigned int digit = ((key >> shift) & 15u);
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned int sk_add = 1u;
+                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                            }
+                                            {
+                                                const unsigned int sk_bin = digit;
+                                                const unsigned long long sk_add = mv;
+                                                if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                if (sk_bin == 15u) { mas_15 += sk_add; }
+                                            }
+                                        }
+                                    }
+                                    if ((li3 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li3);
+                                        float zv = (zx3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -622,10 +802,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                         }
                                     }
                                 }
-                                {
-                                    unsigned int col = sc1;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw1 / temp);
+                            } else {
+                                for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_read_four
+                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    const float sk_e17 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
+                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    const float sk_e18 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
+                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    const float sk_e19 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
+                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    const float sk_e20 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
+                                    if ((li0 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li0);
+                                        float zv = (zx0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -682,11 +877,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                             }
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = sc2;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw2 / temp);
+                                    if ((li1 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li1);
+                                        float zv = (zx1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -743,11 +937,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                             }
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = sc3;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw3 / temp);
+                                    if ((li2 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li2);
+                                        float zv = (zx2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -804,210 +997,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                             }
                                         }
                                     }
-                                }
-                            }
-                        } else {
-                            // built by kernels::filters::sweep
-                            for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                const float sk_e17 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                float sw0 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
-                                unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                const float sk_e18 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                float sw1 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
-                                unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                const float sk_e19 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                float sw2 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
-                                unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                const float sk_e20 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                float sw3 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                                {
-                                    unsigned int col = sc0;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = sc1;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = sc2;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
-                                    }
-                                }
-                                {
-                                    unsigned int col = sc3;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw3 / temp);
+                                    if ((li3 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li3);
+                                        float zv = (zx3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1480,25 +1473,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                         sweeps = (sweeps + 1u);
                         {
                             // built by kernels::filters::sweep
-                            unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                unsigned int sc0 = (c0 + 0u);
-                                const float sk_e23 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                float sw0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
-                                unsigned int sc1 = (c0 + 1u);
-                                const float sk_e24 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                float sw1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
-                                unsigned int sc2 = (c0 + 2u);
-                                const float sk_e25 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                float sw2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
-                                unsigned int sc3 = (c0 + 3u);
-                                const float sk_e26 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                float sw3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
-                                {
-                                    unsigned int col = sc0;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw0 / temp);
+                            unsigned int sweep_n = (col_hi - col_lo);
+                            {
+                                unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                    unsigned int li0 = (c0 + 0u);
+                                    const float sk_e23 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                                    unsigned int li1 = (c0 + 1u);
+                                    const float sk_e24 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                                    unsigned int li2 = (c0 + 2u);
+                                    const float sk_e25 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
+                                    unsigned int li3 = (c0 + 3u);
+                                    const float sk_e26 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
+                                    if ((li0 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li0);
+                                        float zv = (zx0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1515,11 +1510,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                             mine = (mine + 1u);
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = sc1;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw1 / temp);
+                                    if ((li1 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li1);
+                                        float zv = (zx1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1536,11 +1530,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                             mine = (mine + 1u);
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = sc2;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw2 / temp);
+                                    if ((li2 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li2);
+                                        float zv = (zx2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1557,11 +1550,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                             mine = (mine + 1u);
                                         }
                                     }
-                                }
-                                {
-                                    unsigned int col = sc3;
-                                    if ((col < col_hi)) {
-                                        float zv = (sw3 / temp);
+                                    if ((li3 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        unsigned int col = (col_lo + li3);
+                                        float zv = (zx3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                         unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                         float wv = (0.0f);
@@ -1613,25 +1605,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
             sweeps = (sweeps + 1u);
             {
                 // built by kernels::filters::sweep
-                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                    unsigned int sc0 = (c0 + 0u);
-                    const float sk_e27 = sk_bf16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                    float sw0 = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
-                    unsigned int sc1 = (c0 + 1u);
-                    const float sk_e28 = sk_bf16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                    float sw1 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
-                    unsigned int sc2 = (c0 + 2u);
-                    const float sk_e29 = sk_bf16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                    float sw2 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
-                    unsigned int sc3 = (c0 + 3u);
-                    const float sk_e30 = sk_bf16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                    float sw3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
-                    {
-                        unsigned int col = sc0;
-                        if ((col < col_hi)) {
-                            float zv = (sw0 / temp);
+                unsigned int sweep_n = (col_hi - col_lo);
+                {
+                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                        unsigned int li0 = (c0 + 0u);
+                        const float sk_e27 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
+                        unsigned int li1 = (c0 + 1u);
+                        const float sk_e28 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
+                        unsigned int li2 = (c0 + 2u);
+                        const float sk_e29 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
+                        unsigned int li3 = (c0 + 3u);
+                        const float sk_e30 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li0);
+                            float zv = (zx0 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1657,11 +1651,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                             const unsigned int sk_e31 = (base + col);
                             out[sk_e31] = (kept ? sk_bf16(x[sk_e31]) : sk_bitcast<float>(4286578688u));
                         }
-                    }
-                    {
-                        unsigned int col = sc1;
-                        if ((col < col_hi)) {
-                            float zv = (sw1 / temp);
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li1);
+                            float zv = (zx1 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1687,11 +1680,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                             const unsigned int sk_e32 = (base + col);
                             out[sk_e32] = (kept ? sk_bf16(x[sk_e32]) : sk_bitcast<float>(4286578688u));
                         }
-                    }
-                    {
-                        unsigned int col = sc2;
-                        if ((col < col_hi)) {
-                            float zv = (sw2 / temp);
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li2);
+                            float zv = (zx2 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);
@@ -1717,11 +1709,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                             const unsigned int sk_e33 = (base + col);
                             out[sk_e33] = (kept ? sk_bf16(x[sk_e33]) : sk_bitcast<float>(4286578688u));
                         }
-                    }
-                    {
-                        unsigned int col = sc3;
-                        if ((col < col_hi)) {
-                            float zv = (sw3 / temp);
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li3);
+                            float zv = (zx3 / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                             float wv = (0.0f);

@@ -3312,43 +3312,42 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                 unsigned int sweeps = reads_before;
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e43 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                    float sw0 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
-                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e44 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                    float sw1 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
-                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e45 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                    float sw2 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
-                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e46 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                    float sw3 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
-                    {
-                        unsigned int col = sc0;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw0 / temp));
+                    unsigned int sweep_n = (col_hi - col_lo);
+                    for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                        const float sk_e43 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                        const float sk_e44 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        const float sk_e45 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const float sk_e46 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li0);
+                            m = fmaxf(m, (zx0 / temp));
                         }
-                    }
-                    {
-                        unsigned int col = sc1;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw1 / temp));
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li1);
+                            m = fmaxf(m, (zx1 / temp));
                         }
-                    }
-                    {
-                        unsigned int col = sc2;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw2 / temp));
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li2);
+                            m = fmaxf(m, (zx2 / temp));
                         }
-                    }
-                    {
-                        unsigned int col = sc3;
-                        if ((col < col_hi)) {
-                            m = fmaxf(m, (sw3 / temp));
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li3);
+                            m = fmaxf(m, (zx3 / temp));
                         }
                     }
                 }
@@ -3429,25 +3428,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         }
                         unsigned int list_at = list_from;
                         sweeps = (sweeps + 1u);
-                        // built by kernels::filters::sweep
-                        for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        {
                             // built by kernels::filters::sweep
-                            unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e48 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                            float sw0 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
-                            unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e49 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                            float sw1 = (((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49);
-                            unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e50 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                            float sw2 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
-                            unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e51 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                            float sw3 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
-                            {
-                                unsigned int col = sc0;
-                                if ((col < col_hi)) {
-                                    float zv = (sw0 / temp);
+                            unsigned int sweep_n = (col_hi - col_lo);
+                            for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                // built by kernels::filter_values::for_each_read_four
+                                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                const float sk_e48 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
+                                unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                const float sk_e49 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49);
+                                unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                const float sk_e50 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
+                                unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                const float sk_e51 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li0);
+                                    float zv = (zx0 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3465,11 +3466,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc1;
-                                if ((col < col_hi)) {
-                                    float zv = (sw1 / temp);
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li1);
+                                    float zv = (zx1 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3487,11 +3487,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc2;
-                                if ((col < col_hi)) {
-                                    float zv = (sw2 / temp);
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li2);
+                                    float zv = (zx2 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3509,11 +3508,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc3;
-                                if ((col < col_hi)) {
-                                    float zv = (sw3 / temp);
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li3);
+                                    float zv = (zx3 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3765,27 +3763,209 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         if ((!listed)) {
                             // built by kernels::filters::digit_counts
                             sweeps = (sweeps + 1u);
-                            if ((digit_pass == 7u)) {
+                            {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    const float sk_e56 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
-                                    unsigned int sc1 = (c0 + 1u);
-                                    const float sk_e57 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
-                                    unsigned int sc2 = (c0 + 2u);
-                                    const float sk_e58 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
-                                    unsigned int sc3 = (c0 + 3u);
-                                    const float sk_e59 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59);
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw0 / temp);
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                if ((digit_pass == 7u)) {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        const float sk_e56 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
+                                        unsigned int li1 = (c0 + 1u);
+                                        const float sk_e57 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
+                                        unsigned int li2 = (c0 + 2u);
+                                        const float sk_e58 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
+                                        unsigned int li3 = (c0 + 3u);
+                                        const float sk_e59 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59);
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = (zx0 / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = (zx1 / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = (zx2 / temp);
+                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3843,10 +4023,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             }
                                         }
                                     }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw1 / temp);
+                                } else {
+                                    for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                        // built by kernels::filter_values::for_each_read_four
+                                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        const float sk_e60 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
+                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        const float sk_e61 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
+                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        const float sk_e62 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        const float sk_e63 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3903,11 +4098,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw2 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3964,11 +4158,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw3 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4025,210 +4218,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 }
                                             }
                                         }
-                                    }
-                                }
-                            } else {
-                                // built by kernels::filters::sweep
-                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const float sk_e60 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
-                                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const float sk_e61 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
-                                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const float sk_e62 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
-                                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const float sk_e63 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw0 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw1 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw2 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4701,25 +4694,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    const float sk_e66 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                                    float sw0 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
-                                    unsigned int sc1 = (c0 + 1u);
-                                    const float sk_e67 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                                    float sw1 = (((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67);
-                                    unsigned int sc2 = (c0 + 2u);
-                                    const float sk_e68 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                                    float sw2 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
-                                    unsigned int sc3 = (c0 + 3u);
-                                    const float sk_e69 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                                    float sw3 = (((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69);
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw0 / temp);
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        const float sk_e66 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                        unsigned int li1 = (c0 + 1u);
+                                        const float sk_e67 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67);
+                                        unsigned int li2 = (c0 + 2u);
+                                        const float sk_e68 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
+                                        unsigned int li3 = (c0 + 3u);
+                                        const float sk_e69 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69);
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4736,11 +4731,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4757,11 +4751,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4778,11 +4771,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4842,25 +4834,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                            unsigned int sc0 = (c0 + 0u);
-                            const float sk_e70 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                            float sw0 = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
-                            unsigned int sc1 = (c0 + 1u);
-                            const float sk_e71 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                            float sw1 = (((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71);
-                            unsigned int sc2 = (c0 + 2u);
-                            const float sk_e72 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                            float sw2 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
-                            unsigned int sc3 = (c0 + 3u);
-                            const float sk_e73 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                            float sw3 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
-                            {
-                                unsigned int col = sc0;
-                                if ((col < col_hi)) {
-                                    float zv = (sw0 / temp);
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        {
+                            unsigned int quads = ((sweep_n + 3u) >> 2u);
+                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                unsigned int li0 = (c0 + 0u);
+                                const float sk_e70 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
+                                unsigned int li1 = (c0 + 1u);
+                                const float sk_e71 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71);
+                                unsigned int li2 = (c0 + 2u);
+                                const float sk_e72 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                                unsigned int li3 = (c0 + 3u);
+                                const float sk_e73 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li0);
+                                    float zv = (zx0 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4898,11 +4892,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc1;
-                                if ((col < col_hi)) {
-                                    float zv = (sw1 / temp);
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li1);
+                                    float zv = (zx1 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4940,11 +4933,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc2;
-                                if ((col < col_hi)) {
-                                    float zv = (sw2 / temp);
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li2);
+                                    float zv = (zx2 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4982,11 +4974,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc3;
-                                if ((col < col_hi)) {
-                                    float zv = (sw3 / temp);
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li3);
+                                    float zv = (zx3 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5038,29 +5029,31 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                            unsigned int sc0 = (c0 + 0u);
-                            const float sk_e78 = sk_f16(x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))]);
-                            float sw0 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
-                            unsigned int sc1 = (c0 + 1u);
-                            const float sk_e79 = sk_f16(x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))]);
-                            float sw1 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
-                            unsigned int sc2 = (c0 + 2u);
-                            const float sk_e80 = sk_f16(x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))]);
-                            float sw2 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
-                            unsigned int sc3 = (c0 + 3u);
-                            const float sk_e81 = sk_f16(x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))]);
-                            float sw3 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
-                            if (noisy) {
-                                // built by kernels::filters::race_sweep
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                            }
-                            {
-                                unsigned int col = sc0;
-                                if ((col < col_hi)) {
-                                    float zv = (sw0 / temp);
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        {
+                            unsigned int quads = ((sweep_n + 3u) >> 2u);
+                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                unsigned int li0 = (c0 + 0u);
+                                const float sk_e78 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
+                                unsigned int li1 = (c0 + 1u);
+                                const float sk_e79 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
+                                unsigned int li2 = (c0 + 2u);
+                                const float sk_e80 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
+                                unsigned int li3 = (c0 + 3u);
+                                const float sk_e81 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
+                                if (noisy) {
+                                    // built by kernels::filters::race_sweep
+                                    w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                }
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li0);
+                                    float zv = (zx0 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5094,11 +5087,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc1;
-                                if ((col < col_hi)) {
-                                    float zv = (sw1 / temp);
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li1);
+                                    float zv = (zx1 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5132,11 +5124,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc2;
-                                if ((col < col_hi)) {
-                                    float zv = (sw2 / temp);
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li2);
+                                    float zv = (zx2 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5170,11 +5161,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc3;
-                                if ((col < col_hi)) {
-                                    float zv = (sw3 / temp);
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li3);
+                                    float zv = (zx3 / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);

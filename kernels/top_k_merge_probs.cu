@@ -3276,50 +3276,49 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 unsigned int sweeps = reads_before;
                 float m = sk_bitcast<float>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                    {
-                        unsigned int col = sc0;
-                        if ((col < col_hi)) {
-                            if (((sw0 > (0.0f)) && (sw0 < sk_bitcast<float>(2139095040u)))) {
+                    unsigned int sweep_n = (col_hi - col_lo);
+                    for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li0);
+                            if (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw0);
+                                m = fmaxf(m, zx0);
                             }
                         }
-                    }
-                    {
-                        unsigned int col = sc1;
-                        if ((col < col_hi)) {
-                            if (((sw1 > (0.0f)) && (sw1 < sk_bitcast<float>(2139095040u)))) {
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li1);
+                            if (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw1);
+                                m = fmaxf(m, zx1);
                             }
                         }
-                    }
-                    {
-                        unsigned int col = sc2;
-                        if ((col < col_hi)) {
-                            if (((sw2 > (0.0f)) && (sw2 < sk_bitcast<float>(2139095040u)))) {
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li2);
+                            if (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw2);
+                                m = fmaxf(m, zx2);
                             }
                         }
-                    }
-                    {
-                        unsigned int col = sc3;
-                        if ((col < col_hi)) {
-                            if (((sw3 > (0.0f)) && (sw3 < sk_bitcast<float>(2139095040u)))) {
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int col = (col_lo + li3);
+                            if (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = fmaxf(m, sw3);
+                                m = fmaxf(m, zx3);
                             }
                         }
                     }
@@ -3401,21 +3400,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         }
                         unsigned int list_at = list_from;
                         sweeps = (sweeps + 1u);
-                        // built by kernels::filters::sweep
-                        for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                        {
                             // built by kernels::filters::sweep
-                            unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                            float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                            unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                            unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                            unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                            {
-                                unsigned int col = sc0;
-                                if ((col < col_hi)) {
-                                    float zv = sw0;
+                            unsigned int sweep_n = (col_hi - col_lo);
+                            for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                // built by kernels::filter_values::for_each_read_four
+                                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li0);
+                                    float zv = zx0;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3433,11 +3434,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc1;
-                                if ((col < col_hi)) {
-                                    float zv = sw1;
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li1);
+                                    float zv = zx1;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3455,11 +3455,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc2;
-                                if ((col < col_hi)) {
-                                    float zv = sw2;
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li2);
+                                    float zv = zx2;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3477,11 +3476,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc3;
-                                if ((col < col_hi)) {
-                                    float zv = sw3;
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li3);
+                                    float zv = zx3;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -3730,23 +3728,205 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         if ((!listed)) {
                             // built by kernels::filters::digit_counts
                             sweeps = (sweeps + 1u);
-                            if ((digit_pass == 7u)) {
+                            {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                                    unsigned int sc1 = (c0 + 1u);
-                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                                    unsigned int sc2 = (c0 + 2u);
-                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                                    unsigned int sc3 = (c0 + 3u);
-                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = sw0;
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                if ((digit_pass == 7u)) {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        unsigned int li1 = (c0 + 1u);
+                                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        unsigned int li2 = (c0 + 2u);
+                                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        unsigned int li3 = (c0 + 3u);
+                                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = zx0;
+                                            float ov = zv;
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = zx1;
+                                            float ov = zv;
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = zx2;
+                                            float ov = zv;
+                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            float wv = (0.0f);
+                                            bool ok = false;
+                                            unsigned long long mv = 0ull;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                unsigned int digit = ((key >> shift) & 15u);
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned int sk_add = 1u;
+                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
+                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
+                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
+                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
+                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
+                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
+                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
+                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
+                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
+                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
+                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
+                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
+                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
+                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
+                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
+                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
+                                                }
+                                                {
+                                                    const unsigned int sk_bin = digit;
+                                                    const unsigned long long sk_add = mv;
+                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
+                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
+                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
+                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
+                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
+                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
+                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
+                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
+                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
+                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
+                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
+                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
+                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
+                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
+                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
+                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
+                                                }
+                                            }
+                                        }
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = zx3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3804,10 +3984,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             }
                                         }
                                     }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = sw1;
+                                } else {
+                                    for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                        // built by kernels::filter_values::for_each_read_four
+                                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = zx0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3864,11 +4055,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = sw2;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = zx1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3925,11 +4115,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = sw3;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = zx2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -3986,206 +4175,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 }
                                             }
                                         }
-                                    }
-                                }
-                            } else {
-                                // built by kernels::filters::sweep
-                                for (unsigned int c0 = (col_lo + threadIdx.x); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    unsigned int sc0 = (c0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                                    unsigned int sc1 = (c0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                                    unsigned int sc2 = (c0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                                    unsigned int sc3 = (c0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = sw0;
-                                            float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = sw1;
-                                            float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = sw2;
-                                            float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                unsigned int digit = ((key >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = mv;
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
-                                            }
-                                        }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = zx3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4658,21 +4651,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                                    unsigned int sc0 = (c0 + 0u);
-                                    float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                                    unsigned int sc1 = (c0 + 1u);
-                                    float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                                    unsigned int sc2 = (c0 + 2u);
-                                    float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                                    unsigned int sc3 = (c0 + 3u);
-                                    float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                                    {
-                                        unsigned int col = sc0;
-                                        if ((col < col_hi)) {
-                                            float zv = sw0;
+                                unsigned int sweep_n = (col_hi - col_lo);
+                                {
+                                    unsigned int quads = ((sweep_n + 3u) >> 2u);
+                                    unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                        unsigned int li0 = (c0 + 0u);
+                                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        unsigned int li1 = (c0 + 1u);
+                                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        unsigned int li2 = (c0 + 2u);
+                                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        unsigned int li3 = (c0 + 3u);
+                                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li0);
+                                            float zv = zx0;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4689,11 +4684,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc1;
-                                        if ((col < col_hi)) {
-                                            float zv = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li1);
+                                            float zv = zx1;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4710,11 +4704,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc2;
-                                        if ((col < col_hi)) {
-                                            float zv = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li2);
+                                            float zv = zx2;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4731,11 +4724,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        unsigned int col = sc3;
-                                        if ((col < col_hi)) {
-                                            float zv = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            unsigned int col = (col_lo + li3);
+                                            float zv = zx3;
                                             float ov = zv;
                                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                             float wv = (0.0f);
@@ -4795,21 +4787,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                            unsigned int sc0 = (c0 + 0u);
-                            float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                            unsigned int sc1 = (c0 + 1u);
-                            float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                            unsigned int sc2 = (c0 + 2u);
-                            float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                            unsigned int sc3 = (c0 + 3u);
-                            float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                            {
-                                unsigned int col = sc0;
-                                if ((col < col_hi)) {
-                                    float zv = sw0;
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        {
+                            unsigned int quads = ((sweep_n + 3u) >> 2u);
+                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                unsigned int li0 = (c0 + 0u);
+                                float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                unsigned int li1 = (c0 + 1u);
+                                float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                unsigned int li2 = (c0 + 2u);
+                                float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                unsigned int li3 = (c0 + 3u);
+                                float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li0);
+                                    float zv = zx0;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4847,11 +4841,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc1;
-                                if ((col < col_hi)) {
-                                    float zv = sw1;
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li1);
+                                    float zv = zx1;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4889,11 +4882,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc2;
-                                if ((col < col_hi)) {
-                                    float zv = sw2;
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li2);
+                                    float zv = zx2;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4931,11 +4923,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc3;
-                                if ((col < col_hi)) {
-                                    float zv = sw3;
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li3);
+                                    float zv = zx3;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -4987,25 +4978,27 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        unsigned int quads = (((col_hi - col_lo) + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (col_lo + (min((threadIdx.x * per), quads) * 4u)); c0 < (col_lo + (min(((threadIdx.x * per) + per), quads) * 4u)); c0 += 4u) {
-                            unsigned int sc0 = (c0 + 0u);
-                            float sw0 = x[(base + ((sc0 < col_hi) ? sc0 : (col_hi - 1u)))];
-                            unsigned int sc1 = (c0 + 1u);
-                            float sw1 = x[(base + ((sc1 < col_hi) ? sc1 : (col_hi - 1u)))];
-                            unsigned int sc2 = (c0 + 2u);
-                            float sw2 = x[(base + ((sc2 < col_hi) ? sc2 : (col_hi - 1u)))];
-                            unsigned int sc3 = (c0 + 3u);
-                            float sw3 = x[(base + ((sc3 < col_hi) ? sc3 : (col_hi - 1u)))];
-                            if (noisy) {
-                                // built by kernels::filters::race_sweep
-                                w = sk_philox(make_uint4((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                            }
-                            {
-                                unsigned int col = sc0;
-                                if ((col < col_hi)) {
-                                    float zv = sw0;
+                        unsigned int sweep_n = (col_hi - col_lo);
+                        {
+                            unsigned int quads = ((sweep_n + 3u) >> 2u);
+                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
+                                unsigned int li0 = (c0 + 0u);
+                                float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                unsigned int li1 = (c0 + 1u);
+                                float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                unsigned int li2 = (c0 + 2u);
+                                float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                unsigned int li3 = (c0 + 3u);
+                                float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                if (noisy) {
+                                    // built by kernels::filters::race_sweep
+                                    w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                }
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li0);
+                                    float zv = zx0;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5038,11 +5031,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc1;
-                                if ((col < col_hi)) {
-                                    float zv = sw1;
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li1);
+                                    float zv = zx1;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5075,11 +5067,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc2;
-                                if ((col < col_hi)) {
-                                    float zv = sw2;
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li2);
+                                    float zv = zx2;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);
@@ -5112,11 +5103,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                     }
                                 }
-                            }
-                            {
-                                unsigned int col = sc3;
-                                if ((col < col_hi)) {
-                                    float zv = sw3;
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int col = (col_lo + li3);
+                                    float zv = zx3;
                                     float ov = zv;
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
                                     float wv = (0.0f);

@@ -92,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e0 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
@@ -106,6 +106,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                     const float sk_e3 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -115,6 +116,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx1 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -124,6 +126,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx2 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -133,6 +136,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx3 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -546,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
@@ -560,6 +564,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                     const float sk_e10 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -569,6 +574,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx1 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -578,6 +584,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx2 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -587,6 +594,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx3 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);

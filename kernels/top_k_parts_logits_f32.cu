@@ -88,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
@@ -102,6 +102,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     const float sk_e3 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))];
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -111,6 +112,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx1 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -120,6 +122,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx2 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -129,6 +132,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx3 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -542,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e7 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
@@ -556,6 +560,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     const float sk_e10 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))];
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -565,6 +570,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx1 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -574,6 +580,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx2 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
@@ -583,6 +590,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         float z = (zx3 / temp);
                         bool z_ok = (z > sk_bitcast<float>(4286578688u));
                         part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);

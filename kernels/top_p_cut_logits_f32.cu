@@ -345,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_top_k::for_each_read_four
+                        // built by kernels::filter_values::for_each_read_four
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         const unsigned int sk_e1 = (col_hi - col_lo);
                         const float sk_e0 = x[(base + (col_lo + ((li0 < sk_e1) ? li0 : (sk_e1 - 1u))))];
@@ -363,6 +363,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                         const float sk_e6 = x[(base + (col_lo + ((li3 < sk_e7) ? li3 : (sk_e7 - 1u))))];
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                         if ((li0 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
                             float cz = (zx0 / temp);
                             float cov = (cz - cut_mx);
@@ -449,6 +450,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                             }
                         }
                         if ((li1 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li1);
                             float cz = (zx1 / temp);
                             float cov = (cz - cut_mx);
@@ -535,6 +537,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                             }
                         }
                         if ((li2 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li2);
                             float cz = (zx2 / temp);
                             float cov = (cz - cut_mx);
@@ -621,6 +624,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                             }
                         }
                         if ((li3 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li3);
                             float cz = (zx3 / temp);
                             float cov = (cz - cut_mx);

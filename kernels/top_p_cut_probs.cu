@@ -318,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_top_k::for_each_read_four
+                        // built by kernels::filter_values::for_each_read_four
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         const unsigned int sk_e0 = (col_hi - col_lo);
                         float zx0 = x[(base + (col_lo + ((li0 < sk_e0) ? li0 : (sk_e0 - 1u))))];
@@ -332,6 +332,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                         const unsigned int sk_e3 = (col_hi - col_lo);
                         float zx3 = x[(base + (col_lo + ((li3 < sk_e3) ? li3 : (sk_e3 - 1u))))];
                         if ((li0 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
                             float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
                             float cov = cz;
@@ -418,6 +419,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                             }
                         }
                         if ((li1 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li1);
                             float cz = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
                             float cov = cz;
@@ -504,6 +506,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                             }
                         }
                         if ((li2 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li2);
                             float cz = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
                             float cov = cz;
@@ -590,6 +593,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                             }
                         }
                         if ((li3 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li3);
                             float cz = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
                             float cov = cz;

@@ -386,43 +386,42 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filter_split::stage
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    var sc0: u32 = (c0 + (BLOCK * 0u));
-                    let sk_e4: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                    var sw0: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                    var sc1: u32 = (c0 + (BLOCK * 1u));
-                    let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                    var sw1: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                    var sc2: u32 = (c0 + (BLOCK * 2u));
-                    let sk_e6: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                    var sw2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                    var sc3: u32 = (c0 + (BLOCK * 3u));
-                    let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                    var sw3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-                    {
-                        var col: u32 = sc0;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw0 / temp));
+                    var sweep_n: u32 = (col_hi - col_lo);
+                    for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        var li0: u32 = (i0 + (BLOCK * 0u));
+                        let sk_e4: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var zx0: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        let sk_e5: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        let sk_e6: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        let sk_e7: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li0);
+                            m = max(m, (zx0 / temp));
                         }
-                    }
-                    {
-                        var col: u32 = sc1;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw1 / temp));
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li1);
+                            m = max(m, (zx1 / temp));
                         }
-                    }
-                    {
-                        var col: u32 = sc2;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw2 / temp));
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li2);
+                            m = max(m, (zx2 / temp));
                         }
-                    }
-                    {
-                        var col: u32 = sc3;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw3 / temp));
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li3);
+                            m = max(m, (zx3 / temp));
                         }
                     }
                 }
@@ -1062,25 +1061,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     sweeps = (sweeps + 1u);
-                    // built by kernels::filters::sweep
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    {
                         // built by kernels::filters::sweep
-                        var sc0: u32 = (c0 + (BLOCK * 0u));
-                        let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                        var sw0: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
-                        var sc1: u32 = (c0 + (BLOCK * 1u));
-                        let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                        var sw1: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
-                        var sc2: u32 = (c0 + (BLOCK * 2u));
-                        let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                        var sw2: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
-                        var sc3: u32 = (c0 + (BLOCK * 3u));
-                        let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                        var sw3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
-                        {
-                            var col: u32 = sc0;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw0 / temp);
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_read_four
+                            var li0: u32 = (i0 + (BLOCK * 0u));
+                            let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                            var zx0: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                            var li1: u32 = (i0 + (BLOCK * 1u));
+                            let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                            var zx1: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                            var li2: u32 = (i0 + (BLOCK * 2u));
+                            let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                            var zx2: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                            var li3: u32 = (i0 + (BLOCK * 3u));
+                            let sk_e31: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                            var zx3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
+                            if ((li0 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li0);
+                                var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1099,11 +1100,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mas[digit] += mv;
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc1;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw1 / temp);
+                            if ((li1 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li1);
+                                var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1122,11 +1122,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mas[digit] += mv;
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc2;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw2 / temp);
+                            if ((li2 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li2);
+                                var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1145,11 +1144,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mas[digit] += mv;
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc3;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw3 / temp);
+                            if ((li3 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li3);
+                                var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1565,25 +1563,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    let sk_e33: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                                    var sw0: f32 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
-                                    var sc1: u32 = (c0 + 1u);
-                                    let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                                    var sw1: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
-                                    var sc2: u32 = (c0 + 2u);
-                                    let sk_e35: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                                    var sw2: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
-                                    var sc3: u32 = (c0 + 3u);
-                                    let sk_e36: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                                    var sw3: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw0 / temp);
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        let sk_e33: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (c0 + 1u);
+                                        let sk_e34: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (c0 + 2u);
+                                        let sk_e35: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (c0 + 3u);
+                                        let sk_e36: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = (zx0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1600,11 +1600,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = (zx1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1621,11 +1620,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = (zx2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1642,11 +1640,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = (zx3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1694,25 +1691,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    let sk_e37: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                                    var sw0: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
-                                    var sc1: u32 = (c0 + 1u);
-                                    let sk_e38: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                                    var sw1: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
-                                    var sc2: u32 = (c0 + 2u);
-                                    let sk_e39: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                                    var sw2: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
-                                    var sc3: u32 = (c0 + 3u);
-                                    let sk_e40: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                                    var sw3: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw0 / temp);
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        let sk_e37: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (c0 + 1u);
+                                        let sk_e38: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (c0 + 2u);
+                                        let sk_e39: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (c0 + 3u);
+                                        let sk_e40: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = (zx0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1750,11 +1749,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = (zx1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1792,11 +1790,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = (zx2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1834,11 +1831,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = (zx3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1890,29 +1886,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    let sk_e45: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                                    var sw0: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
-                                    var sc1: u32 = (c0 + 1u);
-                                    let sk_e46: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                                    var sw1: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
-                                    var sc2: u32 = (c0 + 2u);
-                                    let sk_e47: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                                    var sw2: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
-                                    var sc3: u32 = (c0 + 3u);
-                                    let sk_e48: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                                    var sw3: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
-                                    if (noisy) {
-                                        // built by kernels::filters::race_sweep
-                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                    }
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw0 / temp);
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        let sk_e45: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (c0 + 1u);
+                                        let sk_e46: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (c0 + 2u);
+                                        let sk_e47: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (c0 + 3u);
+                                        let sk_e48: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
+                                        if (noisy) {
+                                            // built by kernels::filters::race_sweep
+                                            w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        }
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = (zx0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1946,11 +1944,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = (zx1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1984,11 +1981,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = (zx2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -2022,11 +2018,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = (zx3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);

@@ -348,50 +348,49 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filter_split::stage
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    var sc0: u32 = (c0 + (BLOCK * 0u));
-                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                    var sc1: u32 = (c0 + (BLOCK * 1u));
-                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                    var sc2: u32 = (c0 + (BLOCK * 2u));
-                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                    var sc3: u32 = (c0 + (BLOCK * 3u));
-                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                    {
-                        var col: u32 = sc0;
-                        if ((col < col_hi)) {
-                            if (((sw0 > (0.0f)) && (sw0 < bitcast<f32>(2139095040u)))) {
+                    var sweep_n: u32 = (col_hi - col_lo);
+                    for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        var li0: u32 = (i0 + (BLOCK * 0u));
+                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li0);
+                            if (((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw0);
+                                m = max(m, zx0);
                             }
                         }
-                    }
-                    {
-                        var col: u32 = sc1;
-                        if ((col < col_hi)) {
-                            if (((sw1 > (0.0f)) && (sw1 < bitcast<f32>(2139095040u)))) {
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li1);
+                            if (((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw1);
+                                m = max(m, zx1);
                             }
                         }
-                    }
-                    {
-                        var col: u32 = sc2;
-                        if ((col < col_hi)) {
-                            if (((sw2 > (0.0f)) && (sw2 < bitcast<f32>(2139095040u)))) {
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li2);
+                            if (((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw2);
+                                m = max(m, zx2);
                             }
                         }
-                    }
-                    {
-                        var col: u32 = sc3;
-                        if ((col < col_hi)) {
-                            if (((sw3 > (0.0f)) && (sw3 < bitcast<f32>(2139095040u)))) {
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li3);
+                            if (((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw3);
+                                m = max(m, zx3);
                             }
                         }
                     }
@@ -1032,21 +1031,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt: array<u32, 16>;
                     var mas: array<u64, 16>;
                     sweeps = (sweeps + 1u);
-                    // built by kernels::filters::sweep
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    {
                         // built by kernels::filters::sweep
-                        var sc0: u32 = (c0 + (BLOCK * 0u));
-                        var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                        var sc1: u32 = (c0 + (BLOCK * 1u));
-                        var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                        var sc2: u32 = (c0 + (BLOCK * 2u));
-                        var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                        var sc3: u32 = (c0 + (BLOCK * 3u));
-                        var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                        {
-                            var col: u32 = sc0;
-                            if ((col < col_hi)) {
-                                var zv: f32 = sw0;
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_read_four
+                            var li0: u32 = (i0 + (BLOCK * 0u));
+                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var li1: u32 = (i0 + (BLOCK * 1u));
+                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var li2: u32 = (i0 + (BLOCK * 2u));
+                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var li3: u32 = (i0 + (BLOCK * 3u));
+                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            if ((li0 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li0);
+                                var zv: f32 = zx0;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1065,11 +1066,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mas[digit] += mv;
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc1;
-                            if ((col < col_hi)) {
-                                var zv: f32 = sw1;
+                            if ((li1 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li1);
+                                var zv: f32 = zx1;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1088,11 +1088,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mas[digit] += mv;
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc2;
-                            if ((col < col_hi)) {
-                                var zv: f32 = sw2;
+                            if ((li2 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li2);
+                                var zv: f32 = zx2;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1111,11 +1110,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mas[digit] += mv;
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc3;
-                            if ((col < col_hi)) {
-                                var zv: f32 = sw3;
+                            if ((li3 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li3);
+                                var zv: f32 = zx3;
                                 var ov: f32 = zv;
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -1531,21 +1529,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                    var sc1: u32 = (c0 + 1u);
-                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                    var sc2: u32 = (c0 + 2u);
-                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                    var sc3: u32 = (c0 + 3u);
-                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw0;
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var li1: u32 = (c0 + 1u);
+                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var li2: u32 = (c0 + 2u);
+                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var li3: u32 = (c0 + 3u);
+                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = zx0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1562,11 +1562,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = zx1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1583,11 +1582,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = zx2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1604,11 +1602,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = zx3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1656,21 +1653,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                    var sc1: u32 = (c0 + 1u);
-                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                    var sc2: u32 = (c0 + 2u);
-                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                    var sc3: u32 = (c0 + 3u);
-                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw0;
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var li1: u32 = (c0 + 1u);
+                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var li2: u32 = (c0 + 2u);
+                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var li3: u32 = (c0 + 3u);
+                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = zx0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1708,11 +1707,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = zx1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1750,11 +1748,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = zx2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1792,11 +1789,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = zx3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1848,25 +1844,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                    var sc1: u32 = (c0 + 1u);
-                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                    var sc2: u32 = (c0 + 2u);
-                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                    var sc3: u32 = (c0 + 3u);
-                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                    if (noisy) {
-                                        // built by kernels::filters::race_sweep
-                                        w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                    }
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw0;
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var li1: u32 = (c0 + 1u);
+                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var li2: u32 = (c0 + 2u);
+                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var li3: u32 = (c0 + 3u);
+                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        if (noisy) {
+                                            // built by kernels::filters::race_sweep
+                                            w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        }
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = zx0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1899,11 +1897,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = zx1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1936,11 +1933,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = zx2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -1973,11 +1969,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = zx3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);

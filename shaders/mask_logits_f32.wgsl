@@ -91,43 +91,42 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sweeps: u32 = 0u;
             var m: f32 = bitcast<f32>(4286578688u);
             sweeps = (sweeps + 1u);
-            // built by kernels::filters::sweep
-            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+            {
                 // built by kernels::filters::sweep
-                var sc0: u32 = (c0 + (BLOCK * 0u));
-                let sk_e0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                var sw0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-                var sc1: u32 = (c0 + (BLOCK * 1u));
-                let sk_e1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                var sw1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                var sc2: u32 = (c0 + (BLOCK * 2u));
-                let sk_e2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                var sw2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                var sc3: u32 = (c0 + (BLOCK * 3u));
-                let sk_e3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                var sw3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                {
-                    var col: u32 = sc0;
-                    if ((col < col_hi)) {
-                        m = max(m, (sw0 / temp));
+                var sweep_n: u32 = (col_hi - col_lo);
+                for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                    // built by kernels::filter_values::for_each_read_four
+                    var li0: u32 = (i0 + (BLOCK * 0u));
+                    let sk_e0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    var li1: u32 = (i0 + (BLOCK * 1u));
+                    let sk_e1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    var zx1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    var li2: u32 = (i0 + (BLOCK * 2u));
+                    let sk_e2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    var zx2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    var li3: u32 = (i0 + (BLOCK * 3u));
+                    let sk_e3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    if ((li0 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var col: u32 = (col_lo + li0);
+                        m = max(m, (zx0 / temp));
                     }
-                }
-                {
-                    var col: u32 = sc1;
-                    if ((col < col_hi)) {
-                        m = max(m, (sw1 / temp));
+                    if ((li1 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var col: u32 = (col_lo + li1);
+                        m = max(m, (zx1 / temp));
                     }
-                }
-                {
-                    var col: u32 = sc2;
-                    if ((col < col_hi)) {
-                        m = max(m, (sw2 / temp));
+                    if ((li2 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var col: u32 = (col_lo + li2);
+                        m = max(m, (zx2 / temp));
                     }
-                }
-                {
-                    var col: u32 = sc3;
-                    if ((col < col_hi)) {
-                        m = max(m, (sw3 / temp));
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var col: u32 = (col_lo + li3);
+                        m = max(m, (zx3 / temp));
                     }
                 }
             }
@@ -186,25 +185,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var list_at: u32 = list_from;
                     sweeps = (sweeps + 1u);
-                    // built by kernels::filters::sweep
-                    for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                    {
                         // built by kernels::filters::sweep
-                        var sc0: u32 = (c0 + (BLOCK * 0u));
-                        let sk_e5: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                        var sw0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                        var sc1: u32 = (c0 + (BLOCK * 1u));
-                        let sk_e6: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                        var sw1: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                        var sc2: u32 = (c0 + (BLOCK * 2u));
-                        let sk_e7: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                        var sw2: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-                        var sc3: u32 = (c0 + (BLOCK * 3u));
-                        let sk_e8: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                        var sw3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
-                        {
-                            var col: u32 = sc0;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw0 / temp);
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_read_four
+                            var li0: u32 = (i0 + (BLOCK * 0u));
+                            let sk_e5: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var zx0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                            var li1: u32 = (i0 + (BLOCK * 1u));
+                            let sk_e6: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var zx1: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                            var li2: u32 = (i0 + (BLOCK * 2u));
+                            let sk_e7: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var zx2: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                            var li3: u32 = (i0 + (BLOCK * 3u));
+                            let sk_e8: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                            if ((li0 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li0);
+                                var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -222,11 +223,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     list_at = (list_at + 1u);
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc1;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw1 / temp);
+                            if ((li1 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li1);
+                                var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -244,11 +244,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     list_at = (list_at + 1u);
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc2;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw2 / temp);
+                            if ((li2 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li2);
+                                var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -266,11 +265,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     list_at = (list_at + 1u);
                                 }
                             }
-                        }
-                        {
-                            var col: u32 = sc3;
-                            if ((col < col_hi)) {
-                                var zv: f32 = (sw3 / temp);
+                            if ((li3 < sweep_n)) {
+                                // built by kernels::filter_values::read_step
+                                var col: u32 = (col_lo + li3);
+                                var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                 var wv: f32 = (0.0f);
@@ -440,27 +438,95 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if ((!listed)) {
                         // built by kernels::filters::digit_counts
                         sweeps = (sweeps + 1u);
-                        if ((digit_pass == 7u)) {
+                        {
                             // built by kernels::filters::sweep
-                            var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                            for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                var sc0: u32 = (c0 + 0u);
-                                let sk_e13: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                var sw0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
-                                var sc1: u32 = (c0 + 1u);
-                                let sk_e14: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                var sw1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
-                                var sc2: u32 = (c0 + 2u);
-                                let sk_e15: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                var sw2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
-                                var sc3: u32 = (c0 + 3u);
-                                let sk_e16: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                var sw3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
-                                {
-                                    var col: u32 = sc0;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw0 / temp);
+                            var sweep_n: u32 = (col_hi - col_lo);
+                            if ((digit_pass == 7u)) {
+                                var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                    var li0: u32 = (c0 + 0u);
+                                    let sk_e13: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                                    var li1: u32 = (c0 + 1u);
+                                    let sk_e14: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
+                                    var li2: u32 = (c0 + 2u);
+                                    let sk_e15: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
+                                    var li3: u32 = (c0 + 3u);
+                                    let sk_e16: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
+                                    if ((li0 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li0);
+                                        var zv: f32 = (zx0 / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            // built by kernels::filters::digit_counts
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
+                                        }
+                                    }
+                                    if ((li1 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li1);
+                                        var zv: f32 = (zx1 / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            // built by kernels::filters::digit_counts
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
+                                        }
+                                    }
+                                    if ((li2 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li2);
+                                        var zv: f32 = (zx2 / temp);
+                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var wv: f32 = (0.0f);
+                                        var ok: bool = false;
+                                        var mv: u64 = 0lu;
+                                        if (((key & sel_mask) == sel_key)) {
+                                            // built by kernels::filters::candidate
+                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            ok = (wv > (0.0f));
+                                            mv = sk_fixed(wv);
+                                        }
+                                        if (ok) {
+                                            // built by kernels::filters::digit_counts
+                                            var digit: u32 = ((key >> shift) & 15u);
+                                            cnt[digit] += 1u;
+                                            mas[digit] += mv;
+                                        }
+                                    }
+                                    if ((li3 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li3);
+                                        var zv: f32 = (zx3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -480,10 +546,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                                {
-                                    var col: u32 = sc1;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw1 / temp);
+                            } else {
+                                for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                                    // built by kernels::filter_values::for_each_read_four
+                                    var li0: u32 = (i0 + (BLOCK * 0u));
+                                    let sk_e17: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                                    var li1: u32 = (i0 + (BLOCK * 1u));
+                                    let sk_e18: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+                                    var li2: u32 = (i0 + (BLOCK * 2u));
+                                    let sk_e19: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+                                    var li3: u32 = (i0 + (BLOCK * 3u));
+                                    let sk_e20: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                                    if ((li0 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li0);
+                                        var zv: f32 = (zx0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -502,11 +583,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             mas[digit] += mv;
                                         }
                                     }
-                                }
-                                {
-                                    var col: u32 = sc2;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw2 / temp);
+                                    if ((li1 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li1);
+                                        var zv: f32 = (zx1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -525,11 +605,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             mas[digit] += mv;
                                         }
                                     }
-                                }
-                                {
-                                    var col: u32 = sc3;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw3 / temp);
+                                    if ((li2 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li2);
+                                        var zv: f32 = (zx2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -548,96 +627,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             mas[digit] += mv;
                                         }
                                     }
-                                }
-                            }
-                        } else {
-                            // built by kernels::filters::sweep
-                            for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                var sc0: u32 = (c0 + (BLOCK * 0u));
-                                let sk_e17: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                var sw0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
-                                var sc1: u32 = (c0 + (BLOCK * 1u));
-                                let sk_e18: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                var sw1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
-                                var sc2: u32 = (c0 + (BLOCK * 2u));
-                                let sk_e19: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                var sw2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
-                                var sc3: u32 = (c0 + (BLOCK * 3u));
-                                let sk_e20: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                var sw3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                                {
-                                    var col: u32 = sc0;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = sc1;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = sc2;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
-                                    }
-                                }
-                                {
-                                    var col: u32 = sc3;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw3 / temp);
+                                    if ((li3 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li3);
+                                        var zv: f32 = (zx3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1189,25 +1182,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         sweeps = (sweeps + 1u);
                         {
                             // built by kernels::filters::sweep
-                            var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                            for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                var sc0: u32 = (c0 + 0u);
-                                let sk_e23: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                var sw0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
-                                var sc1: u32 = (c0 + 1u);
-                                let sk_e24: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                var sw1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
-                                var sc2: u32 = (c0 + 2u);
-                                let sk_e25: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                var sw2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
-                                var sc3: u32 = (c0 + 3u);
-                                let sk_e26: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                var sw3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
-                                {
-                                    var col: u32 = sc0;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw0 / temp);
+                            var sweep_n: u32 = (col_hi - col_lo);
+                            {
+                                var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                    var li0: u32 = (c0 + 0u);
+                                    let sk_e23: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                                    var li1: u32 = (c0 + 1u);
+                                    let sk_e24: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                    var li2: u32 = (c0 + 2u);
+                                    let sk_e25: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                                    var li3: u32 = (c0 + 3u);
+                                    let sk_e26: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
+                                    if ((li0 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li0);
+                                        var zv: f32 = (zx0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1224,11 +1219,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             mine = (mine + 1u);
                                         }
                                     }
-                                }
-                                {
-                                    var col: u32 = sc1;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw1 / temp);
+                                    if ((li1 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li1);
+                                        var zv: f32 = (zx1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1245,11 +1239,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             mine = (mine + 1u);
                                         }
                                     }
-                                }
-                                {
-                                    var col: u32 = sc2;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw2 / temp);
+                                    if ((li2 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li2);
+                                        var zv: f32 = (zx2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1266,11 +1259,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             mine = (mine + 1u);
                                         }
                                     }
-                                }
-                                {
-                                    var col: u32 = sc3;
-                                    if ((col < col_hi)) {
-                                        var zv: f32 = (sw3 / temp);
+                                    if ((li3 < sweep_n)) {
+                                        // built by kernels::filter_values::read_step
+                                        var col: u32 = (col_lo + li3);
+                                        var zv: f32 = (zx3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                         var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                         var wv: f32 = (0.0f);
@@ -1312,25 +1304,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             sweeps = (sweeps + 1u);
             {
                 // built by kernels::filters::sweep
-                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                    var sc0: u32 = (c0 + 0u);
-                    let sk_e27: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                    var sw0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
-                    var sc1: u32 = (c0 + 1u);
-                    let sk_e28: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                    var sw1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
-                    var sc2: u32 = (c0 + 2u);
-                    let sk_e29: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                    var sw2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
-                    var sc3: u32 = (c0 + 3u);
-                    let sk_e30: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                    var sw3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
-                    {
-                        var col: u32 = sc0;
-                        if ((col < col_hi)) {
-                            var zv: f32 = (sw0 / temp);
+                var sweep_n: u32 = (col_hi - col_lo);
+                {
+                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                        var li0: u32 = (c0 + 0u);
+                        let sk_e27: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var zx0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
+                        var li1: u32 = (c0 + 1u);
+                        let sk_e28: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var zx1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                        var li2: u32 = (c0 + 2u);
+                        let sk_e29: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var zx2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                        var li3: u32 = (c0 + 3u);
+                        let sk_e30: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        var zx3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li0);
+                            var zv: f32 = (zx0 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1356,11 +1350,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e31: u32 = (base + col);
                             out[sk_e31] = select(bitcast<f32>(4286578688u), x[sk_e31], kept);
                         }
-                    }
-                    {
-                        var col: u32 = sc1;
-                        if ((col < col_hi)) {
-                            var zv: f32 = (sw1 / temp);
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li1);
+                            var zv: f32 = (zx1 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1386,11 +1379,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e32: u32 = (base + col);
                             out[sk_e32] = select(bitcast<f32>(4286578688u), x[sk_e32], kept);
                         }
-                    }
-                    {
-                        var col: u32 = sc2;
-                        if ((col < col_hi)) {
-                            var zv: f32 = (sw2 / temp);
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li2);
+                            var zv: f32 = (zx2 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);
@@ -1416,11 +1408,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e33: u32 = (base + col);
                             out[sk_e33] = select(bitcast<f32>(4286578688u), x[sk_e33], kept);
                         }
-                    }
-                    {
-                        var col: u32 = sc3;
-                        if ((col < col_hi)) {
-                            var zv: f32 = (sw3 / temp);
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li3);
+                            var zv: f32 = (zx3 / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                             var wv: f32 = (0.0f);

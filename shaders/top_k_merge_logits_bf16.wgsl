@@ -3122,43 +3122,42 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweeps: u32 = reads_before;
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    var sc0: u32 = (c0 + (BLOCK * 0u));
-                    let sk_e43: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                    var sw0: f32 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
-                    var sc1: u32 = (c0 + (BLOCK * 1u));
-                    let sk_e44: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                    var sw1: f32 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
-                    var sc2: u32 = (c0 + (BLOCK * 2u));
-                    let sk_e45: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                    var sw2: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
-                    var sc3: u32 = (c0 + (BLOCK * 3u));
-                    let sk_e46: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                    var sw3: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
-                    {
-                        var col: u32 = sc0;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw0 / temp));
+                    var sweep_n: u32 = (col_hi - col_lo);
+                    for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        var li0: u32 = (i0 + (BLOCK * 0u));
+                        let sk_e43: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var zx0: f32 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        let sk_e44: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        let sk_e45: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        let sk_e46: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li0);
+                            m = max(m, (zx0 / temp));
                         }
-                    }
-                    {
-                        var col: u32 = sc1;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw1 / temp));
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li1);
+                            m = max(m, (zx1 / temp));
                         }
-                    }
-                    {
-                        var col: u32 = sc2;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw2 / temp));
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li2);
+                            m = max(m, (zx2 / temp));
                         }
-                    }
-                    {
-                        var col: u32 = sc3;
-                        if ((col < col_hi)) {
-                            m = max(m, (sw3 / temp));
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li3);
+                            m = max(m, (zx3 / temp));
                         }
                     }
                 }
@@ -3217,25 +3216,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var list_at: u32 = list_from;
                         sweeps = (sweeps + 1u);
-                        // built by kernels::filters::sweep
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        {
                             // built by kernels::filters::sweep
-                            var sc0: u32 = (c0 + (BLOCK * 0u));
-                            let sk_e48: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                            var sw0: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
-                            var sc1: u32 = (c0 + (BLOCK * 1u));
-                            let sk_e49: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                            var sw1: f32 = select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u));
-                            var sc2: u32 = (c0 + (BLOCK * 2u));
-                            let sk_e50: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                            var sw2: f32 = select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u));
-                            var sc3: u32 = (c0 + (BLOCK * 3u));
-                            let sk_e51: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                            var sw3: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
-                            {
-                                var col: u32 = sc0;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw0 / temp);
+                            var sweep_n: u32 = (col_hi - col_lo);
+                            for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                                // built by kernels::filter_values::for_each_read_four
+                                var li0: u32 = (i0 + (BLOCK * 0u));
+                                let sk_e48: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
+                                var li1: u32 = (i0 + (BLOCK * 1u));
+                                let sk_e49: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u));
+                                var li2: u32 = (i0 + (BLOCK * 2u));
+                                let sk_e50: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u));
+                                var li3: u32 = (i0 + (BLOCK * 3u));
+                                let sk_e51: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li0);
+                                    var zv: f32 = (zx0 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3253,11 +3254,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc1;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw1 / temp);
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li1);
+                                    var zv: f32 = (zx1 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3275,11 +3275,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc2;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw2 / temp);
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li2);
+                                    var zv: f32 = (zx2 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3297,11 +3296,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc3;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw3 / temp);
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li3);
+                                    var zv: f32 = (zx3 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3471,27 +3469,95 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if ((!listed)) {
                             // built by kernels::filters::digit_counts
                             sweeps = (sweeps + 1u);
-                            if ((digit_pass == 7u)) {
+                            {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    let sk_e56: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                                    var sw0: f32 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
-                                    var sc1: u32 = (c0 + 1u);
-                                    let sk_e57: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                                    var sw1: f32 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
-                                    var sc2: u32 = (c0 + 2u);
-                                    let sk_e58: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                                    var sw2: f32 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
-                                    var sc3: u32 = (c0 + 3u);
-                                    let sk_e59: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                                    var sw3: f32 = select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u));
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw0 / temp);
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                if ((digit_pass == 7u)) {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        let sk_e56: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (c0 + 1u);
+                                        let sk_e57: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (c0 + 2u);
+                                        let sk_e58: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (c0 + 3u);
+                                        let sk_e59: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u));
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = (zx0 / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = (zx1 / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = (zx2 / temp);
+                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = (zx3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3511,10 +3577,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         }
                                     }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw1 / temp);
+                                } else {
+                                    for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                                        // built by kernels::filter_values::for_each_read_four
+                                        var li0: u32 = (i0 + (BLOCK * 0u));
+                                        let sk_e60: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (i0 + (BLOCK * 1u));
+                                        let sk_e61: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (i0 + (BLOCK * 2u));
+                                        let sk_e62: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (i0 + (BLOCK * 3u));
+                                        let sk_e63: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = (zx0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3533,11 +3614,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mas[digit] += mv;
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw2 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = (zx1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3556,11 +3636,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mas[digit] += mv;
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw3 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = (zx2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3579,96 +3658,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mas[digit] += mv;
                                             }
                                         }
-                                    }
-                                }
-                            } else {
-                                // built by kernels::filters::sweep
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    var sc0: u32 = (c0 + (BLOCK * 0u));
-                                    let sk_e60: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                                    var sw0: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
-                                    var sc1: u32 = (c0 + (BLOCK * 1u));
-                                    let sk_e61: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                                    var sw1: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
-                                    var sc2: u32 = (c0 + (BLOCK * 2u));
-                                    let sk_e62: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                                    var sw2: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
-                                    var sc3: u32 = (c0 + (BLOCK * 3u));
-                                    let sk_e63: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                                    var sw3: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw0 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw1 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw2 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = (zx3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4220,25 +4213,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    let sk_e66: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                                    var sw0: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
-                                    var sc1: u32 = (c0 + 1u);
-                                    let sk_e67: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                                    var sw1: f32 = select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u));
-                                    var sc2: u32 = (c0 + 2u);
-                                    let sk_e68: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                                    var sw2: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
-                                    var sc3: u32 = (c0 + 3u);
-                                    let sk_e69: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                                    var sw3: f32 = select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u));
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw0 / temp);
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        let sk_e66: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (c0 + 1u);
+                                        let sk_e67: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (c0 + 2u);
+                                        let sk_e68: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (c0 + 3u);
+                                        let sk_e69: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u));
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = (zx0 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4255,11 +4250,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw1 / temp);
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = (zx1 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4276,11 +4270,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw2 / temp);
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = (zx2 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4297,11 +4290,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = (sw3 / temp);
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = (zx3 / temp);
                                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4351,25 +4343,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            var sc0: u32 = (c0 + 0u);
-                            let sk_e70: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                            var sw0: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
-                            var sc1: u32 = (c0 + 1u);
-                            let sk_e71: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                            var sw1: f32 = select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u));
-                            var sc2: u32 = (c0 + 2u);
-                            let sk_e72: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                            var sw2: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
-                            var sc3: u32 = (c0 + 3u);
-                            let sk_e73: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                            var sw3: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
-                            {
-                                var col: u32 = sc0;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw0 / temp);
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        {
+                            var quads: u32 = ((sweep_n + 3u) >> 2u);
+                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                            for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                var li0: u32 = (c0 + 0u);
+                                let sk_e70: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
+                                var li1: u32 = (c0 + 1u);
+                                let sk_e71: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u));
+                                var li2: u32 = (c0 + 2u);
+                                let sk_e72: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
+                                var li3: u32 = (c0 + 3u);
+                                let sk_e73: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li0);
+                                    var zv: f32 = (zx0 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4407,11 +4401,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc1;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw1 / temp);
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li1);
+                                    var zv: f32 = (zx1 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4449,11 +4442,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc2;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw2 / temp);
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li2);
+                                    var zv: f32 = (zx2 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4491,11 +4483,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc3;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw3 / temp);
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li3);
+                                    var zv: f32 = (zx3 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4547,29 +4538,31 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            var sc0: u32 = (c0 + 0u);
-                            let sk_e78: f32 = sk_load_x((base + select((col_hi - 1u), sc0, (sc0 < col_hi))));
-                            var sw0: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
-                            var sc1: u32 = (c0 + 1u);
-                            let sk_e79: f32 = sk_load_x((base + select((col_hi - 1u), sc1, (sc1 < col_hi))));
-                            var sw1: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
-                            var sc2: u32 = (c0 + 2u);
-                            let sk_e80: f32 = sk_load_x((base + select((col_hi - 1u), sc2, (sc2 < col_hi))));
-                            var sw2: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
-                            var sc3: u32 = (c0 + 3u);
-                            let sk_e81: f32 = sk_load_x((base + select((col_hi - 1u), sc3, (sc3 < col_hi))));
-                            var sw3: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
-                            if (noisy) {
-                                // built by kernels::filters::race_sweep
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                            }
-                            {
-                                var col: u32 = sc0;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw0 / temp);
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        {
+                            var quads: u32 = ((sweep_n + 3u) >> 2u);
+                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                            for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                var li0: u32 = (c0 + 0u);
+                                let sk_e78: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
+                                var li1: u32 = (c0 + 1u);
+                                let sk_e79: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
+                                var li2: u32 = (c0 + 2u);
+                                let sk_e80: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
+                                var li3: u32 = (c0 + 3u);
+                                let sk_e81: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
+                                if (noisy) {
+                                    // built by kernels::filters::race_sweep
+                                    w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                }
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li0);
+                                    var zv: f32 = (zx0 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4603,11 +4596,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc1;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw1 / temp);
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li1);
+                                    var zv: f32 = (zx1 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4641,11 +4633,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc2;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw2 / temp);
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li2);
+                                    var zv: f32 = (zx2 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4679,11 +4670,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc3;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = (sw3 / temp);
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li3);
+                                    var zv: f32 = (zx3 / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);

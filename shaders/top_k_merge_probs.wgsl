@@ -3086,50 +3086,49 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweeps: u32 = reads_before;
                 var m: f32 = bitcast<f32>(4286578688u);
                 sweeps = (sweeps + 1u);
-                // built by kernels::filters::sweep
-                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                {
                     // built by kernels::filters::sweep
-                    var sc0: u32 = (c0 + (BLOCK * 0u));
-                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                    var sc1: u32 = (c0 + (BLOCK * 1u));
-                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                    var sc2: u32 = (c0 + (BLOCK * 2u));
-                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                    var sc3: u32 = (c0 + (BLOCK * 3u));
-                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                    {
-                        var col: u32 = sc0;
-                        if ((col < col_hi)) {
-                            if (((sw0 > (0.0f)) && (sw0 < bitcast<f32>(2139095040u)))) {
+                    var sweep_n: u32 = (col_hi - col_lo);
+                    for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                        // built by kernels::filter_values::for_each_read_four
+                        var li0: u32 = (i0 + (BLOCK * 0u));
+                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var li1: u32 = (i0 + (BLOCK * 1u));
+                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        if ((li0 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li0);
+                            if (((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw0);
+                                m = max(m, zx0);
                             }
                         }
-                    }
-                    {
-                        var col: u32 = sc1;
-                        if ((col < col_hi)) {
-                            if (((sw1 > (0.0f)) && (sw1 < bitcast<f32>(2139095040u)))) {
+                        if ((li1 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li1);
+                            if (((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw1);
+                                m = max(m, zx1);
                             }
                         }
-                    }
-                    {
-                        var col: u32 = sc2;
-                        if ((col < col_hi)) {
-                            if (((sw2 > (0.0f)) && (sw2 < bitcast<f32>(2139095040u)))) {
+                        if ((li2 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li2);
+                            if (((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw2);
+                                m = max(m, zx2);
                             }
                         }
-                    }
-                    {
-                        var col: u32 = sc3;
-                        if ((col < col_hi)) {
-                            if (((sw3 > (0.0f)) && (sw3 < bitcast<f32>(2139095040u)))) {
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var col: u32 = (col_lo + li3);
+                            if (((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filters::part_max
-                                m = max(m, sw3);
+                                m = max(m, zx3);
                             }
                         }
                     }
@@ -3189,21 +3188,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var list_at: u32 = list_from;
                         sweeps = (sweeps + 1u);
-                        // built by kernels::filters::sweep
-                        for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
+                        {
                             // built by kernels::filters::sweep
-                            var sc0: u32 = (c0 + (BLOCK * 0u));
-                            var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                            var sc1: u32 = (c0 + (BLOCK * 1u));
-                            var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                            var sc2: u32 = (c0 + (BLOCK * 2u));
-                            var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                            var sc3: u32 = (c0 + (BLOCK * 3u));
-                            var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                            {
-                                var col: u32 = sc0;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw0;
+                            var sweep_n: u32 = (col_hi - col_lo);
+                            for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                                // built by kernels::filter_values::for_each_read_four
+                                var li0: u32 = (i0 + (BLOCK * 0u));
+                                var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var li1: u32 = (i0 + (BLOCK * 1u));
+                                var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var li2: u32 = (i0 + (BLOCK * 2u));
+                                var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var li3: u32 = (i0 + (BLOCK * 3u));
+                                var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li0);
+                                    var zv: f32 = zx0;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3221,11 +3222,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc1;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw1;
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li1);
+                                    var zv: f32 = zx1;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3243,11 +3243,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc2;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw2;
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li2);
+                                    var zv: f32 = zx2;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3265,11 +3264,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         list_at = (list_at + 1u);
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc3;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw3;
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li3);
+                                    var zv: f32 = zx3;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -3436,23 +3434,91 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if ((!listed)) {
                             // built by kernels::filters::digit_counts
                             sweeps = (sweeps + 1u);
-                            if ((digit_pass == 7u)) {
+                            {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                    var sc1: u32 = (c0 + 1u);
-                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                    var sc2: u32 = (c0 + 2u);
-                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                    var sc3: u32 = (c0 + 3u);
-                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw0;
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                if ((digit_pass == 7u)) {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var li1: u32 = (c0 + 1u);
+                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var li2: u32 = (c0 + 2u);
+                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var li3: u32 = (c0 + 3u);
+                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = zx0;
+                                            var ov: f32 = zv;
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = zx1;
+                                            var ov: f32 = zv;
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = zx2;
+                                            var ov: f32 = zv;
+                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                            var wv: f32 = (0.0f);
+                                            var ok: bool = false;
+                                            var mv: u64 = 0lu;
+                                            if (((key & sel_mask) == sel_key)) {
+                                                // built by kernels::filters::candidate
+                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
+                                                ok = (wv > (0.0f));
+                                                mv = sk_fixed(wv);
+                                            }
+                                            if (ok) {
+                                                // built by kernels::filters::digit_counts
+                                                var digit: u32 = ((key >> shift) & 15u);
+                                                cnt[digit] += 1u;
+                                                mas[digit] += mv;
+                                            }
+                                        }
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = zx3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3472,10 +3538,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         }
                                     }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw1;
+                                } else {
+                                    for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
+                                        // built by kernels::filter_values::for_each_read_four
+                                        var li0: u32 = (i0 + (BLOCK * 0u));
+                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var li1: u32 = (i0 + (BLOCK * 1u));
+                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var li2: u32 = (i0 + (BLOCK * 2u));
+                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var li3: u32 = (i0 + (BLOCK * 3u));
+                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = zx0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3494,11 +3571,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mas[digit] += mv;
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw2;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = zx1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3517,11 +3593,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mas[digit] += mv;
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw3;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = zx2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -3540,92 +3615,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mas[digit] += mv;
                                             }
                                         }
-                                    }
-                                }
-                            } else {
-                                // built by kernels::filters::sweep
-                                for (var c0: u32 = (col_lo + sk_lid); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                                    var sc0: u32 = (c0 + (BLOCK * 0u));
-                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                    var sc1: u32 = (c0 + (BLOCK * 1u));
-                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                    var sc2: u32 = (c0 + (BLOCK * 2u));
-                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                    var sc3: u32 = (c0 + (BLOCK * 3u));
-                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw0;
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw1;
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw2;
-                                            var ov: f32 = zv;
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if (((key & sel_mask) == sel_key)) {
-                                                // built by kernels::filters::candidate
-                                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::digit_counts
-                                                var digit: u32 = ((key >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += mv;
-                                            }
-                                        }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = zx3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4177,21 +4170,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sweeps = (sweeps + 1u);
                             {
                                 // built by kernels::filters::sweep
-                                var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                                    var sc0: u32 = (c0 + 0u);
-                                    var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                                    var sc1: u32 = (c0 + 1u);
-                                    var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                                    var sc2: u32 = (c0 + 2u);
-                                    var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                                    var sc3: u32 = (c0 + 3u);
-                                    var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                                    {
-                                        var col: u32 = sc0;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw0;
+                                var sweep_n: u32 = (col_hi - col_lo);
+                                {
+                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
+                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                        var li0: u32 = (c0 + 0u);
+                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var li1: u32 = (c0 + 1u);
+                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var li2: u32 = (c0 + 2u);
+                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var li3: u32 = (c0 + 3u);
+                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        if ((li0 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li0);
+                                            var zv: f32 = zx0;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4208,11 +4203,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc1;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw1;
+                                        if ((li1 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li1);
+                                            var zv: f32 = zx1;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4229,11 +4223,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc2;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw2;
+                                        if ((li2 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li2);
+                                            var zv: f32 = zx2;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4250,11 +4243,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 mine = (mine + 1u);
                                             }
                                         }
-                                    }
-                                    {
-                                        var col: u32 = sc3;
-                                        if ((col < col_hi)) {
-                                            var zv: f32 = sw3;
+                                        if ((li3 < sweep_n)) {
+                                            // built by kernels::filter_values::read_step
+                                            var col: u32 = (col_lo + li3);
+                                            var zv: f32 = zx3;
                                             var ov: f32 = zv;
                                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                             var wv: f32 = (0.0f);
@@ -4304,21 +4296,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            var sc0: u32 = (c0 + 0u);
-                            var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                            var sc1: u32 = (c0 + 1u);
-                            var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                            var sc2: u32 = (c0 + 2u);
-                            var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                            var sc3: u32 = (c0 + 3u);
-                            var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                            {
-                                var col: u32 = sc0;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw0;
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        {
+                            var quads: u32 = ((sweep_n + 3u) >> 2u);
+                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                            for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                var li0: u32 = (c0 + 0u);
+                                var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var li1: u32 = (c0 + 1u);
+                                var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var li2: u32 = (c0 + 2u);
+                                var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var li3: u32 = (c0 + 3u);
+                                var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li0);
+                                    var zv: f32 = zx0;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4356,11 +4350,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc1;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw1;
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li1);
+                                    var zv: f32 = zx1;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4398,11 +4391,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc2;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw2;
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li2);
+                                    var zv: f32 = zx2;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4440,11 +4432,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc3;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw3;
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li3);
+                                    var zv: f32 = zx3;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4496,25 +4487,27 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sweeps = (sweeps + 1u);
                     {
                         // built by kernels::filters::sweep
-                        var quads: u32 = (((col_hi - col_lo) + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (col_lo + (min((sk_lid * per), quads) * 4u)); c0 < (col_lo + (min(((sk_lid * per) + per), quads) * 4u)); c0 = c0 + 4u) {
-                            var sc0: u32 = (c0 + 0u);
-                            var sw0: f32 = x[(base + select((col_hi - 1u), sc0, (sc0 < col_hi)))];
-                            var sc1: u32 = (c0 + 1u);
-                            var sw1: f32 = x[(base + select((col_hi - 1u), sc1, (sc1 < col_hi)))];
-                            var sc2: u32 = (c0 + 2u);
-                            var sw2: f32 = x[(base + select((col_hi - 1u), sc2, (sc2 < col_hi)))];
-                            var sc3: u32 = (c0 + 3u);
-                            var sw3: f32 = x[(base + select((col_hi - 1u), sc3, (sc3 < col_hi)))];
-                            if (noisy) {
-                                // built by kernels::filters::race_sweep
-                                w = sk_philox(vec4<u32>((c0 >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                            }
-                            {
-                                var col: u32 = sc0;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw0;
+                        var sweep_n: u32 = (col_hi - col_lo);
+                        {
+                            var quads: u32 = ((sweep_n + 3u) >> 2u);
+                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
+                            for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
+                                var li0: u32 = (c0 + 0u);
+                                var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var li1: u32 = (c0 + 1u);
+                                var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var li2: u32 = (c0 + 2u);
+                                var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var li3: u32 = (c0 + 3u);
+                                var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                if (noisy) {
+                                    // built by kernels::filters::race_sweep
+                                    w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                }
+                                if ((li0 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li0);
+                                    var zv: f32 = zx0;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4547,11 +4540,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc1;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw1;
+                                if ((li1 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li1);
+                                    var zv: f32 = zx1;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4584,11 +4576,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc2;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw2;
+                                if ((li2 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li2);
+                                    var zv: f32 = zx2;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);
@@ -4621,11 +4612,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                 }
-                            }
-                            {
-                                var col: u32 = sc3;
-                                if ((col < col_hi)) {
-                                    var zv: f32 = sw3;
+                                if ((li3 < sweep_n)) {
+                                    // built by kernels::filter_values::read_step
+                                    var col: u32 = (col_lo + li3);
+                                    var zv: f32 = zx3;
                                     var ov: f32 = zv;
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
                                     var wv: f32 = (0.0f);

@@ -96,7 +96,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e0: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
                     var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
@@ -110,6 +110,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     let sk_e3: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
                     var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx0 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -119,6 +120,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx1 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -128,6 +130,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx2 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -137,6 +140,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx3 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -434,7 +438,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e7: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
                     var zx0: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
@@ -448,6 +452,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     let sk_e10: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
                     var zx3: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx0 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -457,6 +462,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx1 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -466,6 +472,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx2 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -475,6 +482,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = (zx3 / temp);
                         var z_ok: bool = (z > bitcast<f32>(4286578688u));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);

@@ -68,7 +68,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var li1: u32 = (i0 + (BLOCK * 1u));
@@ -78,6 +78,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -87,6 +88,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -96,6 +98,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -105,6 +108,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -402,7 +406,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_top_k::for_each_read_four
+                    // built by kernels::filter_values::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var li1: u32 = (i0 + (BLOCK * 1u));
@@ -412,6 +416,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
                     if ((li0 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -421,6 +426,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li1 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -430,6 +436,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li2 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
@@ -439,6 +446,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((li3 < n_cols)) {
+                        // built by kernels::filter_values::read_step
                         var z: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
                         var z_ok: bool = (z > (0.0f));
                         part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);

@@ -373,7 +373,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestr64_i: u32 = 4294967295u;
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_top_k::for_each_read_four
+                        // built by kernels::filter_values::for_each_read_four
                         var li0: u32 = (i0 + (BLOCK * 0u));
                         let sk_e1: u32 = (col_hi - col_lo);
                         let sk_e0: f32 = sk_load_x((base + (col_lo + select((sk_e1 - 1u), li0, (li0 < sk_e1)))));
@@ -391,6 +391,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e6: f32 = sk_load_x((base + (col_lo + select((sk_e7 - 1u), li3, (li3 < sk_e7)))));
                         var zx3: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
                         if ((li0 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
                             var cz: f32 = (zx0 / temp);
                             var cov: f32 = (cz - cut_mx);
@@ -477,6 +478,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((li1 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li1);
                             var cz: f32 = (zx1 / temp);
                             var cov: f32 = (cz - cut_mx);
@@ -563,6 +565,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((li2 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li2);
                             var cz: f32 = (zx2 / temp);
                             var cov: f32 = (cz - cut_mx);
@@ -649,6 +652,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((li3 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li3);
                             var cz: f32 = (zx3 / temp);
                             var cov: f32 = (cz - cut_mx);

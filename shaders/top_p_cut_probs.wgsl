@@ -340,7 +340,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestr64_i: u32 = 4294967295u;
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_top_k::for_each_read_four
+                        // built by kernels::filter_values::for_each_read_four
                         var li0: u32 = (i0 + (BLOCK * 0u));
                         let sk_e0: u32 = (col_hi - col_lo);
                         var zx0: f32 = x[(base + (col_lo + select((sk_e0 - 1u), li0, (li0 < sk_e0))))];
@@ -354,6 +354,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e3: u32 = (col_hi - col_lo);
                         var zx3: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li3, (li3 < sk_e3))))];
                         if ((li0 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
                             var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
                             var cov: f32 = cz;
@@ -440,6 +441,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((li1 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li1);
                             var cz: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
                             var cov: f32 = cz;
@@ -526,6 +528,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((li2 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li2);
                             var cz: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
                             var cov: f32 = cz;
@@ -612,6 +615,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         if ((li3 < (col_hi - col_lo))) {
+                            // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li3);
                             var cz: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
                             var cov: f32 = cz;

@@ -253,7 +253,7 @@ fn gather(
 /// returned (-inf for none).
 pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    for_each_read_four(b, input, n, |b, i, x| {
+    values::for_each_read_four(b, input, n, |b, i, _, x| {
         let v = b.let_("z", Ty::F32, values::value(input, x));
         let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
         b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
@@ -262,26 +262,6 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
     b.barrier();
     m
-}
-
-/// Visits this invocation's columns of the `n` from `col_lo` in the order a loop of stride
-/// `bs` would, four a step, `bs` apart (coalesced, and no bank conflict on stores by index):
-/// their four reads ([`values::read`]) first and unconditional (a column past the end reads
-/// the last), so they are in flight together, one round trip every four columns, not one a
-/// column; then `body(i, x)` for each inside, with its index `i` from `col_lo` and its element.
-pub(super) fn for_each_read_four(b: &mut Block, input: Input, n: Expr, body: impl Fn(&mut Block, Expr, Expr)) {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    b.for_("i0", lid, n.clone(), bs.clone() * u(4), |b, i0| {
-        for j in 0..4u32 {
-            let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + bs.clone() * u(j));
-            let at = select(i.clone().lt(n.clone()), i, n.clone() - u(1));
-            values::read(b, input, var("col_lo") + at, &format!("zx{j}"));
-        }
-        for j in 0..4u32 {
-            let i = var(&format!("li{j}"));
-            b.if_(i.clone().lt(n.clone()), |b| body(b, i, var(&format!("zx{j}"))));
-        }
-    });
 }
 
 /// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`),

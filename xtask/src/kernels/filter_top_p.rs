@@ -35,8 +35,8 @@
 use super::abi::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded, PhiloxKey};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, for_each_read_four, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max,
-    select_top, slot_word, sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
+    sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
 };
 use super::filter_values as values;
 use super::filters::{
@@ -335,7 +335,7 @@ fn cut_part(b: &mut Block, input: Input) {
     declare_best(b);
     declare_best_as(b, "r");
     let n = var("col_hi") - var("col_lo");
-    for_each_read_four(b, input, n, |b, i, x| {
+    values::for_each_read_four(b, input, n, |b, i, _, x| {
         let col = b.let_("col", Ty::U32, var("col_lo") + i);
         let z = b.let_("cz", Ty::F32, values::value(input, x));
         let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));

@@ -156,44 +156,30 @@ fn sweep(
     per_col: impl Fn(&mut Block, Expr, u8, Expr),
 ) {
     b.set("sweeps", var("sweeps") + u(1));
-    // A step's four columns: their reads first and unconditional (a column past the range reads
-    // its last), so they are in flight together, one round trip a step, not one a column; then
-    // `per_quad`, then `per_col` for each inside, with its element as read.
-    let step = |b: &mut Block, col_of: &dyn Fn(u32) -> Expr, c0: Option<Expr>| {
-        for j in 0..4u32 {
-            let col = b.let_(&format!("sc{j}"), Ty::U32, col_of(j));
-            let at = select(col.clone().lt(var("col_hi")), col, var("col_hi") - u(1));
-            values::read(b, input, at, &format!("sw{j}"));
-        }
-        if let Some(c0) = c0 {
-            per_quad(b, c0);
-        }
-        for j in 0..4u8 {
-            b.scope(|b| {
-                let col = b.let_("col", Ty::U32, var(&format!("sc{j}")));
-                b.if_(col.clone().lt(var("col_hi")), |b| per_col(b, col, j, var(&format!("sw{j}"))));
-            });
-        }
-    };
-    b.if_else(
-        chunked,
-        |b| {
-            let quads = b.let_("quads", Ty::U32, (var("col_hi") - var("col_lo") + u(3)) >> u(2));
-            let bs = builtin(Builtin::BlockSize);
-            let per = b.let_("per", Ty::U32, (quads.clone() + bs.clone() - u(1)) / bs);
-            let lid = builtin(Builtin::LocalId);
-            let first = var("col_lo") + (lid.clone() * per.clone()).min(quads.clone()) * u(4);
-            let last = var("col_lo") + (lid * per.clone() + per).min(quads) * u(4);
-            b.for_("c0", first, last, u(4), |b, c0| step(b, &|j| c0.clone() + u(j), Some(c0.clone())));
-        },
-        |b| {
-            let bs = builtin(Builtin::BlockSize);
-            let first = var("col_lo") + builtin(Builtin::LocalId);
-            b.for_("c0", first, var("col_hi"), bs.clone() * u(4), |b, c0| {
-                step(b, &|j| c0.clone() + bs.clone() * u(j), None)
-            });
-        },
-    );
+    // A sweep's own names, in a scope: a pass may hold several sweeps.
+    b.scope(|b| {
+        let n = b.let_("sweep_n", Ty::U32, var("col_hi") - var("col_lo"));
+        let per_col = |b: &mut Block, i: Expr, j: u8, x: Expr| {
+            let col = b.let_("col", Ty::U32, var("col_lo") + i);
+            per_col(b, col, j, x);
+        };
+        b.if_else(
+            chunked,
+            |b| {
+                let quads = b.let_("quads", Ty::U32, (n.clone() + u(3)) >> u(2));
+                let bs = builtin(Builtin::BlockSize);
+                let per = b.let_("per", Ty::U32, (quads.clone() + bs.clone() - u(1)) / bs);
+                let lid = builtin(Builtin::LocalId);
+                let first = (lid.clone() * per.clone()).min(quads.clone()) * u(4);
+                let last = (lid * per.clone() + per).min(quads) * u(4);
+                b.for_("c0", first, last, u(4), |b, c0| {
+                    let quad = |b: &mut Block| per_quad(b, var("col_lo") + c0.clone());
+                    values::read_step(b, input, n.clone(), &|j| c0.clone() + u(j), quad, &per_col)
+                });
+            },
+            |b| values::for_each_read_four(b, input, n.clone(), per_col),
+        );
+    });
 }
 
 /// A sweep over the `n_list` columns listed in workgroup memory, neighbouring positions per
