@@ -2248,14 +2248,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                             bool valid = (tok < vocab);
                             unsigned int tok_at = (valid ? tok : 0u);
                             if ((threadIdx.x == 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 tokens[row] = (valid ? tok : 0u);
                                 if (((flags & 2u) != 0u)) {
                                     status[row] = (valid ? 1u : 0u);
                                 }
                             }
                             if (((flags & 1u) != 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                                 if ((threadIdx.x == 0u)) {
                                     const float sk_e56 = sk_bf16(x[(base + tok_at)]);

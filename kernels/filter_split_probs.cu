@@ -2201,14 +2201,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                             bool valid = (tok < vocab);
                             unsigned int tok_at = (valid ? tok : 0u);
                             if ((threadIdx.x == 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 tokens[row] = (valid ? tok : 0u);
                                 if (((flags & 2u) != 0u)) {
                                     status[row] = (valid ? 1u : 0u);
                                 }
                             }
                             if (((flags & 1u) != 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 if ((threadIdx.x == 0u)) {
                                     const float sk_e32 = x[(base + tok_at)];
                                     logprobs[row] = (valid ? ((sk_e32 > (0.0f)) ? sk_log(sk_e32) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));

@@ -370,14 +370,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 tok = top_tok;
             }
             if ((threadIdx.x == 0u)) {
-                // built by kernels::abi::write_results
+                // built by kernels::abi::write_results_as
                 tokens[row] = (valid ? tok : 0u);
                 if (((flags & 2u) != 0u)) {
                     status[row] = (valid ? 1u : 0u);
                 }
             }
             if (((flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results
+                // built by kernels::abi::write_results_as
                 float row_max = (0.0f);
                 {
                     float sk_v = m;
@@ -716,14 +716,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                     }
                     bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::abi::write_results
+                        // built by kernels::abi::write_results_as
                         tokens[row] = (valid ? tok : 0u);
                         if (((flags & 2u) != 0u)) {
                             status[row] = (valid ? 1u : 0u);
                         }
                     }
                     if (((flags & 1u) != 0u)) {
-                        // built by kernels::abi::write_results
+                        // built by kernels::abi::write_results_as
                         float row_max = (0.0f);
                         {
                             float sk_v = m;

@@ -67,6 +67,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
     __shared__ unsigned int sk_many_u32[544];
     __shared__ unsigned long long sk_many_u64[544];
     __shared__ __align__(16) unsigned int listed_cols[4096];
+    __shared__ __align__(16) unsigned int rank_count[1];
     __shared__ __align__(16) unsigned int bucket_cols[64];
     __shared__ __align__(16) unsigned int bucket_keys[64];
     __shared__ __align__(16) unsigned long long bucket_masses[64];

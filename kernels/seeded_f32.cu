@@ -253,14 +253,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
         }
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            // built by kernels::abi::write_results
+            // built by kernels::abi::write_results_as
             tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
                 status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
-            // built by kernels::abi::write_results
+            // built by kernels::abi::write_results_as
             if ((threadIdx.x == 0u)) {
                 const double sk_e29 = ((double)(lp[(base + tok)]));
                 const unsigned long long sk_e28 = sk_bitcast<unsigned long long>(sk_e29);

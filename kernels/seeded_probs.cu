@@ -282,14 +282,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
         }
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
-            // built by kernels::abi::write_results
+            // built by kernels::abi::write_results_as
             tokens[row] = (valid ? tok : 0u);
             if (((flags & 2u) != 0u)) {
                 status[row] = (valid ? 1u : 0u);
             }
         }
         if (((flags & 1u) != 0u)) {
-            // built by kernels::abi::write_results
+            // built by kernels::abi::write_results_as
             if ((threadIdx.x == 0u)) {
                 const float sk_e38 = lp[(base + tok)];
                 const double sk_e37 = ((double)(((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f))) ? sk_log(sk_e38) : sk_bitcast<float>(4286578688u)));

@@ -81,8 +81,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
         bool has_k = (kk < vocab);
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
-        bool one_read = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-        bool top_p_cut = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+        const unsigned int sk_e0 = (row * 12u);
+        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+        bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -96,17 +97,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e0 = sk_f16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    const float sk_e1 = sk_f16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e1 = sk_f16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    const float sk_e2 = sk_f16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e2 = sk_f16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    const float sk_e3 = sk_f16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e3 = sk_f16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    const float sk_e4 = sk_f16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);
@@ -339,8 +340,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
                                             part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + (((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            const unsigned int sk_e4 = (512u + g);
-                                            part_keys[sk_e4] = (part_keys[sk_e4] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            const unsigned int sk_e5 = (512u + g);
+                                            part_keys[sk_e5] = (part_keys[sk_e5] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
@@ -497,8 +498,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e5 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e5)) && ((e_n_cum + e_n_x) > sk_e5))) {
+                                const unsigned int sk_e6 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e6)) && ((e_n_cum + e_n_x) > sk_e6))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -528,8 +529,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                 e_n_bin = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e6 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e6 > 0u) ? sk_e6 : 1u));
+                            const unsigned int sk_e7 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e7 > 0u) ? sk_e7 : 1u));
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, 1u));
@@ -554,17 +555,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read_four
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e7 = sk_f16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                    const float sk_e8 = sk_f16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e8 = sk_f16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                    const float sk_e9 = sk_f16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e9 = sk_f16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
+                    const float sk_e10 = sk_f16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e10 = sk_f16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                    const float sk_e11 = sk_f16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);

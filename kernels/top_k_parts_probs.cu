@@ -52,8 +52,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
         bool has_k = (kk < vocab);
         bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         unsigned int kc = (capped ? 256u : kk);
-        bool one_read = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-        bool top_p_cut = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+        const unsigned int sk_e0 = (row * 12u);
+        bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+        bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -306,8 +307,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
                                             part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + (((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            const unsigned int sk_e0 = (512u + g);
-                                            part_keys[sk_e0] = (part_keys[sk_e0] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            const unsigned int sk_e1 = (512u + g);
+                                            part_keys[sk_e1] = (part_keys[sk_e1] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
@@ -464,8 +465,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e1 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e1)) && ((e_n_cum + e_n_x) > sk_e1))) {
+                                const unsigned int sk_e2 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e2)) && ((e_n_cum + e_n_x) > sk_e2))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -495,8 +496,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 e_n_bin = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e2 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e2 > 0u) ? sk_e2 : 1u));
+                            const unsigned int sk_e3 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e3 > 0u) ? sk_e3 : 1u));
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, 1u));

@@ -314,8 +314,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
             bool has_k = (kk < vocab);
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
-            bool one_read = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-            bool top_p_cut = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+            const unsigned int sk_e0 = (row * 12u);
+            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
                 {
                     float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
@@ -353,21 +354,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read_four
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const unsigned int sk_e1 = (col_hi - col_lo);
-                        const float sk_e0 = sk_f16(x[(base + (col_lo + ((li0 < sk_e1) ? li0 : (sk_e1 - 1u))))]);
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                        const unsigned int sk_e2 = (col_hi - col_lo);
+                        const float sk_e1 = sk_f16(x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))]);
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const unsigned int sk_e3 = (col_hi - col_lo);
-                        const float sk_e2 = sk_f16(x[(base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))]);
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                        const unsigned int sk_e4 = (col_hi - col_lo);
+                        const float sk_e3 = sk_f16(x[(base + (col_lo + ((li1 < sk_e4) ? li1 : (sk_e4 - 1u))))]);
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const unsigned int sk_e5 = (col_hi - col_lo);
-                        const float sk_e4 = sk_f16(x[(base + (col_lo + ((li2 < sk_e5) ? li2 : (sk_e5 - 1u))))]);
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                        const unsigned int sk_e6 = (col_hi - col_lo);
+                        const float sk_e5 = sk_f16(x[(base + (col_lo + ((li2 < sk_e6) ? li2 : (sk_e6 - 1u))))]);
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const unsigned int sk_e7 = (col_hi - col_lo);
-                        const float sk_e6 = sk_f16(x[(base + (col_lo + ((li3 < sk_e7) ? li3 : (sk_e7 - 1u))))]);
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                        const unsigned int sk_e8 = (col_hi - col_lo);
+                        const float sk_e7 = sk_f16(x[(base + (col_lo + ((li3 < sk_e8) ? li3 : (sk_e8 - 1u))))]);
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                         if ((li0 < (col_hi - col_lo))) {
                             // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
@@ -389,8 +390,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             double s64 = ((double)cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e8 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                                                const unsigned int sk_e9 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -400,8 +401,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e9 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e10 = (col & 3u);
+                                            float score = (cz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -421,8 +422,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                                 double s64 = ((double)cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e10 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
+                                                    const unsigned int sk_e11 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -432,8 +433,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e11 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e11 == 3u) ? ((w4).w) : ((sk_e11 == 2u) ? ((w4).z) : ((sk_e11 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e12 = (col & 3u);
+                                                float score = (cz + sk_gumbel(((sk_e12 == 3u) ? ((w4).w) : ((sk_e12 == 2u) ? ((w4).z) : ((sk_e12 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -476,8 +477,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             double s64 = ((double)cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e12 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)], rows[(sk_e12 + 10u)], col)));
+                                                const unsigned int sk_e13 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -487,8 +488,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e13 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e13 == 3u) ? ((w4).w) : ((sk_e13 == 2u) ? ((w4).z) : ((sk_e13 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e14 = (col & 3u);
+                                            float score = (cz + sk_gumbel(((sk_e14 == 3u) ? ((w4).w) : ((sk_e14 == 2u) ? ((w4).z) : ((sk_e14 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -508,8 +509,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                                 double s64 = ((double)cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e14 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
+                                                    const unsigned int sk_e15 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -519,8 +520,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e15 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e15 == 3u) ? ((w4).w) : ((sk_e15 == 2u) ? ((w4).z) : ((sk_e15 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e16 = (col & 3u);
+                                                float score = (cz + sk_gumbel(((sk_e16 == 3u) ? ((w4).w) : ((sk_e16 == 2u) ? ((w4).z) : ((sk_e16 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -563,8 +564,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             double s64 = ((double)cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e16 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)));
+                                                const unsigned int sk_e17 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -574,8 +575,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e17 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e17 == 3u) ? ((w4).w) : ((sk_e17 == 2u) ? ((w4).z) : ((sk_e17 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e18 = (col & 3u);
+                                            float score = (cz + sk_gumbel(((sk_e18 == 3u) ? ((w4).w) : ((sk_e18 == 2u) ? ((w4).z) : ((sk_e18 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -595,8 +596,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                                 double s64 = ((double)cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e18 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col)));
+                                                    const unsigned int sk_e19 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -606,8 +607,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e19 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e19 == 3u) ? ((w4).w) : ((sk_e19 == 2u) ? ((w4).z) : ((sk_e19 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e20 = (col & 3u);
+                                                float score = (cz + sk_gumbel(((sk_e20 == 3u) ? ((w4).w) : ((sk_e20 == 2u) ? ((w4).z) : ((sk_e20 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -650,8 +651,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             double s64 = ((double)cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e20 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                                                const unsigned int sk_e21 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -661,8 +662,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e21 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e21 == 3u) ? ((w4).w) : ((sk_e21 == 2u) ? ((w4).z) : ((sk_e21 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e22 = (col & 3u);
+                                            float score = (cz + sk_gumbel(((sk_e22 == 3u) ? ((w4).w) : ((sk_e22 == 2u) ? ((w4).z) : ((sk_e22 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -682,8 +683,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                                 double s64 = ((double)cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e22 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
+                                                    const unsigned int sk_e23 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -693,8 +694,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e23 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e23 == 3u) ? ((w4).w) : ((sk_e23 == 2u) ? ((w4).z) : ((sk_e23 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e24 = (col & 3u);
+                                                float score = (cz + sk_gumbel(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;

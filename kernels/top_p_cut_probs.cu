@@ -281,8 +281,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
             bool has_k = (kk < vocab);
             bool capped = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             unsigned int kc = (capped ? 256u : kk);
-            bool one_read = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-            bool top_p_cut = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+            const unsigned int sk_e0 = (row * 12u);
+            bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+            bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
                 {
                     float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
@@ -320,17 +321,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read_four
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const unsigned int sk_e0 = (col_hi - col_lo);
-                        float zx0 = x[(base + (col_lo + ((li0 < sk_e0) ? li0 : (sk_e0 - 1u))))];
-                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                         const unsigned int sk_e1 = (col_hi - col_lo);
-                        float zx1 = x[(base + (col_lo + ((li1 < sk_e1) ? li1 : (sk_e1 - 1u))))];
-                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float zx0 = x[(base + (col_lo + ((li0 < sk_e1) ? li0 : (sk_e1 - 1u))))];
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                         const unsigned int sk_e2 = (col_hi - col_lo);
-                        float zx2 = x[(base + (col_lo + ((li2 < sk_e2) ? li2 : (sk_e2 - 1u))))];
-                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float zx1 = x[(base + (col_lo + ((li1 < sk_e2) ? li1 : (sk_e2 - 1u))))];
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                         const unsigned int sk_e3 = (col_hi - col_lo);
-                        float zx3 = x[(base + (col_lo + ((li3 < sk_e3) ? li3 : (sk_e3 - 1u))))];
+                        float zx2 = x[(base + (col_lo + ((li2 < sk_e3) ? li2 : (sk_e3 - 1u))))];
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const unsigned int sk_e4 = (col_hi - col_lo);
+                        float zx3 = x[(base + (col_lo + ((li3 < sk_e4) ? li3 : (sk_e4 - 1u))))];
                         if ((li0 < (col_hi - col_lo))) {
                             // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
@@ -352,8 +353,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             double s64 = sk_log64(((double)cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e4 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e4 + 8u)], rows[(sk_e4 + 9u)], rows[(sk_e4 + 10u)], col)));
+                                                const unsigned int sk_e5 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -363,8 +364,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e5 = (col & 3u);
-                                            float score = (cz / sk_exponential(((sk_e5 == 3u) ? ((w4).w) : ((sk_e5 == 2u) ? ((w4).z) : ((sk_e5 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e6 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e6 == 3u) ? ((w4).w) : ((sk_e6 == 2u) ? ((w4).z) : ((sk_e6 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -384,8 +385,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                                 double s64 = sk_log64(((double)cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e6 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
+                                                    const unsigned int sk_e7 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -395,8 +396,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e7 = (col & 3u);
-                                                float score = (cz / sk_exponential(((sk_e7 == 3u) ? ((w4).w) : ((sk_e7 == 2u) ? ((w4).z) : ((sk_e7 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e8 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e8 == 3u) ? ((w4).w) : ((sk_e8 == 2u) ? ((w4).z) : ((sk_e8 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -439,8 +440,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             double s64 = sk_log64(((double)cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e8 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                                                const unsigned int sk_e9 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -450,8 +451,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e9 = (col & 3u);
-                                            float score = (cz / sk_exponential(((sk_e9 == 3u) ? ((w4).w) : ((sk_e9 == 2u) ? ((w4).z) : ((sk_e9 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e10 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -471,8 +472,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                                 double s64 = sk_log64(((double)cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e10 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
+                                                    const unsigned int sk_e11 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -482,8 +483,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e11 = (col & 3u);
-                                                float score = (cz / sk_exponential(((sk_e11 == 3u) ? ((w4).w) : ((sk_e11 == 2u) ? ((w4).z) : ((sk_e11 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e12 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e12 == 3u) ? ((w4).w) : ((sk_e12 == 2u) ? ((w4).z) : ((sk_e12 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -526,8 +527,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             double s64 = sk_log64(((double)cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e12 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)], rows[(sk_e12 + 10u)], col)));
+                                                const unsigned int sk_e13 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -537,8 +538,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e13 = (col & 3u);
-                                            float score = (cz / sk_exponential(((sk_e13 == 3u) ? ((w4).w) : ((sk_e13 == 2u) ? ((w4).z) : ((sk_e13 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e14 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e14 == 3u) ? ((w4).w) : ((sk_e14 == 2u) ? ((w4).z) : ((sk_e14 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -558,8 +559,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                                 double s64 = sk_log64(((double)cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e14 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
+                                                    const unsigned int sk_e15 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -569,8 +570,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e15 = (col & 3u);
-                                                float score = (cz / sk_exponential(((sk_e15 == 3u) ? ((w4).w) : ((sk_e15 == 2u) ? ((w4).z) : ((sk_e15 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e16 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e16 == 3u) ? ((w4).w) : ((sk_e16 == 2u) ? ((w4).z) : ((sk_e16 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -613,8 +614,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             double s64 = sk_log64(((double)cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e16 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)));
+                                                const unsigned int sk_e17 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -624,8 +625,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e17 = (col & 3u);
-                                            float score = (cz / sk_exponential(((sk_e17 == 3u) ? ((w4).w) : ((sk_e17 == 2u) ? ((w4).z) : ((sk_e17 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e18 = (col & 3u);
+                                            float score = (cz / sk_exponential(((sk_e18 == 3u) ? ((w4).w) : ((sk_e18 == 2u) ? ((w4).z) : ((sk_e18 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -645,8 +646,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                                 double s64 = sk_log64(((double)cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    const unsigned int sk_e18 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col)));
+                                                    const unsigned int sk_e19 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -656,8 +657,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e19 = (col & 3u);
-                                                float score = (cz / sk_exponential(((sk_e19 == 3u) ? ((w4).w) : ((sk_e19 == 2u) ? ((w4).z) : ((sk_e19 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                const unsigned int sk_e20 = (col & 3u);
+                                                float score = (cz / sk_exponential(((sk_e20 == 3u) ? ((w4).w) : ((sk_e20 == 2u) ? ((w4).z) : ((sk_e20 == 1u) ? ((w4).y) : ((w4).x))))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;

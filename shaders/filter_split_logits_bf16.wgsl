@@ -2213,14 +2213,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var valid: bool = (tok < params.vocab);
                             var tok_at: u32 = select(0u, tok, valid);
                             if ((sk_lid == 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 tokens[row] = select(0u, tok, valid);
                                 if (((params.flags & 2u) != 0u)) {
                                     status[row] = select(0u, 1u, valid);
                                 }
                             }
                             if (((params.flags & 1u) != 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                                 if ((sk_lid == 0u)) {
                                     let sk_e56: f32 = sk_load_x((base + tok_at));

@@ -2163,14 +2163,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var valid: bool = (tok < params.vocab);
                             var tok_at: u32 = select(0u, tok, valid);
                             if ((sk_lid == 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 tokens[row] = select(0u, tok, valid);
                                 if (((params.flags & 2u) != 0u)) {
                                     status[row] = select(0u, 1u, valid);
                                 }
                             }
                             if (((params.flags & 1u) != 0u)) {
-                                // built by kernels::abi::write_results
+                                // built by kernels::abi::write_results_as
                                 if ((sk_lid == 0u)) {
                                     let sk_e32: f32 = x[(base + tok_at)];
                                     logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e32), (sk_e32 > (0.0f))), valid);

@@ -372,14 +372,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var valid: bool = (win > (0.0f));
             if ((sk_lid == 0u)) {
-                // built by kernels::abi::write_results
+                // built by kernels::abi::write_results_as
                 tokens[row] = select(0u, tok, valid);
                 if (((params.flags & 2u) != 0u)) {
                     status[row] = select(0u, 1u, valid);
                 }
             }
             if (((params.flags & 1u) != 0u)) {
-                // built by kernels::abi::write_results
+                // built by kernels::abi::write_results_as
                 let sk_e5: f32 = x[(base + tok)];
                 var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                 if ((sk_lid == 0u)) {
@@ -533,14 +533,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var valid: bool = (win > (0.0f));
                     if ((sk_lid == 0u)) {
-                        // built by kernels::abi::write_results
+                        // built by kernels::abi::write_results_as
                         tokens[row] = select(0u, tok, valid);
                         if (((params.flags & 2u) != 0u)) {
                             status[row] = select(0u, 1u, valid);
                         }
                     }
                     if (((params.flags & 1u) != 0u)) {
-                        // built by kernels::abi::write_results
+                        // built by kernels::abi::write_results_as
                         if ((sk_lid == 0u)) {
                             logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(z), (z > (0.0f))), valid);
                         }

@@ -1146,14 +1146,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     tok = top_tok;
                 }
                 if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results
+                    // built by kernels::abi::write_results_as
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results
+                    // built by kernels::abi::write_results_as
                     var row_max: f32 = (0.0f);
                     {
                         sk_red_f32[sk_lid] = m;
@@ -1384,14 +1384,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
                         if ((sk_lid == 0u)) {
-                            // built by kernels::abi::write_results
+                            // built by kernels::abi::write_results_as
                             tokens[row] = select(0u, tok, valid);
                             if (((params.flags & 2u) != 0u)) {
                                 status[row] = select(0u, 1u, valid);
                             }
                         }
                         if (((params.flags & 1u) != 0u)) {
-                            // built by kernels::abi::write_results
+                            // built by kernels::abi::write_results_as
                             var row_max: f32 = (0.0f);
                             {
                                 sk_red_f32[sk_lid] = m;

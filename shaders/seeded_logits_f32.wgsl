@@ -1004,14 +1004,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
                 if ((sk_lid == 0u)) {
-                    // built by kernels::abi::write_results
+                    // built by kernels::abi::write_results_as
                     tokens[row] = select(0u, tok, valid);
                     if (((params.flags & 2u) != 0u)) {
                         status[row] = select(0u, 1u, valid);
                     }
                 }
                 if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::abi::write_results
+                    // built by kernels::abi::write_results_as
                     let sk_e66: f32 = x[(base + tok)];
                     let sk_e65: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
                     var p: f32 = (select(select(sk_exp((sk_e65 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e65 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);

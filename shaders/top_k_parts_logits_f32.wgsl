@@ -79,8 +79,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var has_k: bool = (kk < params.vocab);
         var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         var kc: u32 = select(kk, 256u, capped);
-        var one_read: bool = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-        var top_p_cut: bool = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+        let sk_e0: u32 = (row * 12u);
+        var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+        var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -94,17 +95,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
-                    var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    let sk_e1: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+                    var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e1: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
-                    var zx1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+                    var zx1: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
-                    var zx2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+                    var zx2: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-                    var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    let sk_e4: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
+                    var zx3: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         var z: f32 = (zx0 / temp);
@@ -289,8 +290,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             var e_atu: u32 = u32(e_at);
                                             part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + (f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            let sk_e4: u32 = (512u + g);
-                                            part_keys[sk_e4] = (part_keys[sk_e4] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            let sk_e5: u32 = (512u + g);
+                                            part_keys[sk_e5] = (part_keys[sk_e5] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
@@ -391,8 +392,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_n_x: u32 = part_keys[(512u + g)];
-                                let sk_e5: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (e_n_cum <= sk_e5)) && ((e_n_cum + e_n_x) > sk_e5))) {
+                                let sk_e6: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (e_n_cum <= sk_e6)) && ((e_n_cum + e_n_x) > sk_e6))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -410,8 +411,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_bin = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            let sk_e6: u32 = max(e_m_bin, e_n_bin);
-                            var e_cut: u32 = (512u - select(1u, sk_e6, (sk_e6 > 0u)));
+                            let sk_e7: u32 = max(e_m_bin, e_n_bin);
+                            var e_cut: u32 = (512u - select(1u, sk_e7, (sk_e7 > 0u)));
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, 1u)));
@@ -436,17 +437,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read_four
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e7: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
-                    var zx0: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                    let sk_e8: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+                    var zx0: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e8: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
-                    var zx1: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                    let sk_e9: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+                    var zx1: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e9: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
-                    var zx2: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+                    let sk_e10: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+                    var zx2: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e10: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-                    var zx3: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                    let sk_e11: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
+                    var zx3: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         var z: f32 = (zx0 / temp);

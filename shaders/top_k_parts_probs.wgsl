@@ -55,8 +55,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var has_k: bool = (kk < params.vocab);
         var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
         var kc: u32 = select(kk, 256u, capped);
-        var one_read: bool = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-        var top_p_cut: bool = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+        let sk_e0: u32 = (row * 12u);
+        var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+        var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -261,8 +262,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             var e_atu: u32 = u32(e_at);
                                             part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + (f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            let sk_e0: u32 = (512u + g);
-                                            part_keys[sk_e0] = (part_keys[sk_e0] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            let sk_e1: u32 = (512u + g);
+                                            part_keys[sk_e1] = (part_keys[sk_e1] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
@@ -363,8 +364,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_n_x: u32 = part_keys[(512u + g)];
-                                let sk_e1: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (e_n_cum <= sk_e1)) && ((e_n_cum + e_n_x) > sk_e1))) {
+                                let sk_e2: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (e_n_cum <= sk_e2)) && ((e_n_cum + e_n_x) > sk_e2))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -382,8 +383,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_bin = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            let sk_e2: u32 = max(e_m_bin, e_n_bin);
-                            var e_cut: u32 = (512u - select(1u, sk_e2, (sk_e2 > 0u)));
+                            let sk_e3: u32 = max(e_m_bin, e_n_bin);
+                            var e_cut: u32 = (512u - select(1u, sk_e3, (sk_e3 > 0u)));
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, 1u)));

@@ -336,8 +336,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
-            var one_read: bool = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-            var top_p_cut: bool = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+            let sk_e0: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
                 {
                     var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]);
@@ -375,21 +376,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read_four
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e1: u32 = (col_hi - col_lo);
-                        let sk_e0: f32 = sk_load_x((base + (col_lo + select((sk_e1 - 1u), li0, (li0 < sk_e1)))));
-                        var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                        let sk_e2: u32 = (col_hi - col_lo);
+                        let sk_e1: f32 = sk_load_x((base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2)))));
+                        var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e3: u32 = (col_hi - col_lo);
-                        let sk_e2: f32 = sk_load_x((base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3)))));
-                        var zx1: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        let sk_e4: u32 = (col_hi - col_lo);
+                        let sk_e3: f32 = sk_load_x((base + (col_lo + select((sk_e4 - 1u), li1, (li1 < sk_e4)))));
+                        var zx1: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e5: u32 = (col_hi - col_lo);
-                        let sk_e4: f32 = sk_load_x((base + (col_lo + select((sk_e5 - 1u), li2, (li2 < sk_e5)))));
-                        var zx2: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        let sk_e6: u32 = (col_hi - col_lo);
+                        let sk_e5: f32 = sk_load_x((base + (col_lo + select((sk_e6 - 1u), li2, (li2 < sk_e6)))));
+                        var zx2: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e7: u32 = (col_hi - col_lo);
-                        let sk_e6: f32 = sk_load_x((base + (col_lo + select((sk_e7 - 1u), li3, (li3 < sk_e7)))));
-                        var zx3: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        let sk_e8: u32 = (col_hi - col_lo);
+                        let sk_e7: f32 = sk_load_x((base + (col_lo + select((sk_e8 - 1u), li3, (li3 < sk_e8)))));
+                        var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                         if ((li0 < (col_hi - col_lo))) {
                             // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
@@ -411,8 +412,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = f64(cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e8: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                                                let sk_e9: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -422,8 +423,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e9: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e9 == 1u)), w4[2], (sk_e9 == 2u)), w4[3], (sk_e9 == 3u))));
+                                            let sk_e10: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -443,8 +444,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = f64(cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e10: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
+                                                    let sk_e11: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -454,8 +455,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e11: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e11 == 1u)), w4[2], (sk_e11 == 2u)), w4[3], (sk_e11 == 3u))));
+                                                let sk_e12: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e12 == 1u)), w4[2], (sk_e12 == 2u)), w4[3], (sk_e12 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -498,8 +499,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = f64(cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e12: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)], rows[(sk_e12 + 10u)], col)));
+                                                let sk_e13: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -509,8 +510,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e13: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e13 == 1u)), w4[2], (sk_e13 == 2u)), w4[3], (sk_e13 == 3u))));
+                                            let sk_e14: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e14 == 1u)), w4[2], (sk_e14 == 2u)), w4[3], (sk_e14 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -530,8 +531,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = f64(cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e14: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
+                                                    let sk_e15: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -541,8 +542,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e15: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e15 == 1u)), w4[2], (sk_e15 == 2u)), w4[3], (sk_e15 == 3u))));
+                                                let sk_e16: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e16 == 1u)), w4[2], (sk_e16 == 2u)), w4[3], (sk_e16 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -585,8 +586,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = f64(cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e16: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)));
+                                                let sk_e17: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -596,8 +597,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e17: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e17 == 1u)), w4[2], (sk_e17 == 2u)), w4[3], (sk_e17 == 3u))));
+                                            let sk_e18: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e18 == 1u)), w4[2], (sk_e18 == 2u)), w4[3], (sk_e18 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -617,8 +618,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = f64(cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e18: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col)));
+                                                    let sk_e19: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -628,8 +629,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e19: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e19 == 1u)), w4[2], (sk_e19 == 2u)), w4[3], (sk_e19 == 3u))));
+                                                let sk_e20: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e20 == 1u)), w4[2], (sk_e20 == 2u)), w4[3], (sk_e20 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -672,8 +673,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = f64(cov);
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e20: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col)));
+                                                let sk_e21: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -683,8 +684,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e21: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e21 == 1u)), w4[2], (sk_e21 == 2u)), w4[3], (sk_e21 == 3u))));
+                                            let sk_e22: u32 = (col & 3u);
+                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e22 == 1u)), w4[2], (sk_e22 == 2u)), w4[3], (sk_e22 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -704,8 +705,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = f64(cov);
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e22: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e22 + 8u)], rows[(sk_e22 + 9u)], rows[(sk_e22 + 10u)], col)));
+                                                    let sk_e23: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -715,8 +716,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e23: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e23 == 1u)), w4[2], (sk_e23 == 2u)), w4[3], (sk_e23 == 3u))));
+                                                let sk_e24: u32 = (col & 3u);
+                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;

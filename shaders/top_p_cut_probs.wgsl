@@ -303,8 +303,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var has_k: bool = (kk < params.vocab);
             var capped: bool = (((kk > 256u) && (!k_first)) && (((pp < (1.0f)) || (mp > (0.0f))) || has_k));
             var kc: u32 = select(kk, 256u, capped);
-            var one_read: bool = ((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u));
-            var top_p_cut: bool = ((one_read && capped) && ((pp < (1.0f)) || has_k));
+            let sk_e0: u32 = (row * 12u);
+            var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
+            var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
             if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
                 {
                     var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]);
@@ -342,17 +343,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read_four
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e0: u32 = (col_hi - col_lo);
-                        var zx0: f32 = x[(base + (col_lo + select((sk_e0 - 1u), li0, (li0 < sk_e0))))];
-                        var li1: u32 = (i0 + (BLOCK * 1u));
                         let sk_e1: u32 = (col_hi - col_lo);
-                        var zx1: f32 = x[(base + (col_lo + select((sk_e1 - 1u), li1, (li1 < sk_e1))))];
-                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        var zx0: f32 = x[(base + (col_lo + select((sk_e1 - 1u), li0, (li0 < sk_e1))))];
+                        var li1: u32 = (i0 + (BLOCK * 1u));
                         let sk_e2: u32 = (col_hi - col_lo);
-                        var zx2: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li2, (li2 < sk_e2))))];
-                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        var zx1: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li1, (li1 < sk_e2))))];
+                        var li2: u32 = (i0 + (BLOCK * 2u));
                         let sk_e3: u32 = (col_hi - col_lo);
-                        var zx3: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li3, (li3 < sk_e3))))];
+                        var zx2: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li2, (li2 < sk_e3))))];
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        let sk_e4: u32 = (col_hi - col_lo);
+                        var zx3: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li3, (li3 < sk_e4))))];
                         if ((li0 < (col_hi - col_lo))) {
                             // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
@@ -374,8 +375,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e4: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e4 + 8u)], rows[(sk_e4 + 9u)], rows[(sk_e4 + 10u)], col)));
+                                                let sk_e5: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -385,8 +386,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e5: u32 = (col & 3u);
-                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e5 == 1u)), w4[2], (sk_e5 == 2u)), w4[3], (sk_e5 == 3u))));
+                                            let sk_e6: u32 = (col & 3u);
+                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e6 == 1u)), w4[2], (sk_e6 == 2u)), w4[3], (sk_e6 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -406,8 +407,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = sk_log64(f64(cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e6: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
+                                                    let sk_e7: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -417,8 +418,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e7: u32 = (col & 3u);
-                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e7 == 1u)), w4[2], (sk_e7 == 2u)), w4[3], (sk_e7 == 3u))));
+                                                let sk_e8: u32 = (col & 3u);
+                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e8 == 1u)), w4[2], (sk_e8 == 2u)), w4[3], (sk_e8 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -461,8 +462,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e8: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e8 + 8u)], rows[(sk_e8 + 9u)], rows[(sk_e8 + 10u)], col)));
+                                                let sk_e9: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -472,8 +473,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e9: u32 = (col & 3u);
-                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e9 == 1u)), w4[2], (sk_e9 == 2u)), w4[3], (sk_e9 == 3u))));
+                                            let sk_e10: u32 = (col & 3u);
+                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -493,8 +494,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = sk_log64(f64(cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e10: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
+                                                    let sk_e11: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -504,8 +505,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e11: u32 = (col & 3u);
-                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e11 == 1u)), w4[2], (sk_e11 == 2u)), w4[3], (sk_e11 == 3u))));
+                                                let sk_e12: u32 = (col & 3u);
+                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e12 == 1u)), w4[2], (sk_e12 == 2u)), w4[3], (sk_e12 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -548,8 +549,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e12: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e12 + 8u)], rows[(sk_e12 + 9u)], rows[(sk_e12 + 10u)], col)));
+                                                let sk_e13: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -559,8 +560,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e13: u32 = (col & 3u);
-                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e13 == 1u)), w4[2], (sk_e13 == 2u)), w4[3], (sk_e13 == 3u))));
+                                            let sk_e14: u32 = (col & 3u);
+                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e14 == 1u)), w4[2], (sk_e14 == 2u)), w4[3], (sk_e14 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -580,8 +581,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = sk_log64(f64(cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e14: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e14 + 8u)], rows[(sk_e14 + 9u)], rows[(sk_e14 + 10u)], col)));
+                                                    let sk_e15: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -591,8 +592,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e15: u32 = (col & 3u);
-                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e15 == 1u)), w4[2], (sk_e15 == 2u)), w4[3], (sk_e15 == 3u))));
+                                                let sk_e16: u32 = (col & 3u);
+                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e16 == 1u)), w4[2], (sk_e16 == 2u)), w4[3], (sk_e16 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;
@@ -635,8 +636,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(cz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e16: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e16 + 8u)], rows[(sk_e16 + 9u)], rows[(sk_e16 + 10u)], col)));
+                                                let sk_e17: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -646,8 +647,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e17: u32 = (col & 3u);
-                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e17 == 1u)), w4[2], (sk_e17 == 2u)), w4[3], (sk_e17 == 3u))));
+                                            let sk_e18: u32 = (col & 3u);
+                                            var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e18 == 1u)), w4[2], (sk_e18 == 2u)), w4[3], (sk_e18 == 3u))));
                                             if (((score > best) || ((score == best) && (col < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -667,8 +668,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var s64: f64 = sk_log64(f64(cz));
                                                 if (noisy) {
                                                     // built by kernels::seeded::score64
-                                                    let sk_e18: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col)));
+                                                    let sk_e19: u32 = (row * 12u);
+                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
                                                 }
                                                 if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
@@ -678,8 +679,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             } else {
                                                 // built by kernels::filter_top_k::race_one
                                                 var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e19: u32 = (col & 3u);
-                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e19 == 1u)), w4[2], (sk_e19 == 2u)), w4[3], (sk_e19 == 3u))));
+                                                let sk_e20: u32 = (col & 3u);
+                                                var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e20 == 1u)), w4[2], (sk_e20 == 2u)), w4[3], (sk_e20 == 3u))));
                                                 if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
                                                     // built by kernels::filter_top_k::keep_lower
                                                     bestr = score;

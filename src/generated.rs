@@ -41,8 +41,16 @@ pub const WORD_TOP_K: usize = 2;
 pub const WORD_TOP_P: usize = 3;
 pub const WORD_MIN_P: usize = 4;
 pub const WORD_ORDER: usize = 5;
+pub const WORD_HASH: usize = 6;
 pub const WORD_SEED: usize = 8;
 pub const WORD_OFFSET: usize = 10;
+
+/// The hash word's value for SGLang's rank hashing of a seeded row's filtered race (else the
+/// vocabulary id); the most kept tokens the kernels rank, and the status of a row whose set is
+/// longer (sampled on the vocabulary id's noise instead).
+pub const HASH_SORTED_RANK: u32 = 1;
+pub const RANK_CAP: usize = 4096;
+pub const STATUS_UNRANKED: u32 = 2;
 
 /// The order word's value for top-k first (else joint).
 pub const ORDER_TOP_K_FIRST: u32 = 1;
@@ -561,7 +569,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/filter_logits_f32.wgsl"),
         cuda: include_str!("../kernels/filter_logits_f32.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
-        passes: 18,
+        passes: 20,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -573,7 +581,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/filter_logits_f16.wgsl"),
         cuda: include_str!("../kernels/filter_logits_f16.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
-        passes: 18,
+        passes: 20,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -585,7 +593,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/filter_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/filter_logits_bf16.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
-        passes: 18,
+        passes: 20,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -597,7 +605,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/filter_probs.wgsl"),
         cuda: include_str!("../kernels/filter_probs.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
-        passes: 18,
+        passes: 20,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -753,7 +761,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/top_k_merge_logits_f32.wgsl"),
         cuda: include_str!("../kernels/top_k_merge_logits_f32.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 19,
+        passes: 21,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -765,7 +773,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/top_k_merge_logits_f16.wgsl"),
         cuda: include_str!("../kernels/top_k_merge_logits_f16.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 19,
+        passes: 21,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -777,7 +785,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/top_k_merge_logits_bf16.wgsl"),
         cuda: include_str!("../kernels/top_k_merge_logits_bf16.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 19,
+        passes: 21,
         stages: 1,
         fixed_part: false,
         needs_f64: true,
@@ -789,7 +797,7 @@ pub const KERNELS: &[KernelSource] = &[
         wgsl: include_str!("../shaders/top_k_merge_probs.wgsl"),
         cuda: include_str!("../kernels/top_k_merge_probs.cu"),
         bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed, Binding::Partials],
-        passes: 19,
+        passes: 21,
         stages: 1,
         fixed_part: false,
         needs_f64: true,

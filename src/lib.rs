@@ -50,7 +50,10 @@ pub use backend::{Backend, Diagnostics, Input, LogProbs, Logits, Output, RowList
 pub use cudarc;
 pub use error::{Error, Result};
 pub use sampler::Sampler;
-pub use types::{Element, Filters, Order as FilterOrder, RowMode, RowParams, Shape, GREEDY_EPS};
+pub use types::{
+    Element, Filters, Order as FilterOrder, RowMode, RowParams, SeededHash, Shape, GREEDY_EPS, RANK_CAP,
+    STATUS_UNRANKED,
+};
 /// The wgpu this crate was built against, so an engine shares its device types.
 #[cfg(feature = "wgpu")]
 pub use wgpu;

@@ -82,8 +82,11 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             }
             self.backend.write(device, list)
         };
-        // Greedy rows with a filter are the plain kernel's; the filter kernels skip them.
-        let off_path = |r: &RowParams| r.has_filters() && r.is_sampled() && !r.takes_one_read(shape.vocab);
+        // Greedy rows with a filter are the plain kernel's; the filter kernels skip them. Rows
+        // that hash ranks stay on the path's list, whose merge ranks them whole: the filter
+        // kernels' own plan may split rows, which cannot rank them.
+        let off_path =
+            |r: &RowParams| r.has_filters() && r.is_sampled() && !r.takes_one_read(shape.vocab) && !r.hashes_ranks();
         pick(&mut self.filtered, &mut self.filtered_rows, &|r| r.has_filters() && !off_path(r))?;
         pick(&mut self.off_path, &mut self.off_path_rows, &off_path)?;
         pick(&mut self.seeded, &mut self.seeded_rows, &|r| r.mode() == RowMode::Seeded)?;
@@ -103,7 +106,8 @@ impl RowParams {
     /// deterministic inference (seed 42 when the request gives none); else the Philox race keyed
     /// by the request's seed and step. Either race runs inside the request's top-k / top-p /
     /// min-p set, in SGLang's joint order. (SGLang's deterministic filtered path hashes a token's
-    /// rank in the sorted set; this crate hashes its vocabulary id, see [`crate::reference::murmur`].)
+    /// rank in the sorted set; this crate hashes its vocabulary id unless the row is given
+    /// [`SeededHash::SortedRank`](crate::SeededHash::SortedRank), see [`crate::reference::murmur`].)
     pub fn from_request(params: &NormalizedParams, step: u64, deterministic: bool) -> Result<Self> {
         let seed = params.seed().unwrap_or(if deterministic { DEFAULT_SEED } else { 0 });
         if params.top_k() == 1 {

@@ -72,7 +72,9 @@ pub struct RowParams {
     min_p: f32,
     /// [`crate::generated::ORDER_TOP_K_FIRST`], or 0 for joint.
     order: u32,
-    reserved: [u32; 2],
+    /// [`crate::generated::HASH_SORTED_RANK`] ([`SeededHash::SortedRank`]), or 0.
+    hash: u32,
+    reserved: u32,
     seed: [u32; 2],
     offset: [u32; 2],
 }
@@ -88,6 +90,7 @@ const _: () = {
     assert!(offset_of!(RowParams, top_p) == 4 * g::WORD_TOP_P);
     assert!(offset_of!(RowParams, min_p) == 4 * g::WORD_MIN_P);
     assert!(offset_of!(RowParams, order) == 4 * g::WORD_ORDER);
+    assert!(offset_of!(RowParams, hash) == 4 * g::WORD_HASH);
     assert!(offset_of!(RowParams, seed) == 4 * g::WORD_SEED);
     assert!(offset_of!(RowParams, offset) == 4 * g::WORD_OFFSET);
 };
@@ -115,7 +118,8 @@ impl RowParams {
             top_p: 1.0,
             min_p: 0.0,
             order: 0,
-            reserved: [0; 2],
+            hash: 0,
+            reserved: 0,
             seed: [seed as u32, (seed >> 32) as u32],
             offset: [offset as u32, (offset >> 32) as u32],
         }
@@ -174,6 +178,32 @@ impl RowParams {
         };
         RowParams { order, ..self }
     }
+    /// What a seeded row's race inside its filters hashes (the vocabulary id unless set); rows
+    /// without a filter, or not seeded, hash the vocabulary id whatever this says, as SGLang's
+    /// unfiltered `multinomial_with_seed` does.
+    pub fn with_seeded_hash(self, hash: SeededHash) -> Self {
+        let hash = match hash {
+            SeededHash::VocabId => 0,
+            SeededHash::SortedRank => crate::generated::HASH_SORTED_RANK,
+        };
+        RowParams { hash, ..self }
+    }
+    /// The row's hashing, as set by [`with_seeded_hash`](Self::with_seeded_hash).
+    pub fn seeded_hash(&self) -> SeededHash {
+        if self.hash == crate::generated::HASH_SORTED_RANK {
+            SeededHash::SortedRank
+        } else {
+            SeededHash::VocabId
+        }
+    }
+    /// Whether the row's filtered race hashes ranks: seeded, sampled, with a filter and
+    /// [`SeededHash::SortedRank`].
+    pub fn hashes_ranks(&self) -> bool {
+        self.mode() == RowMode::Seeded
+            && self.seeded_hash() == SeededHash::SortedRank
+            && self.is_sampled()
+            && self.has_filters()
+    }
     /// The row's filters as the reference computes them (raw encodings read as the kernels read
     /// them: top-k 0 is none, top-p outside (0, 1) is none, min-p at most 0 is none).
     pub fn filters(&self) -> Filters {
@@ -194,18 +224,27 @@ impl RowParams {
     /// top-p, min-p or a larger top-k without such a top-k (top-p joint with a larger top-k, or
     /// with none). The first reads once where its `k + 1` largest tokens decide it; a min-p row
     /// alone reads once where its `ONE_READ_TOP_K + 1` largest do (its set is shorter), and a
-    /// row of top-p or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)).
+    /// row of top-p or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)),
+    /// unless it [hashes ranks](Self::hashes_ranks), which the cut cannot give.
     /// Otherwise the row reads once or twice more than the filter kernel's passes (the path's
     /// reads, then the filter kernel's body).
     pub fn takes_one_read(&self, vocab: usize) -> bool {
-        self.is_sampled() && (self.one_read_top_k(vocab) || self.capped(vocab))
+        self.is_sampled() && (self.one_read_top_k(vocab) || self.capped(vocab)) && !self.cut_unranked(vocab)
     }
     /// Whether the row [takes the one-read path](Self::takes_one_read) for its top-p or its
     /// top-k above [`ONE_READ_TOP_K`]: where the set ends is found from a histogram of the first
     /// read and a second read split over workgroups (a launch between the parts and the merge).
     pub fn takes_top_p_cut(&self, vocab: usize) -> bool {
+        self.is_sampled() && self.cuts(vocab) && !self.hashes_ranks()
+    }
+    /// A capped row of top-p or a top-k (not min-p alone): the cut's, by its filters.
+    fn cuts(&self, vocab: usize) -> bool {
         let f = self.filters();
-        self.is_sampled() && self.capped(vocab) && (f.top_p < 1.0 || f.top_k.is_some_and(|k| k < vocab))
+        self.capped(vocab) && (f.top_p < 1.0 || f.top_k.is_some_and(|k| k < vocab))
+    }
+    /// A row the cut would take that hashes ranks: the filter kernel's body ranks its set.
+    fn cut_unranked(&self, vocab: usize) -> bool {
+        self.cuts(vocab) && self.hashes_ranks()
     }
     /// The row's top-k is below the vocabulary and at most [`ONE_READ_TOP_K`].
     fn one_read_top_k(&self, vocab: usize) -> bool {
@@ -276,6 +315,9 @@ impl Element for RowParams {
             if p.order > crate::generated::ORDER_TOP_K_FIRST {
                 return fail("order", p.order.to_string(), "must be 0 (joint) or 1 (top-k first)");
             }
+            if p.hash > crate::generated::HASH_SORTED_RANK {
+                return fail("hash", p.hash.to_string(), "must be 0 (vocabulary id) or 1 (sorted rank)");
+            }
         }
         Ok(())
     }
@@ -287,6 +329,23 @@ unsafe impl cudarc::driver::DeviceRepr for RowParams {}
 #[cfg(feature = "cuda")]
 // SAFETY: all-zero bits are a valid RowParams (a greedy row).
 unsafe impl cudarc::driver::ValidAsZeroBits for RowParams {}
+
+/// What SGLang's seeded race hashes, per row, when the row has a filter (see
+/// [`RowParams::with_seeded_hash`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SeededHash {
+    /// The token's vocabulary id, as SGLang's unfiltered path does: a token's noise does not
+    /// move when the filters change. The default.
+    #[default]
+    VocabId,
+    /// The token's rank in its kept set (probability descending, ties to the lower index), as
+    /// SGLang's sort-based filtered path (`top_k_top_p_min_p_sampling_from_probs_torch`) does,
+    /// with its log-probabilities: SGLang's token. Sets of up to [`RANK_CAP`] tokens are ranked;
+    /// a longer set's row is raced on the vocabulary id and gets the status
+    /// [`STATUS_UNRANKED`].
+    SortedRank,
+}
 
 /// The order in which the filters apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,3 +382,12 @@ impl Filters {
 /// The largest top-k the device backends' one-read path takes (`filter_top_k.rs` in xtask;
 /// see [`RowParams::takes_one_read`]).
 pub const ONE_READ_TOP_K: usize = crate::generated::TOP_K_CAP as usize;
+
+/// The longest kept set whose ranks [`SeededHash::SortedRank`] hashes (the kernels sort it in
+/// workgroup memory).
+pub const RANK_CAP: usize = crate::generated::RANK_CAP;
+
+/// A row's status (`Output::with_status`) where it hashes ranks but its kept set is longer than
+/// [`RANK_CAP`]: a valid token of the set, raced on the vocabulary id's noise, so not SGLang's.
+/// (1: a token was sampled; 0: the row had nothing to sample.)
+pub const STATUS_UNRANKED: u32 = crate::generated::STATUS_UNRANKED;

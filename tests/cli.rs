@@ -229,6 +229,52 @@ fn seeded_rows_take_filters() {
     });
 }
 
+/// `--hash sorted-rank` gives SGLang's filtered tokens: the vector file's rows under Qwen3's
+/// top-k 20 and top-p 0.95 (every row is given those filters and its own temperature, seed and
+/// position; the rows the vectors define under them, from logits, are checked), and the default
+/// hashing gives the vectors' vocabulary-id tokens there.
+#[test]
+fn seeded_hash_sorted_rank_gives_sglangs_tokens() {
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(golden("sglang_filtered.json")).unwrap()).unwrap();
+    let cases = meta["cases"].as_array().unwrap();
+    let list = |key: &str| cases.iter().map(|c| c[key].to_string()).collect::<Vec<_>>().join(",");
+    let (temperatures, seeds, positions) = (list("temperature"), list("seed"), list("position"));
+    let qwen3 =
+        |c: &&Value| c["input"] == "logits" && c["top_k"] == 20 && c["top_p"].as_f64() == Some(0.949999988079071);
+    let checked: Vec<&Value> = cases.iter().filter(qwen3).collect();
+    assert!(checked.len() >= 4, "{} rows under Qwen3's filters", checked.len());
+    let file = golden("sglang_filtered.npy");
+    on_backends("cli_seeded_sorted_rank", |backend| {
+        for (hash, key) in [("sorted-rank", "token"), ("vocab-id", "id_token")] {
+            let args = [
+                "--logits",
+                &file,
+                "--seeded",
+                "--hash",
+                hash,
+                "--temperature",
+                &temperatures,
+                "--seed",
+                &seeds,
+                "--position",
+                &positions,
+                "--top-k",
+                "20",
+                "--top-p",
+                "0.95",
+                "--backend",
+                backend,
+            ];
+            let got = lines(&args);
+            for c in &checked {
+                let line = &got[c["row"].as_u64().unwrap() as usize];
+                assert_eq!(line["token"], c[key], "{backend} --hash {hash}: {line}");
+                assert_eq!(line["status"], "ok", "{backend} --hash {hash}: {line}");
+            }
+        }
+    });
+}
+
 /// A row with nothing valid to sample says so instead of passing its token 0 off as a draw.
 #[test]
 fn rows_of_nan_say_nothing_to_sample() {
@@ -262,7 +308,7 @@ fn bad_input_fails_with_a_message() {
     let missing = data("missing.npy");
     let rank3 = scratch_npy("rank3.npy", &[2, 2, 8], 1f32);
     let ints = scratch_npy("ints.npy", &[2, 8], 1i32);
-    let cases: [(&[&str], &str); 16] = [
+    let cases: [(&[&str], &str); 17] = [
         (&["--logits", &missing], "missing.npy: cannot read"),
         (&["--logits", &rank3], "rank3.npy: rank 3 (shape [2, 2, 8]); expected 1 (one row) or 2"),
         (&["--logits", &ints], "ints.npy: dtype '<i4' is not f16, f32 or f64"),
@@ -279,6 +325,7 @@ fn bad_input_fails_with_a_message() {
         (&["--logprobs", &golden], "required arguments were not provided:\n  --seeded"),
         (&["--probs", &npy, "--mode", "screened"], "required arguments were not provided:\n  --seeded"),
         (&["--logprobs", &golden, "--seeded", "--top-k", "3"], "'--logprobs <FILE>' cannot be used with '--top-k <K>'"),
+        (&["--logits", &npy, "--hash", "sorted-rank"], "required arguments were not provided:\n  --seeded"),
     ];
     for (args, message) in cases {
         let run = cli(&[args, &["--backend", "cpu"][..]].concat());

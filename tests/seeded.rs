@@ -46,8 +46,9 @@ fn golden() -> Golden {
     let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
     let read = |k: &str| std::fs::read(dir.join(meta[k].as_str().unwrap())).unwrap();
     let logprobs: Vec<f64> =
-        npy(&read("logprobs_file"), "<f8").map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
-    let probs: Vec<f32> = npy(&read("probs_file"), "<f4").map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        common::npy(&read("logprobs_file"), "<f8").map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    let probs: Vec<f32> =
+        common::npy(&read("probs_file"), "<f4").map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let n = |k: &str| meta[k].as_u64().unwrap() as usize;
     assert_eq!(logprobs.len(), n("rows") * n("vocab"), "log-probabilities for rows x vocab");
     assert_eq!(probs.len(), logprobs.len(), "probabilities for rows x vocab");
@@ -85,18 +86,6 @@ fn golden() -> Golden {
         vectors,
         hash_zero,
     }
-}
-
-/// The values of an `.npy` of dtype `descr` (`<f8`, `<f4`) in C order (what numpy's `save`
-/// writes), as one little-endian chunk each.
-fn npy<'a>(file: &'a [u8], descr: &str) -> std::slice::ChunksExact<'a, u8> {
-    assert_eq!(&file[..6], b"\x93NUMPY", "not an .npy file");
-    let (len_at, len_bytes) = if file[6] == 1 { (8, 2) } else { (8, 4) };
-    let header_len = file[len_at..len_at + len_bytes].iter().rev().fold(0usize, |n, &b| n << 8 | b as usize);
-    let start = len_at + len_bytes + header_len;
-    let header = std::str::from_utf8(&file[len_at + len_bytes..start]).unwrap();
-    assert!(header.contains(&format!("'descr': '{descr}'")) && header.contains("'fortran_order': False"), "{header}");
-    file[start..].chunks_exact(if descr.ends_with('8') { 8 } else { 4 })
 }
 
 fn seeded_tokens<B: Backend>(

@@ -4,10 +4,10 @@
 use crate::backend::{Backend, Input, Job, LogProbs, Logits, Output};
 use crate::error::Result;
 use crate::reference::filters::{self, clean_probs};
-use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in};
-use crate::reference::softmax::{log32, sglang_logprobs, softmax_f32};
+use crate::reference::race::{race_logits_in, race_logits_row, race_probs_in, seeded_in, seeded_ranked_in};
+use crate::reference::softmax::{log32, sglang_logprobs, softmax, softmax_f32};
 use crate::reference::{murmur, philox};
-use crate::types::{Element, RowMode, RowParams, Shape};
+use crate::types::{Element, RowMode, RowParams, Shape, STATUS_UNRANKED};
 
 /// Runs every kernel on the host, one row after another.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,7 +46,9 @@ fn takes_filter_path(row: &RowParams) -> bool {
     row.is_sampled() && row.has_filters()
 }
 
-/// Row `r` sampled inside its kept set (the filter kernels' path), with its pass count.
+/// Row `r` sampled inside its kept set (the filter kernels' path), with its pass count. A row
+/// that hashes ranks takes SGLang's race on them where its set fits the kernels' bound, and
+/// otherwise the race on the vocabulary id with the status [`STATUS_UNRANKED`].
 fn filtered_row(
     input: Input<'_, CpuBackend>,
     shape: Shape,
@@ -55,18 +57,29 @@ fn filtered_row(
     mut out: Output<'_, CpuBackend>,
 ) {
     let (x, keep) = kept_set(input, shape, r, row);
-    let (token, valid, lp) = match (input, row.mode()) {
-        (Input::Logits(_), RowMode::Race) => race_logits_in(&x, row, |j| keep[j]),
-        (Input::Probs(_), RowMode::Race) => race_probs_in(&x, row, |j| keep[j]),
-        (Input::Logits(_), RowMode::Seeded) => seeded_in(&sglang_logprobs(&x, row), row, |j| keep[j]),
-        (Input::Probs(_), RowMode::Seeded) => {
+    let ranked = row.hashes_ranks().then(|| {
+        let (probs, p32) = match input {
+            Input::Logits(_) => (softmax(&x, row), softmax_f32(&x, row)),
+            Input::Probs(_) => (clean_probs(&x), x.iter().map(|&p| p as f32).collect()),
+        };
+        seeded_ranked_in(&probs, &p32, row, |j| keep[j])
+    });
+    let (token, valid, lp) = match (ranked.flatten(), input, row.mode()) {
+        (Some(won), _, _) => won,
+        (None, Input::Logits(_), RowMode::Race) => race_logits_in(&x, row, |j| keep[j]),
+        (None, Input::Probs(_), RowMode::Race) => race_probs_in(&x, row, |j| keep[j]),
+        (None, Input::Logits(_), RowMode::Seeded) => seeded_in(&sglang_logprobs(&x, row), row, |j| keep[j]),
+        (None, Input::Probs(_), RowMode::Seeded) => {
             seeded_in(&x.iter().map(|p| p.ln()).collect::<Vec<_>>(), row, |j| keep[j])
         }
     };
     if let Some(passes) = out.passes.as_deref_mut() {
         passes[r] = filters::passes(&row.filters(), shape.vocab);
     }
-    write_output(out, r, token, valid, || lp);
+    write_output(out.reborrow(), r, token, valid, || lp);
+    if let (Some(None), true, Some(status)) = (ranked, valid, out.status) {
+        status[r] = STATUS_UNRANKED;
+    }
 }
 
 /// The seeded race of one row of log-probabilities, written to `out`.

@@ -169,18 +169,6 @@ fn seeded_split_rows<B: Backend + ?Sized>(job: &Job<'_, B>, block: u32) -> Optio
     Some((rows, seeded_parts(vocab, block))).filter(|&(_, parts)| parts > 1)
 }
 
-/// The rows a job's filter launches go over, and the parts each gets (1: the one-workgroup
-/// kernel; more: the staged kernel); `None` for a job without filter launches.
-fn filter_parts<B: Backend + ?Sized>(
-    job: &Job<'_, B>,
-    target_groups: u32,
-    block: u32,
-    split: bool,
-) -> Option<(usize, u32)> {
-    let (shape, rows) = filter_rows(job)?;
-    Some((rows, staged_parts(rows, shape.vocab, target_groups, block, split)))
-}
-
 /// The parts of each of `rows` rows in the filter kernels' own plan (1: the one-workgroup
 /// kernel; more: the staged kernel): at most the seeded kernel's, as each stage of the split
 /// filters sums every part's counts per digit, so parts of one quad an invocation cost them
@@ -229,18 +217,8 @@ fn scratch_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, bloc
         Some((rows, parts)) if parts > 1 => rows * parts as usize,
         _ => 0,
     };
-    let slots = slots(filter_parts(job, target_groups, block, split_filters)).max(slots(off_path_parts(
-        job,
-        target_groups,
-        block,
-        split_filters,
-    )));
-    let one_read = match (job, filter_parts(job, target_groups, block, split_filters)) {
-        (Job::Filter { shape, .. } | Job::Sample { shape, .. }, Some((rows, _))) => {
-            one_read_words(rows, shape.vocab).unwrap_or(0)
-        }
-        _ => 0,
-    };
+    let slots = slots(off_path_parts(job, target_groups, block, split_filters));
+    let one_read = filter_rows(job).map_or(0, |(shape, rows)| one_read_words(rows, shape.vocab).unwrap_or(0));
     records.max(slots * SLOT_WORDS).max(one_read)
 }
 
@@ -322,14 +300,6 @@ fn split_rows<H: Copy>(mut first: Launch<H>, shape: Shape, split: &Split<H>) -> 
     first.spread(shape.batch, parts(shape.batch, shape.vocab, split.target_groups, split.block), split.counters)
 }
 
-/// The row length of a filter job (0 for any other).
-fn job_vocab<B: Backend + ?Sized>(job: &Job<'_, B>) -> usize {
-    match job {
-        Job::Filter { shape, .. } | Job::Sample { shape, .. } => shape.vocab,
-        _ => 0,
-    }
-}
-
 /// The kernel of `[f32, f16, bf16]` that reads `logits`.
 fn by_dtype<B: Backend + ?Sized>(ids: [KernelId; 3], logits: &Logits<'_, B>) -> KernelId {
     match logits {
@@ -383,7 +353,6 @@ impl<'a, H: Copy> Launch<H> {
     /// launch does not bind exactly what its kernel declares.
     pub fn plan<B: Device<Handle<'a> = H> + ?Sized>(job: &'a Job<'a, B>, split: &Split<H>) -> Result<Plan<H>> {
         let first = Self::from_job(job);
-        let filters = filter_parts(job, split.target_groups, split.block, split.split_filters);
         let plan = match job {
             Job::Sample { shape, logits, rows, out, listed } => {
                 // The plain rows, then the seeded kernel's launch over the seeded rows and the
@@ -401,7 +370,7 @@ impl<'a, H: Copy> Launch<H> {
                     logits,
                 );
                 let filter = sampling::<B, 2>(filter, *shape, inputs, out, FLAG_FILTERED_ONLY, true);
-                let (filtered, parts) = filters.unwrap_or((shape.batch, 1));
+                let filtered = listed.map_or(shape.batch, |l| l.filtered.1);
                 let mut plan = split_rows(first, *shape, split);
                 let seeded_rows = listed.map_or(shape.batch, |l| l.seeded.1);
                 let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
@@ -411,14 +380,14 @@ impl<'a, H: Copy> Launch<H> {
                 let cut = listed.is_none_or(|l| l.top_p_cut);
                 let on_path = filter.clone().with_list(listed.map(|l| handle(l.filtered)));
                 if filtered > 0 {
-                    plan.extend(on_path.staged(filtered, parts, shape.vocab, Some(cut), split));
+                    plan.extend(on_path.on_path(filtered, shape.vocab, cut, split));
                 }
                 // The rows the path does not take: the filter kernels' own plan over their list.
                 if let (Some(l), Some((rows, parts))) =
                     (listed, off_path_parts(job, split.target_groups, split.block, split.split_filters))
                 {
                     let off_path = filter.with_list(Some(handle(l.off_path)));
-                    plan.extend(off_path.staged(rows, parts, shape.vocab, None, split));
+                    plan.extend(off_path.staged(rows, parts, split));
                 }
                 plan
             }
@@ -433,10 +402,8 @@ impl<'a, H: Copy> Launch<H> {
                 let parts = parts(shape.batch, shape.vocab, split.target_groups, split.block);
                 first.split_stages(shape.batch, parts)
             }
-            _ => match filters {
-                Some((rows, parts)) => first.staged(rows, parts, job_vocab(job), Some(true), split),
-                None => std::iter::once(first).collect(),
-            },
+            Job::Filter { shape, .. } => first.on_path(shape.batch, shape.vocab, true, split),
+            _ => std::iter::once(first).collect(),
         };
         plan.into_iter().map(Launch::checked).collect()
     }
@@ -455,14 +422,18 @@ impl<'a, H: Copy> Launch<H> {
         self
     }
 
-    /// A filter sampling launch over `rows` rows: with `one_read` (whether the top-p cut is
-    /// needed), the one-read top-k path where it takes the kernel; else as it is with one part
-    /// each, else split in `parts` (the staged kernel's launches, one per stage with the stage in
-    /// its flags, over `rows x parts` workgroups, the scratch bound last).
-    fn staged(self, rows: usize, parts: u32, vocab: usize, one_read: Option<bool>, split: &Split<H>) -> Plan<H> {
-        if let Some(plan) = one_read.and_then(|cut| self.clone().one_read(rows, vocab, cut, split)) {
-            return plan;
-        }
+    /// A filter sampling launch over `rows` rows on the one-read top-k path (`cut`: whether the
+    /// top-p cut is needed), or where its scratch would not fit them, the kernel with each row
+    /// whole. Never split: rows that hash ranks may be among them, and a split row cannot rank
+    /// its set.
+    fn on_path(self, rows: usize, vocab: usize, cut: bool, split: &Split<H>) -> Plan<H> {
+        self.clone().one_read(rows, vocab, cut, split).unwrap_or_else(|| std::iter::once(self).collect())
+    }
+
+    /// A filter sampling launch over the `rows` rows of the filter kernels' own plan, as it is
+    /// with one part each, else split in `parts` (the staged kernel's launches, one per stage
+    /// with the stage in its flags, over `rows x parts` workgroups, the scratch bound last).
+    fn staged(self, rows: usize, parts: u32, split: &Split<H>) -> Plan<H> {
         if parts <= 1 {
             return std::iter::once(self).collect();
         }

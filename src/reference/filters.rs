@@ -12,9 +12,7 @@ use crate::types::{Filters, Order, RowParams};
 /// Which tokens of one row the filters keep. `probs` are the row's probabilities (from
 /// [`softmax`] of the logits, or given).
 pub fn kept(probs: &[f64], filters: &Filters) -> Vec<bool> {
-    let mut order: Vec<usize> = (0..probs.len()).filter(|&j| probs[j] > 0.0).collect();
-    // Probabilities are never NaN here, so the comparison is total.
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    let order = order(probs);
     let by_k = filters.top_k.map_or(order.len(), |k| k.min(order.len()));
     // Top-p's reference mass: the whole row (joint) or the top-k set (top-k first).
     let total: f64 = match filters.order {
@@ -37,6 +35,15 @@ pub fn kept(probs: &[f64], filters: &Filters) -> Vec<bool> {
         out[j] = true;
     }
     out
+}
+
+/// The tokens with probability in the filters' order: probability descending, index ascending.
+/// A token's place in it is its rank (what SGLang's filtered seeded path hashes).
+pub fn order(probs: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..probs.len()).filter(|&j| probs[j] > 0.0).collect();
+    // Probabilities are never NaN here, so the comparison is total.
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    order
 }
 
 /// The kept set of one row of logits sampled with `row`'s temperature.

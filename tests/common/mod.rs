@@ -200,6 +200,18 @@ macro_rules! every_suite {
     };
 }
 
+/// The values of an `.npy` of dtype `descr` (`<f8`, `<f4`) in C order (what numpy's `save`
+/// writes), as one little-endian chunk each.
+pub fn npy<'a>(file: &'a [u8], descr: &str) -> std::slice::ChunksExact<'a, u8> {
+    assert_eq!(&file[..6], b"\x93NUMPY", "not an .npy file");
+    let (len_at, len_bytes) = if file[6] == 1 { (8, 2) } else { (8, 4) };
+    let header_len = file[len_at..len_at + len_bytes].iter().rev().fold(0usize, |n, &b| n << 8 | b as usize);
+    let start = len_at + len_bytes + header_len;
+    let header = std::str::from_utf8(&file[len_at + len_bytes..start]).unwrap();
+    assert!(header.contains(&format!("'descr': '{descr}'")) && header.contains("'fortran_order': False"), "{header}");
+    file[start..].chunks_exact(if descr.ends_with('8') { 8 } else { 4 })
+}
+
 /// A wgpu backend on a device of its own, made as an engine would make it, from the descriptor
 /// `describe` gives for the default adapter; with the device and queue, for the engine's own
 /// buffers. Where wgpu is present.

@@ -161,7 +161,13 @@ pub fn run(root: &Path) -> Result<(), String> {
     }
     // The seeded sampler's golden vectors travel with the bundle (it has no repository beside it).
     std::fs::create_dir_all(dir.join("golden")).map_err(|e| e.to_string())?;
-    for name in ["seeded_golden.json", "seeded_golden.npy", "seeded_golden_probs.npy"] {
+    for name in [
+        "seeded_golden.json",
+        "seeded_golden.npy",
+        "seeded_golden_probs.npy",
+        "sglang_filtered.json",
+        "sglang_filtered.npy",
+    ] {
         std::fs::copy(root.join("tests/data").join(name), dir.join("golden").join(name))
             .map_err(|e| format!("tests/data/{name}: {e}"))?;
     }

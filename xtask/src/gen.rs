@@ -55,8 +55,14 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\n\n"
         ));
         manifest.push_str(&format!(
-            "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
-            word::TEMPERATURE, word::MODE, word::TOP_K, word::TOP_P, word::MIN_P, word::ORDER, word::SEED_LO, word::OFFSET_LO
+            "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_HASH: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",
+            word::TEMPERATURE, word::MODE, word::TOP_K, word::TOP_P, word::MIN_P, word::ORDER, word::HASH, word::SEED_LO, word::OFFSET_LO
+        ));
+        manifest.push_str(&format!(
+            "/// The hash word's value for SGLang's rank hashing of a seeded row's filtered race (else the\n/// vocabulary id); the most kept tokens the kernels rank, and the status of a row whose set is\n/// longer (sampled on the vocabulary id's noise instead).\npub const HASH_SORTED_RANK: u32 = {};\npub const RANK_CAP: usize = {};\npub const STATUS_UNRANKED: u32 = {};\n\n",
+            kernels::abi::HASH_SORTED_RANK,
+            filters::LIST_CAP,
+            kernels::abi::STATUS_UNRANKED
         ));
         manifest.push_str(&format!(
             "/// The order word's value for top-k first (else joint).\npub const ORDER_TOP_K_FIRST: u32 = {};\n/// The longest row the filter kernels take (their fixed-point masses must not overflow).\npub const FILTER_MAX_VOCAB: usize = {};\n\n",

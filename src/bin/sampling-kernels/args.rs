@@ -4,7 +4,7 @@
 use crate::input::Role;
 use anyhow::{bail, Result};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use sampling_kernels::{FilterOrder, RowParams, SeededMode};
+use sampling_kernels::{FilterOrder, RowParams, SeededHash, SeededMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -36,6 +36,15 @@ pub enum Order {
     Joint,
     /// Top-p measured on the top-k set, renormalized (vLLM, FlashInfer).
     TopKFirst,
+}
+
+/// What the seeded sampler hashes inside the filters (`--hash`).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Hash {
+    /// The token's vocabulary id: its noise does not move when the filters change.
+    VocabId,
+    /// The token's rank in the kept set, as SGLang's sort-based filtered path: SGLang's token.
+    SortedRank,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -76,9 +85,14 @@ pub struct SampleArgs {
     #[arg(long, visible_alias = "position", value_delimiter = ',', default_value = "0")]
     pub offset: Vec<u64>,
     /// SGLang's deterministic sampler: float64 `argmax logprob + Gumbel(Murmur3(seed, position, column))`;
-    /// with --top-k, --top-p or --min-p, inside the kept set (the noise of each token's vocabulary id).
+    /// with --top-k, --top-p or --min-p, inside the kept set (see --hash).
     #[arg(long)]
     pub seeded: bool,
+    /// What --seeded hashes inside the filters: each token's vocabulary id, or its rank in the
+    /// kept set as SGLang's filtered path does (a set over 4096 tokens is then sampled on the
+    /// vocabulary id, with the status `unranked`).
+    #[arg(long, value_enum, default_value = "vocab-id", requires = "seeded")]
+    pub hash: Hash,
     /// How the seeded sampler reads --logprobs or --probs (both give the same token; default
     /// float64). From --logits it has one path.
     #[arg(long, value_enum, requires = "seeded", conflicts_with = "logits")]
@@ -143,9 +157,13 @@ impl SampleArgs {
             let row = self.top_p.map_or(row, |p| row.with_top_p(p));
             self.min_p.map_or(row, |p| row.with_min_p(p)).with_order(order)
         };
+        let hash = match self.hash {
+            Hash::VocabId => SeededHash::VocabId,
+            Hash::SortedRank => SeededHash::SortedRank,
+        };
         let row = |r: usize| {
             let make = if self.seeded { RowParams::seeded } else { RowParams::new };
-            make(temperature[r], seed[r], offset[r])
+            make(temperature[r], seed[r], offset[r]).with_seeded_hash(hash)
         };
         Ok((0..batch).map(|r| filtered(row(r))).collect())
     }

@@ -66,20 +66,23 @@ struct Token {
     logprob: Option<f32>,
 }
 
-/// Whether a row had anything to sample: a row of NaN or -inf has not, and its token 0 is no draw.
+/// Whether a row had anything to sample: a row of NaN or -inf has not, and its token 0 is no draw;
+/// `unranked`: a row of `--hash sorted-rank` whose set was too long to rank, sampled on the
+/// vocabulary id's noise.
 #[derive(Serialize)]
 #[serde(rename_all = "snake_case")]
 enum Status {
     Ok,
     NothingToSample,
+    Unranked,
 }
 
 impl Status {
     fn of(word: u32) -> Self {
-        if word == 0 {
-            Status::NothingToSample
-        } else {
-            Status::Ok
+        match word {
+            0 => Status::NothingToSample,
+            sampling_kernels::STATUS_UNRANKED => Status::Unranked,
+            _ => Status::Ok,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! host's layout is checked against them at compile time), and the loops they are built on:
 //! - the input is `batch` rows of `vocab` values, row `r` starting at `r * stride`;
 //! - `rows` holds `ROW_WORDS` u32 per row (see [`word`]): temperature (f32 bits), the row's
-//!   mode, the filters' four words and two reserved, seed lo, seed hi, offset lo, offset hi;
+//!   mode, the filters' four words, the seeded race's hashing and one reserved word, seed lo,
+//!   seed hi, offset lo, offset hi;
 //! - params are `batch, vocab, stride, flags`; flag bit 0 asks for log-probabilities;
 //! - one workgroup per row or per part of a row (rows past the grid are taken in a grid-stride
 //!   loop), each invocation taking four consecutive columns per step so one Philox block serves
@@ -25,6 +26,9 @@ pub mod word {
     pub const TOP_P: u32 = 3;
     pub const MIN_P: u32 = 4;
     pub const ORDER: u32 = 5;
+    /// What a seeded row with a filter hashes: the vocabulary id, or with
+    /// [`super::HASH_SORTED_RANK`] the token's rank in its kept set (SGLang's filtered path).
+    pub const HASH: u32 = 6;
     pub const SEED_LO: u32 = 8;
     pub const SEED_HI: u32 = 9;
     pub const OFFSET_LO: u32 = 10;
@@ -33,11 +37,19 @@ pub mod word {
 /// Row mode of SGLang's seeded float64 race; any other value is the Philox race (greedy below
 /// [`GREEDY_EPS`]).
 pub const MODE_SEEDED: u32 = 1;
+/// Hash word of a seeded row whose filtered race hashes each kept token's rank (probability
+/// descending, ties to the lower index), as SGLang's sort-based filtered path does; any other
+/// value hashes the vocabulary id.
+pub const HASH_SORTED_RANK: u32 = 1;
 pub const PARAMS: [&str; 4] = ["batch", "vocab", "stride", "flags"];
 pub const FLAG_LOGPROBS: u32 = 1;
 /// Flag bit 1 asks for a status per row: 1 if a token with a valid value was chosen, 0 if the
 /// row had none (all NaN or -inf; then the token is 0, inside the vocabulary).
 pub const FLAG_STATUS: u32 = 2;
+/// The status of a row that hashes ranks but whose kept set is longer than the kernels rank
+/// on chip (`filters::LIST_CAP`): its token is the race's on the vocabulary id's noise, a valid
+/// draw from the set, not SGLang's.
+pub const STATUS_UNRANKED: u32 = 2;
 /// Flag bit 2 asks the filter kernels for the number of passes each row took.
 pub const FLAG_PASSES: u32 = 4;
 /// Flag bit 3: the filter kernels take only the rows with a filter (the per-row sampler's
@@ -259,6 +271,11 @@ pub(super) fn row_is_seeded() -> Expr {
     row_word(word::MODE).eq_(u(MODE_SEEDED))
 }
 
+/// Whether the row is seeded and its filtered race hashes ranks ([`HASH_SORTED_RANK`]).
+pub(super) fn row_is_ranked() -> Expr {
+    row_is_seeded().and(row_word(word::HASH).eq_(u(HASH_SORTED_RANK)))
+}
+
 /// Declares `temp` (the row's temperature, 1 for greedy rows) and `noisy` (not greedy).
 pub(super) fn row_temperature(b: &mut Block) {
     let t = b.let_("t_raw", Ty::F32, row_word(word::TEMPERATURE).bitcast(Ty::F32));
@@ -315,10 +332,21 @@ pub(super) fn clean(x: Expr) -> Expr {
 /// Writes a sampling kernel's per-row results from invocation 0: the token, and on request its
 /// log-probability and its status (`valid`: the row had a value to sample).
 pub(super) fn write_results(b: &mut Block, tok: Expr, valid: Expr, logprob: impl FnOnce(&mut Block) -> Expr) {
+    write_results_as(b, tok, valid, u(1), logprob)
+}
+
+/// [`write_results`] with `sampled` as the status of a valid row (1, or [`STATUS_UNRANKED`]).
+pub(super) fn write_results_as(
+    b: &mut Block,
+    tok: Expr,
+    valid: Expr,
+    sampled: Expr,
+    logprob: impl FnOnce(&mut Block) -> Expr,
+) {
     let flag = |bit: u32| (param("flags") & u(bit)).ne_(u(0));
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
         b.store("tokens", var("row"), select(valid.clone(), tok, u(0)));
-        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), u(1), u(0))));
+        b.if_(flag(FLAG_STATUS), |b| b.store("status", var("row"), select(valid.clone(), sampled, u(0))));
     });
     // The log-probability may need collectives, so every invocation takes this (uniform) branch.
     b.if_(flag(FLAG_LOGPROBS), |b| {

@@ -21,8 +21,8 @@
 use super::abi::{for_each_row_part_at, kernel, partials_buffer, Dtype};
 use super::filters::{
     count_ties, decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, functions,
-    keep_best, listed_row, max_passes, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row,
-    Input, Output, DIGITS, DIGIT_PASSES,
+    keep_best, listed_row, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row, Input, DIGITS,
+    DIGIT_PASSES, SELECT_PASSES,
 };
 use crate::ir::*;
 
@@ -198,7 +198,7 @@ fn race(b: &mut Block, input: Input) {
         let before = b.scan(var("mine"), "ties_before");
         b.set("tie_start", earlier + before);
     });
-    race_in_set(b, input);
+    race_in_set(b, input, boolean(false));
     let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok32");
     let (win64, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
     let mass = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "part_mass");
@@ -230,7 +230,7 @@ fn combine(b: &mut Block, input: Input) {
         let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
         let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
         let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
-        set_results(b, input, tok32, tok64, summed);
+        set_results(b, input, tok32, tok64, summed, u(1));
     });
 }
 
@@ -254,7 +254,8 @@ fn split_kernel(input: Input) -> Kernel {
     let name = format!("filter_split_{}", input.suffix());
     let doc = "top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage";
     // One read more than the one-workgroup kernel: the count that ranks each part's ties.
-    let mut k = kernel(name, doc, max_passes(Output::Sample) + 1, buffers, functions(true), b);
+    // One read more than the whole row's (the ties); rows that hash ranks are never split.
+    let mut k = kernel(name, doc, SELECT_PASSES + 1, buffers, functions(true), b);
     k.stages = STAGES;
     k
 }

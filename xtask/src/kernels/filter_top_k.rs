@@ -30,7 +30,9 @@
 //! - the row's maximum is not finite, or a part would exceed [`PART_COLS`].
 //!
 //! Seeded rows (SGLang's deterministic sampler) race as the filter kernel races them: the
-//! float64 score of `z - max` plus the Murmur-hashed noise of the column, on the kept candidates.
+//! float64 score of `z - max` plus the Murmur-hashed noise of the column, on the kept candidates;
+//! those that hash ranks (SGLang's filtered path) take the noise of each candidate's rank, which
+//! the merge has in hand.
 //!
 //! Top-k first needs only the top-k mass, which the candidates give exactly. The log-probability
 //! divides by the estimated row mass, so it may differ from the filter kernels' in the last bits.
@@ -39,7 +41,7 @@
 
 use super::abi::{
     buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, quads_per_part,
-    row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_PASSES, PARTS_SHIFT,
+    row_is_ranked, row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_PASSES, PARTS_SHIFT,
 };
 use super::filter_top_p;
 use super::filter_values as values;
@@ -121,6 +123,9 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 /// and the cut launch of `filter_top_p.rs` instead of candidates). Every kernel of the path
 /// computes them alike, so they agree on every row.
 ///
+/// A seeded row that hashes ranks takes this path where its candidates are ranked here (a
+/// top-k of at most [`CAP`], or min-p alone), not the cut.
+///
 /// A capped row (top-p, min-p or both, joint with any top-k above [`CAP`] or with none; or a
 /// top-k above [`CAP`] alone) keeps a prefix of the order. Min-p alone takes the `CAP + 1`
 /// largest, which decide it whenever its set is shorter than them: wherever the row has a clear
@@ -134,9 +139,12 @@ pub(super) fn one_read_row(b: &mut Block) -> Expr {
     let cuts = var("pp").lt(f(1.0)).or(var("mp").gt(f(0.0))).or(has_k.clone());
     let capped = b.let_("capped", Ty::Bool, var("kk").gt(u(CAP)).and(var("k_first").not()).and(cuts));
     b.let_("kc", Ty::U32, select(capped.clone(), u(CAP), var("kk")));
-    let taken = var("filtered").and(by_k.or(capped.clone())).and(fits);
+    let cut = capped.clone().and(var("pp").lt(f(1.0)).or(has_k));
+    // The cut races the tokens above its range where they lie, unranked: a row that hashes
+    // ranks takes the filter kernel's body instead (`filter_rank.rs`).
+    let taken = var("filtered").and(by_k.or(capped)).and(fits).and(cut.clone().and(row_is_ranked()).not());
     let one = b.let_("one_read", Ty::Bool, taken);
-    b.let_("top_p_cut", Ty::Bool, one.clone().and(capped).and(var("pp").lt(f(1.0)).or(has_k)));
+    b.let_("top_p_cut", Ty::Bool, one.clone().and(cut));
     one
 }
 
@@ -409,13 +417,20 @@ pub(super) fn keep_lower(b: &mut Block, suffix: &str, score: Expr, col: Expr) {
 }
 
 /// After a race into [`declare_best`]'s variables: the row's token (the seeded race's winner
-/// where `seeded`), its log-probability under the whole row (from logits `z - mx - ln(mass)`,
-/// `mass` the row's softmax sum at `mx`; from probabilities `ln p`), status, and `passes` as its
-/// pass count.
-pub(super) fn finish_race(b: &mut Block, input: Input, seeded: Expr, mx: Expr, mass: Expr, passes: u32) {
+/// where `seeded`, its index taken to a column by `column`), its log-probability under the whole
+/// row (from logits `z - mx - ln(mass)`, `mass` the row's softmax sum at `mx`; from
+/// probabilities `ln p`), status, and `passes` as its pass count.
+pub(super) fn finish_race(
+    b: &mut Block,
+    input: Input,
+    (seeded, column): (Expr, &dyn Fn(Expr) -> Expr),
+    mx: Expr,
+    mass: Expr,
+    passes: u32,
+) {
     let (_, tok32) = b.argmax(var("best"), var("best_i"), "ow_win", "ow_tok32");
     let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "ow_win64", "ow_tok64");
-    let tok = b.let_("ow_tok", Ty::U32, select(seeded, tok64, tok32));
+    let tok = b.let_("ow_tok", Ty::U32, select(seeded, column(tok64), tok32));
     let valid = b.let_("ow_valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("ow_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
     write_results(b, tok, valid, |b| {
@@ -560,15 +575,29 @@ fn merge_row(b: &mut Block, input: Input) {
         let decided = b.let_("decided", Ty::Bool, cut_ok.and(k_ok).and(cap_ok).and(var("unsure_n").eq_(u(0))));
         b.if_(decided, |b| {
             // The filter kernel's race inside the set: the same noise per column.
+            // A row that hashes ranks (SGLang's) scores rank `r`'s hash and keeps the lowest
+            // best rank; its column comes after.
             declare_best(b);
             let seeded = b.let_("ow_seeded", Ty::Bool, row_is_seeded());
+            let ranked = b.let_("ow_ranked", Ty::Bool, row_is_ranked());
             let key = PhiloxKey::bound(b);
             b.for_("r", lid.clone(), kept_n.clone(), bs.clone(), |b, r| {
                 let col = b.let_("rc", Ty::U32, get(S_COL, r.clone()));
-                let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r)));
-                race_one(b, input, "", (seeded.clone(), &key), col, z.clone(), ov(z));
+                let z = b.let_("rz", Ty::F32, key_value(get(S_KEY, r.clone())));
+                b.if_else(
+                    ranked.clone(),
+                    |b| {
+                        let s = score64(b, values::seeded_log(input, z.clone(), ov(z.clone())), r.clone());
+                        keep_lower(b, "64", s, r.clone());
+                    },
+                    |b| race_one(b, input, "", (seeded.clone(), &key), col.clone(), z.clone(), ov(z.clone())),
+                );
             });
-            finish_race(b, input, seeded, mx.clone(), mass.clone(), 1);
+            let column = |t: Expr| {
+                let at = get(S_COL, t.clone().min(u(CAP)));
+                select(ranked.clone().and(t.clone().lt(kept_n.clone())), at, t)
+            };
+            finish_race(b, input, (seeded, &column), mx.clone(), mass.clone(), 1);
             b.set("one_read_done", boolean(true));
         });
     });

@@ -43,8 +43,9 @@
 
 use super::abi::{
     buffer, for_each_row, for_each_row_at, kernel, output_buffers, row_is_seeded, row_temperature, row_word, scaled,
-    word, write_results, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST,
+    word, write_results_as, Dtype, PhiloxKey, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, STATUS_UNRANKED,
 };
+use super::filter_rank;
 use super::filter_values as values;
 use super::math;
 use super::philox;
@@ -68,7 +69,7 @@ pub(super) const NONE: u32 = u32::MAX;
 /// passes read the list, not the row. A bucket after three digit passes is an eighth of an
 /// octave of `z - max`: about 3000 tokens of the benchmarks' 151936-token rows of evenly spread
 /// logits, so the list takes them after three reads of the row.
-pub(super) const LIST_CAP: u32 = 4096;
+pub const LIST_CAP: u32 = 4096;
 pub(super) const LIST: &str = "listed_cols";
 /// A listed select whose bucket holds at most this many tokens ends at once: each of them is
 /// ranked against all the others in workgroup memory (see [`select_in_bucket`]).
@@ -148,7 +149,7 @@ fn fraction() -> Function {
 /// GPU, one vector load on lavapipe, where the quads' stride of four is a gather) and
 /// `per_quad` is not called: for the passes that only count and sum. The layout is a runtime
 /// value, so a pass is written once whichever it takes.
-fn sweep(
+pub(super) fn sweep(
     b: &mut Block,
     input: Input,
     chunked: Expr,
@@ -197,7 +198,7 @@ fn sweep_list(b: &mut Block, input: Input, per_col: &impl Fn(&mut Block, Expr, E
 /// Declares, for a column whose element `x` was read ([`values::read`]), `zv` (the value the
 /// race scores: `z` or `p`), `ov` (the value the order is on) and `key` (u32, larger first),
 /// and `wv`, `ok`, `mv` unset (see [`weigh`]).
-fn element(b: &mut Block, input: Input, x: Expr) {
+pub(super) fn element(b: &mut Block, input: Input, x: Expr) {
     match input {
         Input::Logits(_) => {
             let z = b.let_("zv", Ty::F32, x / var("temp"));
@@ -649,7 +650,7 @@ fn kept(b: &mut Block, col: Expr) -> Expr {
 /// in the quad and whether it is in `S` (after [`element`]; the weights are set for the tokens
 /// at or above the boundary key, the only ones that can be in `S`). Without top-k or top-p every
 /// token is weighed, and `all_mass` sums the row's mass.
-fn sweep_set(
+pub(super) fn sweep_set(
     b: &mut Block,
     input: Input,
     per_quad: impl Fn(&mut Block, Expr),
@@ -714,12 +715,16 @@ pub(super) fn filter_body(b: &mut Block, input: Input, output: Output, sweeps0: 
 }
 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
+/// A seeded row that hashes ranks races on its ranks instead where its set fits on chip
+/// (`filter_rank.rs`), and otherwise on the vocabulary id, its status saying so.
 fn sample_in_set(b: &mut Block, input: Input) {
-    race_in_set(b, input);
+    let ranked = filter_rank::race(b, input);
+    race_in_set(b, input, ranked.done.clone());
     let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
     let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
+    let tok64 = select(ranked.done, ranked.col, tok64);
     let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
-    set_results(b, input, tok32, tok64, summed);
+    set_results(b, input, tok32, tok64, summed, select(ranked.over, u(STATUS_UNRANKED), u(1)));
 }
 
 /// `best`, `best_i` (the f32 race) and `best64`, `best64_i` (the float64 one), nothing kept yet.
@@ -750,13 +755,14 @@ pub(super) fn keep_best(b: &mut Block, suffix: &str, v: Expr, i: Expr) {
 /// hashed noise, into [`declare_best`]'s variables; `all_mass` sums the mass it weighed. The
 /// two races are separate sweeps under the row's (uniform) kind, not one sweep that tests each
 /// token: lavapipe runs every branch inside a loop, taken or not, and the float64 race would
-/// cost the Philox rows about 2 ms a row there.
-pub(super) fn race_in_set(b: &mut Block, input: Input) {
+/// cost the Philox rows about 2 ms a row there. Where `done` (uniform) holds, no sweep runs and
+/// nothing is kept.
+pub(super) fn race_in_set(b: &mut Block, input: Input, done: Expr) {
     let seeded = b.let_("seeded_row", Ty::Bool, row_is_seeded());
     declare_best(b);
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-    b.if_(seeded.clone(), |b| race_sweep(b, input, true));
-    b.if_(seeded.not(), |b| race_sweep(b, input, false));
+    b.if_(seeded.clone().and(done.clone().not()), |b| race_sweep(b, input, true));
+    b.if_(seeded.not().and(done.not()), |b| race_sweep(b, input, false));
 }
 
 /// One race sweep over `S`: SGLang's float64 race on hashed noise (`seeded`), else the Philox one.
@@ -797,15 +803,16 @@ fn race_sweep(b: &mut Block, input: Input, seeded: bool) {
 
 /// The row's results from the race's winners (`tok32` of the Philox race, `tok64` of the seeded
 /// one) and, for rows without a select, the mass `summed` by the race: the token, its
-/// log-probability under the whole row (as on the plain path), its status and the pass count.
-pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr, summed: Expr) {
+/// log-probability under the whole row (as on the plain path), its status (`sampled` where it
+/// has a token) and the pass count.
+pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr, summed: Expr, sampled: Expr) {
     let seeded = row_is_seeded();
     let tok = b.let_("tok", Ty::U32, select(seeded, tok64, tok32));
     let valid = b.let_("valid", Ty::Bool, tok.clone().lt(param("vocab")));
     let safe = b.let_("tok_at", Ty::U32, select(valid.clone(), tok.clone(), u(0)));
     // The row's mass: from the select's first pass, or summed by the race where none ran.
     let all = select(var("searched"), var("row_mass"), summed);
-    write_results(b, tok, valid, |b| match input {
+    write_results_as(b, tok, valid, sampled, |b| match input {
         // Under softmax(l / T) of the whole row, like the plain path's.
         Input::Logits(_) => {
             let w = b.let_("row_w", Ty::F32, call(FIXED_F32, vec![all]));
@@ -821,10 +828,19 @@ pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr,
     b.if_(want.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), var("sweeps")));
 }
 
-/// The most passes any row takes (the renormalizing kernel reads once more).
+/// The most passes any row takes (the renormalizing kernel reads once more, and a sampled row
+/// that hashes ranks [`filter_rank::READS`] more).
 pub(super) fn max_passes(output: Output) -> u32 {
-    2 + 2 * DIGIT_PASSES + u32::from(output == Output::Renorm)
+    let extra = match output {
+        Output::Sample => filter_rank::READS,
+        Output::Mask => 0,
+        Output::Renorm => 1,
+    };
+    SELECT_PASSES + extra
 }
+
+/// The most passes of the maximum, both selects' digit passes and the race.
+pub(super) const SELECT_PASSES: u32 = 2 + 2 * DIGIT_PASSES;
 
 /// Declares the row's temperature and filters and returns whether the kernel takes the row:
 /// every row, or with [`FLAG_FILTERED_ONLY`] the rows with a filter.
@@ -897,6 +913,7 @@ fn filter_kernel(input: Input, output: Output) -> Kernel {
 pub(super) fn filter_shared() -> Vec<SharedDecl> {
     vec![
         SharedDecl::new(LIST, Ty::U32, LIST_CAP),
+        SharedDecl::atomic(filter_rank::COUNT, 1),
         SharedDecl::new(BUCKET_COLS, Ty::U32, BUCKET_CAP),
         SharedDecl::new(BUCKET_KEYS, Ty::U32, BUCKET_CAP),
         SharedDecl::new(BUCKET_MASSES, Ty::U64, BUCKET_CAP),

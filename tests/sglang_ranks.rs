@@ -1,0 +1,221 @@
+//! SGLang's filtered deterministic sampler (`top_k_top_p_min_p_sampling_from_probs_torch` with a
+//! seed), token for token, through `SeededHash::SortedRank` on every backend: the vectors of
+//! `tests/data/sglang_filtered.*` (made by `tests/data/make_seeded_golden.py` from SGLang's
+//! formulas with numpy and `mmh3`, not from this crate's code), every routing (the one-read
+//! path's merge, the filter kernel's ranked race, `sample` and `Sampler::step`), tied and flat
+//! sets, and the bound past which a row is raced on the vocabulary id with `STATUS_UNRANKED`.
+
+#[macro_use]
+mod common;
+
+use common::Rng;
+use sampling_kernels::reference::filters::{clean_probs, kept, kept_from_logits, passes};
+use sampling_kernels::reference::race::{seeded_in, seeded_ranked_in};
+use sampling_kernels::reference::softmax::{sglang_logprobs, softmax, softmax_f32};
+use sampling_kernels::{
+    Backend, FilterOrder, Input, Logits, Output, RowParams, Sampler, SeededHash, Shape, RANK_CAP, STATUS_UNRANKED,
+};
+
+/// One vector: its row of the `.npy`, its record, and SGLang's token with rank hashing
+/// (`token`) and with the vocabulary id's (`id_token`, this crate's default hashing).
+struct Case {
+    row: usize,
+    from_logits: bool,
+    params: RowParams,
+    token: u32,
+    id_token: u32,
+}
+
+struct Vectors {
+    vocab: usize,
+    values: Vec<f32>,
+    cases: Vec<Case>,
+}
+
+fn vectors() -> Vectors {
+    let dir = std::env::var_os("SK_GOLDEN_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
+    let text = std::fs::read_to_string(dir.join("sglang_filtered.json")).expect("tests/data/sglang_filtered.json");
+    let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let file = std::fs::read(dir.join(meta["file"].as_str().unwrap())).unwrap();
+    let values: Vec<f32> = common::npy(&file, "<f4").map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let vocab = meta["vocab"].as_u64().unwrap() as usize;
+    let cases: Vec<Case> = meta["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let int = |k: &str| c[k].as_u64().unwrap();
+            let float = |k: &str| c[k].as_f64().unwrap() as f32;
+            let top_k = c["top_k"].as_i64().unwrap();
+            let params = RowParams::seeded(float("temperature"), int("seed"), int("position"))
+                .with_top_k(if top_k < 0 { u32::MAX } else { top_k as u32 })
+                .with_top_p(float("top_p"))
+                .with_min_p(float("min_p"))
+                .with_seeded_hash(SeededHash::SortedRank);
+            Case {
+                row: int("row") as usize,
+                from_logits: c["input"] == "logits",
+                params,
+                token: int("token") as u32,
+                id_token: int("id_token") as u32,
+            }
+        })
+        .collect();
+    assert_eq!(values.len(), cases.len() * vocab, "a row of the .npy per case");
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    Vectors { vocab, values, cases }
+}
+
+/// Tokens and statuses of `rows` over `values` (logits or probabilities) through the filter
+/// kernels' call.
+fn filtered<B: Backend>(b: &B, shape: Shape, values: &[f32], rows: &[RowParams], logits: bool) -> (Vec<u32>, Vec<u32>) {
+    let (x, r) = (b.upload(values).unwrap(), b.upload(rows).unwrap());
+    let (mut t, mut st) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<u32>(shape.batch).unwrap());
+    let input = if logits { Input::Logits(Logits::F32(&x)) } else { Input::Probs(&x) };
+    b.sample_filtered(shape, input, &r, Output::new(&mut t).with_status(&mut st)).unwrap();
+    (b.download(&t).unwrap(), b.download(&st).unwrap())
+}
+
+/// Every vector's token, from logits and from probabilities, through `sample_filtered`; the
+/// logits also through `sample` and `Sampler::step` (the per-row routing). With the default
+/// hashing the same rows give `id_token`, so the hashing choice is what the tokens follow.
+pub fn sglang_filtered_tokens<B: Backend>(b: &B) {
+    let v = vectors();
+    for logits in [true, false] {
+        let cases: Vec<&Case> = v.cases.iter().filter(|c| c.from_logits == logits).collect();
+        let values: Vec<f32> =
+            cases.iter().flat_map(|c| &v.values[c.row * v.vocab..(c.row + 1) * v.vocab]).copied().collect();
+        let shape = Shape::dense(cases.len(), v.vocab);
+        let rows: Vec<RowParams> = cases.iter().map(|c| c.params).collect();
+        let want: Vec<u32> = cases.iter().map(|c| c.token).collect();
+        let (tokens, status) = filtered(b, shape, &values, &rows, logits);
+        for (i, c) in cases.iter().enumerate() {
+            assert_eq!(
+                (tokens[i], status[i]),
+                (c.token, 1),
+                "row {} (logits {logits}): {:?}",
+                c.row,
+                c.params.filters()
+            );
+        }
+        let by_id: Vec<RowParams> = rows.iter().map(|r| r.with_seeded_hash(SeededHash::VocabId)).collect();
+        let ids: Vec<u32> = cases.iter().map(|c| c.id_token).collect();
+        assert_eq!(filtered(b, shape, &values, &by_id, logits).0, ids, "vocabulary id hashing, logits {logits}");
+        if !logits {
+            continue;
+        }
+        let (x, r) = (b.upload(&values).unwrap(), b.upload(&rows).unwrap());
+        let mut t = b.zeros::<u32>(shape.batch).unwrap();
+        b.sample(shape, Logits::F32(&x), &r, Output::new(&mut t)).unwrap();
+        assert_eq!(b.download(&t).unwrap(), want, "sample");
+        let mut sampler = Sampler::new(b, shape.batch).unwrap();
+        sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
+        assert_eq!(b.download(&t).unwrap(), want, "Sampler::step");
+    }
+}
+
+/// Rows the vectors do not cover, against the oracle's plain sort (`seeded_ranked_in`): flat
+/// rows whose set is thousands of tied tokens (the winner found by its place among them), logits
+/// on a coarse grid (ties everywhere) and Zipf-like rows, each under top-p alone, top-k first
+/// past the one-read path's top-k with top-p, a set of exactly `RANK_CAP` tokens, and top-k with
+/// min-p (the one-read path's merge); each row's reads within its filters' bound
+/// plus the two the ranked race adds. The oracle scores `ln p` in float64 where the kernels
+/// score `z - max` (the same up to the row's constant and an ulp of `p`), so a token may differ
+/// only where two ranks' scores lie within 1e-6; on these rows none do (checked below).
+pub fn ranked_rows_match_the_oracle<B: Backend>(b: &B) {
+    let (vocab, mut rng) = (6000, Rng::new(20261203));
+    let flat = vec![1.5f32; vocab];
+    let grid: Vec<f32> = (0..vocab).map(|_| (rng.normal(2.0) * 4.0).round() as f32 / 4.0).collect();
+    let zipf: Vec<f32> = (0..vocab).map(|j| -((j % 997) as f32).ln_1p() + rng.normal(0.3) as f32).collect();
+    let ranked = |t: f32, seed: u64| RowParams::seeded(t, seed, seed ^ 0x5eed).with_seeded_hash(SeededHash::SortedRank);
+    let (mut logits, mut rows) = (Vec::new(), Vec::new());
+    for (i, values) in [&flat, &grid, &zipf].into_iter().enumerate() {
+        let r = |k: u64| ranked(0.7 + 0.1 * k as f32, 1000 + 10 * i as u64 + k);
+        let filters = [
+            r(0).with_top_p(0.5),
+            r(1).with_top_k(300).with_top_p(0.9).with_order(FilterOrder::TopKFirst),
+            r(2).with_top_k(RANK_CAP as u32),
+            r(3).with_top_k(40).with_min_p(0.3),
+        ];
+        for row in filters {
+            logits.extend_from_slice(values);
+            rows.push(row);
+        }
+    }
+    assert!(min_gap(&logits, &rows, vocab) > 1e-6, "a near-tie would make the check depend on rounding");
+    let shape = Shape::dense(rows.len(), vocab);
+    let (x, r) = (b.upload(&logits).unwrap(), b.upload(&rows).unwrap());
+    let (mut t, mut st, mut ps) = (
+        b.zeros::<u32>(shape.batch).unwrap(),
+        b.zeros::<u32>(shape.batch).unwrap(),
+        b.zeros::<u32>(shape.batch).unwrap(),
+    );
+    let out = Output::new(&mut t).with_status(&mut st).with_passes(&mut ps);
+    b.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &r, out).unwrap();
+    let (t, st, ps) = (b.download(&t).unwrap(), b.download(&st).unwrap(), b.download(&ps).unwrap());
+    for (i, row) in rows.iter().enumerate() {
+        let xs: Vec<f64> = logits[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
+        let keep = kept_from_logits(&xs, row, &row.filters());
+        let (probs, p32) = (softmax(&xs, row), softmax_f32(&xs, row));
+        let (token, valid, _) = seeded_ranked_in(&probs, &p32, row, |j| keep[j]).expect("a set within the bound");
+        assert!(valid);
+        let what = format!("row {i}, {:?}, {} kept", row.filters(), keep.iter().filter(|&&k| k).count());
+        assert_eq!((t[i], st[i]), (token as u32, 1), "{what}");
+        let bound = passes(&row.filters(), vocab) + 2;
+        assert!(ps[i] <= bound, "{} reads, more than {bound}, {what}", ps[i]);
+    }
+}
+
+/// The least gap between the best and second-best rank score over `rows` (in float64, the
+/// oracle's scores), so [`ranked_rows_match_the_oracle`] states what it can tell apart.
+fn min_gap(logits: &[f32], rows: &[RowParams], vocab: usize) -> f64 {
+    use sampling_kernels::reference::filters::order;
+    use sampling_kernels::reference::murmur;
+    let mut least = f64::INFINITY;
+    for (i, row) in rows.iter().enumerate() {
+        let xs: Vec<f64> = logits[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
+        let keep = kept_from_logits(&xs, row, &row.filters());
+        let p32 = softmax_f32(&xs, row);
+        let mut scores: Vec<f64> = order(&softmax(&xs, row))
+            .into_iter()
+            .filter(|&j| keep[j])
+            .enumerate()
+            .map(|(r, j)| (p32[j] as f64).ln() + murmur::gumbel(murmur::hash(row.seed(), row.offset(), r as u32)))
+            .collect();
+        scores.sort_by(|a, b| b.total_cmp(a));
+        if scores.len() > 1 {
+            least = least.min(scores[0] - scores[1]);
+        }
+    }
+    least
+}
+
+/// A set one token longer than `RANK_CAP` (a flat row under top-k `RANK_CAP + 1`, and a row of
+/// probabilities under top-p) is raced on the vocabulary id with `STATUS_UNRANKED`: the token
+/// the default hashing gives, never SGLang's passed off as such.
+pub fn sets_past_the_cap_are_unranked<B: Backend>(b: &B) {
+    let vocab = RANK_CAP + 500;
+    let seeded = |seed: u64| RowParams::seeded(1.0, seed, 7).with_seeded_hash(SeededHash::SortedRank);
+    let rows = [seeded(1).with_top_k(RANK_CAP as u32 + 1), seeded(2).with_top_p(0.97)];
+    let logits = vec![0.25f32; 2 * vocab];
+    let (tokens, status) = filtered(b, Shape::dense(2, vocab), &logits, &rows, true);
+    let probs: Vec<f32> = (0..2 * vocab).map(|j| 1.0 / vocab as f32 + (j % 3) as f32 * 1e-9).collect();
+    let (p_tokens, p_status) = filtered(b, Shape::dense(2, vocab), &probs, &rows, false);
+    for (i, row) in rows.iter().enumerate() {
+        let xs: Vec<f64> = logits[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
+        let keep = kept_from_logits(&xs, row, &row.filters());
+        assert!(keep.iter().filter(|&&k| k).count() > RANK_CAP);
+        let (want, _, _) = seeded_in(&sglang_logprobs(&xs, row), row, |j| keep[j]);
+        assert_eq!((tokens[i], status[i]), (want as u32, STATUS_UNRANKED), "logits, row {i}");
+        let ps: Vec<f64> = probs[i * vocab..(i + 1) * vocab].iter().map(|&v| v as f64).collect();
+        let keep = kept(&clean_probs(&ps), &row.filters());
+        assert!(keep.iter().filter(|&&k| k).count() > RANK_CAP);
+        let lp: Vec<f64> = ps.iter().map(|p| p.ln()).collect();
+        let (want, _, _) = seeded_in(&lp, row, |j| keep[j]);
+        assert_eq!((p_tokens[i], p_status[i]), (want as u32, STATUS_UNRANKED), "probabilities, row {i}");
+    }
+}
+
+every_suite!(sglang_filtered_tokens, ranked_rows_match_the_oracle, sets_past_the_cap_are_unranked);
