@@ -219,3 +219,23 @@ pub fn sets_past_the_cap_are_unranked<B: Backend>(b: &B) {
 }
 
 every_suite!(sglang_filtered_tokens, ranked_rows_match_the_oracle, sets_past_the_cap_are_unranked);
+
+/// The vectors from logits one row at a time through `Sampler::step`, on a backend that splits
+/// filtered rows over workgroups where the batch is small (as GPUs do; lavapipe's adapter does
+/// not by default): the ranked rows must stay off the split kernels, which cannot rank.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_split_backend_keeps_ranked_rows_whole() {
+    let split = crate::common::wgpu().map(|_| sampling_kernels::WgpuBackend::new().unwrap().with_split_filters(true));
+    crate::common::on("wgpu", "split_backend_keeps_ranked_rows_whole", split.as_ref(), |b| {
+        let v = vectors();
+        let shape = Shape::dense(1, v.vocab);
+        let mut sampler = Sampler::new(b, 1).unwrap();
+        let mut t = b.zeros::<u32>(1).unwrap();
+        for c in v.cases.iter().filter(|c| c.from_logits) {
+            let x = b.upload(&v.values[c.row * v.vocab..(c.row + 1) * v.vocab]).unwrap();
+            sampler.step(shape, Logits::F32(&x), &[c.params], Output::new(&mut t)).unwrap();
+            assert_eq!(b.download(&t).unwrap(), [c.token], "row {}: {:?}", c.row, c.params.filters());
+        }
+    });
+}
