@@ -38,10 +38,7 @@ struct HashZero {
 }
 
 fn golden() -> Golden {
-    // `SK_GOLDEN_DIR` where the repository is not at hand (the GPU bundle carries the files).
-    let dir = std::env::var_os("SK_GOLDEN_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
+    let dir = common::golden_dir();
     let text = std::fs::read_to_string(dir.join("seeded_golden.json")).expect("tests/data/seeded_golden.json");
     let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
     let read = |k: &str| std::fs::read(dir.join(meta[k].as_str().unwrap())).unwrap();

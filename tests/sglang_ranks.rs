@@ -33,9 +33,7 @@ struct Vectors {
 }
 
 fn vectors() -> Vectors {
-    let dir = std::env::var_os("SK_GOLDEN_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
+    let dir = common::golden_dir();
     let text = std::fs::read_to_string(dir.join("sglang_filtered.json")).expect("tests/data/sglang_filtered.json");
     let meta: serde_json::Value = serde_json::from_str(&text).unwrap();
     let file = std::fs::read(dir.join(meta["file"].as_str().unwrap())).unwrap();

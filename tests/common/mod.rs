@@ -200,6 +200,14 @@ macro_rules! every_suite {
     };
 }
 
+/// The folder of the golden vectors: `tests/data`, or `SK_GOLDEN_DIR` where the repository is
+/// not at hand (the GPU bundle carries the files).
+pub fn golden_dir() -> std::path::PathBuf {
+    std::env::var_os("SK_GOLDEN_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data"))
+}
+
 /// The values of an `.npy` of dtype `descr` (`<f8`, `<f4`) in C order (what numpy's `save`
 /// writes), as one little-endian chunk each.
 pub fn npy<'a>(file: &'a [u8], descr: &str) -> std::slice::ChunksExact<'a, u8> {

@@ -164,43 +164,33 @@ fn token_at(b: &mut Block, input: Input, rank: Expr, n: Expr) -> Expr {
     b.sum_many(Ty::U32, vec![var("rk_above"), var("rk_same")], &outs);
     let t = b.let_("rk_t", Ty::U32, rank.clone() - var("rk_above_n"));
     // Tokens of one key weigh the same, so every one of them is in `S` or none: the key alone
-    // picks them out (no NaN or -inf has a kept key).
-    let of_key = |b: &mut Block, x: Expr| {
-        element(b, input, x);
-        var("key").eq_(won.clone())
-    };
-    b.let_("rk_start", Ty::U32, u(0));
-    b.if_(var("rk_same_n").gt(u(1)), |b| {
-        b.let_("rk_mine", Ty::U32, u(0));
+    // picks them out (no NaN or -inf has a kept key). A read in chunks, in index order.
+    let each_of_key = |b: &mut Block, on: &dyn Fn(&mut Block, Expr)| {
         sweep(
             b,
             input,
             boolean(true),
             |_, _| {},
-            |b, _, _, x| {
-                let hit = of_key(b, x);
-                b.if_(hit, |b| b.set("rk_mine", var("rk_mine") + u(1)));
+            |b, col, _, x| {
+                element(b, input, x);
+                b.if_(var("key").eq_(won.clone()), |b| on(b, col));
             },
-        );
+        )
+    };
+    b.let_("rk_start", Ty::U32, u(0));
+    b.if_(var("rk_same_n").gt(u(1)), |b| {
+        b.let_("rk_mine", Ty::U32, u(0));
+        each_of_key(b, &|b, _| b.set("rk_mine", var("rk_mine") + u(1)));
         let start = b.scan(var("rk_mine"), "rk_before");
         b.set("rk_start", start);
     });
     // Column + 1 of the token, so a max over the workgroup finds it (0: none).
     b.let_("rk_seen", Ty::U32, var("rk_start"));
     b.let_("rk_found", Ty::U32, u(0));
-    sweep(
-        b,
-        input,
-        boolean(true),
-        |_, _| {},
-        |b, col, _, x| {
-            let hit = of_key(b, x);
-            b.if_(hit, |b| {
-                b.if_(var("rk_seen").eq_(t.clone()), |b| b.set("rk_found", col + u(1)));
-                b.set("rk_seen", var("rk_seen") + u(1));
-            });
-        },
-    );
+    each_of_key(b, &|b, col| {
+        b.if_(var("rk_seen").eq_(t.clone()), |b| b.set("rk_found", col + u(1)));
+        b.set("rk_seen", var("rk_seen") + u(1));
+    });
     let found = b.reduce(ReduceOp::Max, Ty::U32, var("rk_found"), "rk_found_all");
     select(rank.lt(u(NONE)).and(found.clone().gt(u(0))), found - u(1), u(NONE))
 }
