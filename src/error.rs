@@ -42,6 +42,15 @@ pub enum Error {
         /// The missing device feature (SHADER_F64, SHADER_INT64).
         feature: &'static str,
     },
+    /// A row asks for a sampler the device cannot run (SGLang's seeded sampler on a device
+    /// without float64): [`crate::Sampler::step`] says so before it launches anything.
+    #[error("row {row} is seeded, and SGLang's seeded sampler needs {feature}, which the device lacks")]
+    UnsupportedRow {
+        /// The row's index in the batch.
+        row: usize,
+        /// The missing device feature.
+        feature: &'static str,
+    },
     /// The CUDA driver is older than the NVRTC found, so it would refuse the PTX NVRTC makes
     /// (a driver loads PTX from its own CUDA version or older); nothing was compiled.
     #[error("NVRTC {nvrtc} makes PTX that the CUDA {driver} driver refuses: put an NVRTC of CUDA {driver} or older first on the library path")]

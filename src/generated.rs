@@ -148,6 +148,14 @@ pub enum KernelId {
     MaskLogitsBf16,
     /// `renorm_probs`: the probabilities renormalized over the kept set, zero outside
     RenormProbs,
+    /// `filter_portable_logits_f32`: top-k, top-p and min-p, the Philox race inside the exact kept set, on a device without float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)
+    FilterPortableLogitsF32,
+    /// `filter_portable_logits_f16`: top-k, top-p and min-p, the Philox race inside the exact kept set, on a device without float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)
+    FilterPortableLogitsF16,
+    /// `filter_portable_logits_bf16`: top-k, top-p and min-p, the Philox race inside the exact kept set, on a device without float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)
+    FilterPortableLogitsBf16,
+    /// `filter_portable_probs`: top-k, top-p and min-p, the Philox race inside the exact kept set, on a device without float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)
+    FilterPortableProbs,
     /// `filter_split_logits_f32`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
     FilterSplitLogitsF32,
     /// `filter_split_logits_f16`: top-k, top-p and min-p sampling with each row split over workgroups: one launch per stage
@@ -262,6 +270,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 1024,
     },
     KernelSource {
         id: KernelId::SoftmaxF16,
@@ -274,6 +283,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 1024,
     },
     KernelSource {
         id: KernelId::SoftmaxBf16,
@@ -286,6 +296,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 1024,
     },
     KernelSource {
         id: KernelId::GreedyF32,
@@ -298,6 +309,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4096,
     },
     KernelSource {
         id: KernelId::GreedyF16,
@@ -310,6 +322,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4096,
     },
     KernelSource {
         id: KernelId::GreedyBf16,
@@ -322,6 +335,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4096,
     },
     KernelSource {
         id: KernelId::RaceLogitsF32,
@@ -334,6 +348,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4176,
     },
     KernelSource {
         id: KernelId::RaceLogitsF16,
@@ -346,6 +361,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4176,
     },
     KernelSource {
         id: KernelId::RaceLogitsBf16,
@@ -358,6 +374,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4176,
     },
     KernelSource {
         id: KernelId::RaceProbs,
@@ -370,6 +387,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 3072,
     },
     KernelSource {
         id: KernelId::Philox4x3210,
@@ -382,6 +400,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 0,
     },
     KernelSource {
         id: KernelId::GumbelNoise,
@@ -394,6 +413,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 0,
     },
     KernelSource {
         id: KernelId::SeededF64,
@@ -406,6 +426,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 3072,
     },
     KernelSource {
         id: KernelId::SeededF32,
@@ -418,6 +439,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 3072,
     },
     KernelSource {
         id: KernelId::SeededProbs,
@@ -430,6 +452,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 3072,
     },
     KernelSource {
         id: KernelId::SeededScreenedF64,
@@ -442,6 +465,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 4096,
     },
     KernelSource {
         id: KernelId::SeededScreenedF32,
@@ -454,6 +478,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 4096,
     },
     KernelSource {
         id: KernelId::SeededScreenedProbs,
@@ -466,6 +491,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 4096,
     },
     KernelSource {
         id: KernelId::SeededLogitsF32,
@@ -478,6 +504,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6144,
     },
     KernelSource {
         id: KernelId::SeededLogitsF16,
@@ -490,6 +517,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6144,
     },
     KernelSource {
         id: KernelId::SeededLogitsBf16,
@@ -502,6 +530,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6144,
     },
     KernelSource {
         id: KernelId::Murmur3,
@@ -514,6 +543,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 0,
     },
     KernelSource {
         id: KernelId::LogF64,
@@ -526,6 +556,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 0,
     },
     KernelSource {
         id: KernelId::SampleF32,
@@ -538,6 +569,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4176,
     },
     KernelSource {
         id: KernelId::SampleF16,
@@ -550,6 +582,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4176,
     },
     KernelSource {
         id: KernelId::SampleBf16,
@@ -562,6 +595,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 4176,
     },
     KernelSource {
         id: KernelId::FilterLogitsF32,
@@ -574,6 +608,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::FilterLogitsF16,
@@ -586,6 +621,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::FilterLogitsBf16,
@@ -598,6 +634,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::FilterProbs,
@@ -610,6 +647,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::MaskLogitsF32,
@@ -622,6 +660,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 19588,
     },
     KernelSource {
         id: KernelId::MaskLogitsF16,
@@ -634,6 +673,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 19588,
     },
     KernelSource {
         id: KernelId::MaskLogitsBf16,
@@ -646,6 +686,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 19588,
     },
     KernelSource {
         id: KernelId::RenormProbs,
@@ -658,6 +699,59 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 21636,
+    },
+    KernelSource {
+        id: KernelId::FilterPortableLogitsF32,
+        name: "filter_portable_logits_f32",
+        wgsl: include_str!("../shaders/filter_portable_logits_f32.wgsl"),
+        cuda: include_str!("../kernels/filter_portable_logits_f32.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
+        passes: 18,
+        stages: 1,
+        fixed_part: false,
+        needs_f64: false,
+        needs_int64: false,
+        workgroup_bytes: 15488,
+    },
+    KernelSource {
+        id: KernelId::FilterPortableLogitsF16,
+        name: "filter_portable_logits_f16",
+        wgsl: include_str!("../shaders/filter_portable_logits_f16.wgsl"),
+        cuda: include_str!("../kernels/filter_portable_logits_f16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
+        passes: 18,
+        stages: 1,
+        fixed_part: false,
+        needs_f64: false,
+        needs_int64: false,
+        workgroup_bytes: 15488,
+    },
+    KernelSource {
+        id: KernelId::FilterPortableLogitsBf16,
+        name: "filter_portable_logits_bf16",
+        wgsl: include_str!("../shaders/filter_portable_logits_bf16.wgsl"),
+        cuda: include_str!("../kernels/filter_portable_logits_bf16.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
+        passes: 18,
+        stages: 1,
+        fixed_part: false,
+        needs_f64: false,
+        needs_int64: false,
+        workgroup_bytes: 15488,
+    },
+    KernelSource {
+        id: KernelId::FilterPortableProbs,
+        name: "filter_portable_probs",
+        wgsl: include_str!("../shaders/filter_portable_probs.wgsl"),
+        cuda: include_str!("../kernels/filter_portable_probs.cu"),
+        bindings: &[Binding::X, Binding::Rows, Binding::Tokens, Binding::Logprobs, Binding::Status, Binding::Passes, Binding::Listed],
+        passes: 18,
+        stages: 1,
+        fixed_part: false,
+        needs_f64: false,
+        needs_int64: false,
+        workgroup_bytes: 15488,
     },
     KernelSource {
         id: KernelId::FilterSplitLogitsF32,
@@ -670,6 +764,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 9344,
     },
     KernelSource {
         id: KernelId::FilterSplitLogitsF16,
@@ -682,6 +777,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 9344,
     },
     KernelSource {
         id: KernelId::FilterSplitLogitsBf16,
@@ -694,6 +790,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 9344,
     },
     KernelSource {
         id: KernelId::FilterSplitProbs,
@@ -706,6 +803,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 9344,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsF32,
@@ -718,6 +816,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 21632,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsF16,
@@ -730,6 +829,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 21632,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsBf16,
@@ -742,6 +842,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 21632,
     },
     KernelSource {
         id: KernelId::TopKPartsProbs,
@@ -754,6 +855,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
+        workgroup_bytes: 21632,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF32,
@@ -766,6 +868,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF16,
@@ -778,6 +881,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsBf16,
@@ -790,6 +894,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::TopKMergeProbs,
@@ -802,6 +907,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 26756,
     },
     KernelSource {
         id: KernelId::TopPCutLogitsF32,
@@ -814,6 +920,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6172,
     },
     KernelSource {
         id: KernelId::TopPCutLogitsF16,
@@ -826,6 +933,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6172,
     },
     KernelSource {
         id: KernelId::TopPCutLogitsBf16,
@@ -838,6 +946,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6172,
     },
     KernelSource {
         id: KernelId::TopPCutProbs,
@@ -850,6 +959,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: true,
         needs_int64: true,
+        workgroup_bytes: 6172,
     },
     KernelSource {
         id: KernelId::ReadRowsF32,
@@ -862,6 +972,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 1024,
     },
     KernelSource {
         id: KernelId::ReadRowsF16,
@@ -874,6 +985,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 1024,
     },
     KernelSource {
         id: KernelId::ReadRowsBf16,
@@ -886,5 +998,6 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: false,
         needs_int64: false,
+        workgroup_bytes: 1024,
     },
 ];

@@ -28,6 +28,9 @@ pub struct KernelSource {
     pub needs_f64: bool,
     /// Uses u64 (wgpu needs SHADER_INT64).
     pub needs_int64: bool,
+    /// The workgroup memory its WGSL declares, in bytes: what the device's
+    /// `max_compute_workgroup_storage_size` must cover for wgpu to build it.
+    pub workgroup_bytes: u32,
 }
 
 impl KernelSource {

@@ -68,6 +68,13 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
         if rows.len() > self.capacity {
             return Err(Error::Shape(format!("batch {} exceeds the sampler's {} rows", rows.len(), self.capacity)));
         }
+        let refused = rows.iter().enumerate().filter(|(_, r)| r.mode() == RowMode::Seeded).find_map(|(row, r)| {
+            let filtered = r.has_filters() && r.is_sampled();
+            self.backend.missing_for_seeded(filtered).map(|feature| Error::UnsupportedRow { row, feature })
+        });
+        if let Some(e) = refused {
+            return Err(e);
+        }
         self.backend.write(&mut self.rows, rows)?;
         // Supersets of the rows the kernels take (a filter also needs a temperature and a top-k
         // below the vocabulary; a seeded row with a filter is the filter kernel's): each kernel

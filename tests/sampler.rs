@@ -200,19 +200,36 @@ fn wgpu_split_and_whole_rows_agree() {
     });
 }
 
-/// A device made with no features and default limits (Metal has no float64) samples greedy and
-/// Philox rows through [`Sampler::step`], the CPU's tokens: the seeded and filter launches list
-/// no row and are left out. A seeded row there is a typed error naming the feature.
+/// A device made with no features and default limits (Metal has no float64; an engine's default
+/// device has 16 KiB of workgroup memory) samples greedy, Philox and filtered rows through
+/// [`Sampler::step`], the CPU's tokens: the filtered rows (every filter, both orders, the
+/// one-read path's kinds and the off-path one) take the portable filter kernel (u64 as two
+/// words, no float64, an 8 KiB list). A seeded row there is a typed error naming the row and the
+/// feature, before anything is launched. `sample_filtered`, whose rows the host cannot see,
+/// still needs the features and names the first it lacks.
 #[cfg(feature = "wgpu")]
 #[test]
-fn wgpu_featureless_device_samples_plain_rows() {
+fn wgpu_featureless_device_samples_plain_and_filtered_rows() {
     let made = crate::common::featureless_wgpu();
-    crate::common::on("wgpu", "featureless_device_samples_plain_rows", made.as_ref(), |b| {
+    crate::common::on("wgpu", "featureless_device_samples_plain_and_filtered_rows", made.as_ref(), |b| {
         let mut rng = Rng::new(40);
-        let shape = Shape::dense(6, 5000);
+        let shape = Shape::dense(9, 5000);
         let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
         let rows: Vec<RowParams> = (0..shape.batch as u64)
-            .map(|r| if r % 3 == 0 { RowParams::greedy() } else { RowParams::new(0.8, rng.next_u64(), r) })
+            .map(|r| {
+                let sampled = RowParams::new(0.8, rng.next_u64(), r);
+                match r {
+                    0 => RowParams::greedy(),
+                    1 => sampled,
+                    2 => sampled.with_top_k(20).with_top_p(0.95),
+                    3 => sampled.with_top_p(0.9),
+                    4 => sampled.with_min_p(0.05),
+                    5 => sampled.with_top_k(300).with_top_p(0.9).with_order(FilterOrder::TopKFirst),
+                    6 => sampled.with_top_k(1000),
+                    7 => RowParams::greedy().with_top_k(5),
+                    _ => sampled.with_top_k(40).with_min_p(0.1).with_order(FilterOrder::TopKFirst),
+                }
+            })
             .collect();
         let (want, _) =
             call(&sampling_kernels::CpuBackend, shape, &logits, &rows, sampling_kernels::CpuBackend::sample);
@@ -221,10 +238,78 @@ fn wgpu_featureless_device_samples_plain_rows() {
         let mut sampler = Sampler::new(b, shape.batch).unwrap();
         sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
         assert_eq!(b.download(&t).unwrap(), want);
+        // Random filters (either order) on rows with ties and -inf blocks, 48 rows more.
+        for _ in 0..3 {
+            let shape = Shape::dense(16, 3000);
+            let logits: Vec<f32> = (0..shape.elements())
+                .map(|j| match rng.below(20) {
+                    0 => f32::NEG_INFINITY,
+                    1..=4 => (j % 7) as f32 * 0.5,
+                    _ => rng.normal(2.5) as f32,
+                })
+                .collect();
+            let rows: Vec<RowParams> = (0..shape.batch)
+                .map(|r| {
+                    let row = RowParams::new(0.5 + rng.unit() as f32, rng.next_u64(), r as u64);
+                    let row = if rng.below(2) == 0 { row.with_top_k(1 + rng.below(2500) as u32) } else { row };
+                    let row = if rng.below(2) == 0 { row.with_top_p(0.05 + 0.9 * rng.unit() as f32) } else { row };
+                    let row = if rng.below(3) == 0 { row.with_min_p(0.2 * rng.unit() as f32) } else { row };
+                    let order = if rng.below(2) == 0 { FilterOrder::Joint } else { FilterOrder::TopKFirst };
+                    row.with_order(order)
+                })
+                .collect();
+            let (want, _) =
+                call(&sampling_kernels::CpuBackend, shape, &logits, &rows, sampling_kernels::CpuBackend::sample);
+            let x = b.upload(&logits).unwrap();
+            let mut t = b.zeros::<u32>(shape.batch).unwrap();
+            Sampler::new(b, shape.batch).unwrap().step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap();
+            assert_eq!(b.download(&t).unwrap(), want, "{rows:?}");
+        }
         let mut seeded = rows.clone();
-        seeded[1] = RowParams::seeded(0.8, 3, 1);
+        seeded[4] = RowParams::seeded(0.8, 3, 1).with_top_p(0.9);
         let err = sampler.step(shape, Logits::F32(&x), &seeded, Output::new(&mut t)).unwrap_err();
-        assert!(matches!(err, Error::Unsupported { feature: "SHADER_F64", .. }), "{err}");
+        assert!(matches!(err, Error::UnsupportedRow { row: 4, feature: "SHADER_F64" }), "{err}");
+        let r = b.upload(&rows).unwrap();
+        let err = b.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &r, Output::new(&mut t)).unwrap_err();
+        assert!(matches!(err, Error::Unsupported { feature: "SHADER_INT64", .. }), "{err}");
+    });
+}
+
+/// A device with every feature but wgpu's default 16 KiB of workgroup memory: `Sampler::step`
+/// samples filtered rows with the portable kernel, and `sample_filtered` (the one-read path's
+/// kernels declare about 26 KB) gets `Error::Unsupported` naming the limit to raise.
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_default_limits_device_says_which_limit_to_raise() {
+    use sampling_kernels::WgpuBackend;
+    let made = crate::common::engine_wgpu(|adapter| sampling_kernels::wgpu::DeviceDescriptor {
+        required_features: adapter.features() & WgpuBackend::FEATURES,
+        ..Default::default()
+    });
+    crate::common::on("wgpu", "default_limits_device_says_which_limit_to_raise", made.as_ref().map(|m| &m.0), |b| {
+        let shape = Shape::dense(2, 5000);
+        let mut rng = Rng::new(41);
+        let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+        let rows = [RowParams::new(0.8, 1, 2).with_top_p(0.9), RowParams::seeded(0.8, 3, 4).with_top_k(30)];
+        let (want, _) =
+            call(&sampling_kernels::CpuBackend, shape, &logits, &rows, sampling_kernels::CpuBackend::sample);
+        let x = b.upload(&logits).unwrap();
+        let mut t = b.zeros::<u32>(shape.batch).unwrap();
+        let err = b
+            .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &b.upload(&rows).unwrap(), Output::new(&mut t))
+            .unwrap_err();
+        let named =
+            matches!(err, Error::Unsupported { feature, .. } if feature.contains("max_compute_workgroup_storage_size"));
+        assert!(named, "{err}");
+        // The seeded row with a filter would need the full filter kernels: refused, naming it
+        // and the limit; the Philox row alone takes the portable kernel.
+        let mut sampler = Sampler::new(b, shape.batch).unwrap();
+        let err = sampler.step(shape, Logits::F32(&x), &rows, Output::new(&mut t)).unwrap_err();
+        let named = matches!(err, Error::UnsupportedRow { row: 1, feature } if feature.contains("workgroup_storage"));
+        assert!(named, "{err}");
+        let one = Shape::dense(1, 5000);
+        sampler.step(one, Logits::F32(&x), &rows[..1], Output::new(&mut t)).unwrap();
+        assert_eq!(b.download(&t).unwrap()[0], want[0]);
     });
 }
 
@@ -260,10 +345,8 @@ fn wgpu_warm_up_builds_what_the_device_runs() {
 fn wgpu_samples_an_engines_buffers_in_place() {
     use sampling_kernels::backend::wgpu::OFFSET_ALIGNMENT;
     use sampling_kernels::{wgpu, WgpuBuffer};
-    let made = crate::common::engine_wgpu(|adapter| wgpu::DeviceDescriptor {
-        required_features: adapter.features(),
-        ..Default::default()
-    });
+    // The device an engine makes for the kernels (the adapter's features and limits).
+    let made = crate::common::engine_wgpu(sampling_kernels::WgpuBackend::device_descriptor);
     let backend = made.as_ref().map(|(b, _, _)| b);
     crate::common::on("wgpu", "samples_an_engines_buffers_in_place", backend, |b| {
         let (_, device, queue) = made.as_ref().unwrap();

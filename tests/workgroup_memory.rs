@@ -1,6 +1,7 @@
 //! Every WGSL kernel declares at most the workgroup memory `WgpuBackend::WORKGROUP_STORAGE`
 //! tells an engine to request (naga's layout of each file's workgroup variables), and the
-//! largest needs more than wgpu's default limit, as its documentation says.
+//! largest needs more than wgpu's default limit, as its documentation says; a kernel that needs
+//! no device feature fits that default.
 
 mod common;
 
@@ -19,7 +20,16 @@ fn every_kernel_fits_the_stated_workgroup_memory() {
             .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
             .map(|(_, v)| layouter[v.ty].size)
             .sum();
+        assert_eq!(k.workgroup_bytes, bytes, "{}: the manifest's workgroup bytes against naga's layout", k.name);
         assert!(bytes <= WgpuBackend::WORKGROUP_STORAGE, "{} declares {bytes} bytes of workgroup memory", k.name);
+        // What a featureless device runs fits its default limits too.
+        let default = sampling_kernels::wgpu::Limits::default().max_compute_workgroup_storage_size;
+        let bare = !k.needs_f64 && !k.needs_int64;
+        assert!(
+            !bare || bytes <= default,
+            "{} needs no feature but declares {bytes} bytes of workgroup memory",
+            k.name
+        );
         largest = largest.max((bytes, k.name));
     }
     let default = sampling_kernels::wgpu::Limits::default().max_compute_workgroup_storage_size;

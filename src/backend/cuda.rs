@@ -435,6 +435,7 @@ impl CudaBackend {
             partials,
             counters,
             split_filters: true,
+            portable: false,
         };
         for launch in Launch::plan(job, &split)? {
             self.launch(launch)?;

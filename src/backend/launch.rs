@@ -131,6 +131,10 @@ pub(crate) struct Split<H> {
     /// Whether filtered rows are split too: a launch per stage then (19), which pays where
     /// launches are cheap beside a row's passes (GPUs), not on a CPU adapter.
     pub split_filters: bool,
+    /// Whether the device lacks what the filter kernels need (float64, 64-bit integers, 32 KiB
+    /// of workgroup memory): then the filtered rows of a call with row lists (whose host
+    /// refused seeded rows) take the portable filter kernel, each row whole.
+    pub portable: bool,
 }
 
 /// Each invocation of a part of the seeded kernel from logits reads at least this many quads
@@ -376,6 +380,19 @@ impl<'a, H: Copy> Launch<H> {
                 let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
                 if seeded_rows > 0 {
                     plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
+                }
+                if let (true, Some(l)) = (split.portable, listed) {
+                    let ids = [
+                        KernelId::FilterPortableLogitsF32,
+                        KernelId::FilterPortableLogitsF16,
+                        KernelId::FilterPortableLogitsBf16,
+                    ];
+                    let portable =
+                        sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, FLAG_FILTERED_ONLY, true);
+                    for list in [l.filtered, l.off_path].into_iter().filter(|&(_, n)| n > 0) {
+                        plan.push(portable.clone().with_list(Some(handle(list))));
+                    }
+                    return plan.into_iter().map(Launch::checked).collect();
                 }
                 let cut = listed.is_none_or(|l| l.top_p_cut);
                 let on_path = filter.clone().with_list(listed.map(|l| handle(l.filtered)));
@@ -672,9 +689,10 @@ mod tests {
             CpuBackend::len(buf)
         }
         fn run(&self, job: Job<'_, Self>) -> Result<()> {
-            for (target_groups, split_filters) in [(1, false), (4096, true)] {
-                let split =
-                    Split { target_groups, block: 32, partials: usize::MAX, counters: usize::MAX - 1, split_filters };
+            // Whole and split rows, and a portable device's plan.
+            for (target_groups, split_filters, portable) in [(1, false, false), (4096, true, false), (1, false, true)] {
+                let (partials, counters) = (usize::MAX, usize::MAX - 1);
+                let split = Split { target_groups, block: 32, partials, counters, split_filters, portable };
                 let plan = Launch::plan(&job, &split)?;
                 assert!(!plan.is_empty());
             }
@@ -740,7 +758,8 @@ mod tests {
         let shape = Shape::dense(1, 151_936);
         let (x, rows) = (vec![0.0f32; shape.elements()], vec![RowParams::new(0.8, 1, 0)]);
         let (mut t, mut lp) = (vec![0u32; 1], vec![0.0f32; 1]);
-        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        let split =
+            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
         let want = parts(1, shape.vocab, 396, 512);
         assert!(want > 1, "the row must be split for this test to mean anything");
         for job in 0..3 {
@@ -774,7 +793,8 @@ mod tests {
         let x = vec![0.0f32; shape.elements()];
         let rows = vec![RowParams::seeded(0.8, 1, 0); shape.batch];
         let (mut t, list) = (vec![0u32; shape.batch], vec![0u32; shape.batch]);
-        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        let split =
+            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
         let want = seeded_parts(shape.vocab, 512);
         assert!(want > 1, "the rows must be split for this test to mean anything");
         for listed in [false, true] {
@@ -816,7 +836,8 @@ mod tests {
         let x = vec![0.0f32; shape.elements()];
         let rows = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); 4];
         let mut t = vec![0u32; 4];
-        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        let split =
+            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
         use KernelId::*;
         for (input, want) in [
             (Input::Logits(Logits::F32(&x)), [TopKPartsLogitsF32, TopPCutLogitsF32, TopKMergeLogitsF32]),
@@ -838,7 +859,8 @@ mod tests {
         let shape = Shape::dense(4, 151_936);
         let x = vec![0.0f32; shape.elements()];
         let (mut t, list) = (vec![0u32; 4], vec![0u32; 4]);
-        let split = Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true };
+        let split =
+            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
         for (row, launches, filter) in [
             (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), 2, KernelId::TopKMergeLogitsF32),
             (RowParams::new(0.8, 1, 0).with_min_p(0.05), 2, KernelId::TopKMergeLogitsF32),

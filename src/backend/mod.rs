@@ -269,6 +269,13 @@ pub trait Backend: Sealed {
     fn warm_up(&self) -> Result<usize> {
         Ok(0)
     }
+    /// What SGLang's seeded sampler needs (with a filter where `filtered`) and this device
+    /// lacks (float64, 64-bit integers; with a filter, the filter kernels' workgroup memory), if
+    /// anything: [`crate::Sampler::step`] refuses such a row, naming it.
+    fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
+        let _ = filtered;
+        None
+    }
     /// Copies a buffer back to the host, waiting for the work that writes it.
     fn download<T: Element>(&self, buf: &Self::Buffer<T>) -> Result<Vec<T>>;
     /// How many elements `buf` holds.

@@ -61,6 +61,11 @@ impl<T: Element> WgpuBuffer<T> {
 /// offset alignment WebGPU allows, so every adapter takes it.
 const PARAMS_STRIDE: usize = 256;
 
+/// What a kernel that declares more workgroup memory than the device gives lacks (the feature
+/// its `Error::Unsupported` names): the limit to request.
+const WORKGROUP_LIMIT: &str = "a max_compute_workgroup_storage_size of 32768 bytes (request the adapter's limits, \
+     as WgpuBackend::device_descriptor does)";
+
 /// Workgroups a launch aims at on a discrete or integrated GPU: about what one holds resident
 /// (an H200's 132 multiprocessors take 8 workgroups of 256 each).
 const GPU_TARGET_GROUPS: u32 = 1024;
@@ -116,6 +121,10 @@ pub struct WgpuBackend {
     /// Whether filtered rows are split over workgroups (a launch per stage): on GPUs; not on a
     /// CPU adapter, where a launch costs about half a millisecond (lavapipe).
     split_filters: bool,
+    /// Whether the device lacks [`WgpuBackend::FEATURES`]' float64 or 64-bit integers or
+    /// [`WgpuBackend::WORKGROUP_STORAGE`]: `Sampler::step` then samples filtered rows with the
+    /// portable filter kernel (see `launch::Split::portable`).
+    portable: bool,
 }
 
 /// Two timestamp queries and the buffers that bring them to the host. The first timed launch
@@ -230,15 +239,20 @@ impl WgpuBackend {
     /// The features every kernel of this crate can use: float64 and 64-bit integers (the seeded
     /// sampler, and the filter kernels' exact masses) and timestamps (for
     /// [`WgpuBackend::time_launches`]), and a pipeline cache ([`Backend::warm_up`]). A device
-    /// without them still samples greedy and Philox rows;
-    /// a row whose kernel needs a missing one gets [`Error::Unsupported`] naming it.
+    /// without them (or with wgpu's default 16 KiB of workgroup memory) still samples greedy,
+    /// Philox and filtered rows through `Sampler::step`, the filtered ones with a portable filter
+    /// kernel (u64 as two words, no float64, an 8 KiB list); `Sampler::step` refuses a seeded row
+    /// there with [`Error::UnsupportedRow`], and a call whose kernel needs a missing feature
+    /// gets [`Error::Unsupported`] naming it.
     pub const FEATURES: wgpu::Features = wgpu::Features::SHADER_F64
         .union(wgpu::Features::SHADER_INT64)
         .union(wgpu::Features::TIMESTAMP_QUERY)
         .union(wgpu::Features::PIPELINE_CACHE);
 
     /// The workgroup memory the filter kernels declare at most, in bytes: above wgpu's default
-    /// limit of 16 KiB, so a device for them asks for it (every desktop GPU has 32 KiB or more).
+    /// limit of 16 KiB, so a device for them asks for it (every desktop GPU and Apple GPU has
+    /// 32 KiB or more). A kernel that declares more than the device gives is refused with
+    /// [`Error::Unsupported`] naming the limit; the portable filter kernel fits 16 KiB.
     pub const WORKGROUP_STORAGE: u32 = 32 * 1024;
 
     /// A descriptor for a device that runs every kernel `adapter` can: [`Self::FEATURES`] where
@@ -281,6 +295,9 @@ impl WgpuBackend {
             counters: scratch_buffer(&device, "counters", 1),
         });
         let split_filters = info.device_type != wgpu::DeviceType::Cpu;
+        let wide = wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64;
+        let portable = !device.features().contains(wide)
+            || device.limits().max_compute_workgroup_storage_size < Self::WORKGROUP_STORAGE;
         // SAFETY: a cache made without data vouches for nothing.
         let pipeline_cache = unsafe { pipeline_cache(&device, None) };
         WgpuBackend {
@@ -298,6 +315,7 @@ impl WgpuBackend {
             target_groups,
             scratch,
             split_filters,
+            portable,
         }
     }
 
@@ -405,13 +423,17 @@ impl WgpuBackend {
         Ok(pipeline)
     }
 
-    /// The device feature `kernel` needs and this device lacks, if any.
+    /// The device feature `kernel` needs and this device lacks, if any, or the limit to raise
+    /// where it declares more workgroup memory than the device gives.
     fn missing_feature(&self, kernel: &KernelSource) -> Option<&'static str> {
         let needs = [
             (kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
             (kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
         ];
-        needs.into_iter().find(|&(needed, feature, _)| needed && !self.device.features().contains(feature)).map(|n| n.2)
+        let feature =
+            needs.into_iter().find(|&(needed, feature, _)| needed && !self.device.features().contains(feature));
+        let memory = kernel.workgroup_bytes > self.device.limits().max_compute_workgroup_storage_size;
+        feature.map(|n| n.2).or(memory.then_some(WORKGROUP_LIMIT))
     }
 
     /// The device this backend launches on.
@@ -609,6 +631,14 @@ impl Backend for WgpuBackend {
     fn len<T: Element>(buf: &WgpuBuffer<T>) -> usize {
         buf.len
     }
+    fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
+        let features = self.device.features();
+        let needs = [(wgpu::Features::SHADER_F64, "SHADER_F64"), (wgpu::Features::SHADER_INT64, "SHADER_INT64")];
+        let feature = needs.into_iter().find(|&(f, _)| !features.contains(f)).map(|n| n.1);
+        // Where only memory makes the device portable, the portable filter kernel (no seeded
+        // race) would take a seeded row with a filter.
+        feature.or((filtered && self.portable).then_some(WORKGROUP_LIMIT))
+    }
     /// Builds the pipeline of every kernel this device can run; with a pipeline cache, the
     /// driver's compiled code comes from it where an earlier start saved it.
     fn warm_up(&self) -> Result<usize> {
@@ -625,7 +655,7 @@ impl Backend for WgpuBackend {
         );
         scratch.fit(&job, target_groups, block, split_filters, len, zeros)?;
         let (partials, counters) = (Bound::whole(&scratch.partials), Bound::whole(&scratch.counters));
-        let split = Split { target_groups, block, partials, counters, split_filters };
+        let split = Split { target_groups, block, partials, counters, split_filters, portable: self.portable };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)
     }

@@ -97,7 +97,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block_for(k.workgroup), SOURCE)?));
         let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n    }},\n",
+            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
             camel(&k.name),
             k.name,
             bindings.join(", "),
@@ -105,8 +105,10 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             k.stages,
             k.workgroup == tuning::Workgroup::Part,
             ir::uses(k, ir::Ty::F64),
-            // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both.
-            ir::uses(k, ir::Ty::U64) || ir::uses(k, ir::Ty::F64)
+            // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both; a
+            // kernel that holds u64 as words in WGSL needs neither.
+            (ir::uses(k, ir::Ty::U64) && !k.u64_as_words) || ir::uses(k, ir::Ty::F64),
+            wgsl::workgroup_bytes(k, wgpu.block_for(k.workgroup))?
         ));
     }
     manifest.push_str("];\n");

@@ -416,6 +416,9 @@ pub struct Kernel {
     pub shared: Vec<SharedDecl>,
     pub functions: Vec<Function>,
     pub body: Vec<Stmt>,
+    /// WGSL holds each u64 as two u32 words, so the kernel runs on a device without 64-bit
+    /// integers (`wgsl_u64.rs`); CUDA keeps its own u64.
+    pub u64_as_words: bool,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ mod ptx_report;
 mod test_runner;
 mod tuning;
 mod wgsl;
+mod wgsl_u64;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

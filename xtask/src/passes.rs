@@ -375,6 +375,7 @@ mod tests {
             shared: vec![],
             functions: vec![function("unused", &[("a", Ty::U32)], Ty::U32, |b| b.ret(var("a")))],
             body,
+            u64_as_words: false,
         }
     }
 

@@ -7,10 +7,13 @@
 //! - `mulhi` is a helper built from 16-bit halves (WGSL has no 64-bit product in core);
 //! - parameters are one uniform struct, padded to 16 bytes;
 //! - atomic buffers are `array<atomic<u32>>`, read and written only through `atomicLoad`,
-//!   `atomicStore` and `atomicAdd`, and the fence is `storageBarrier()`.
+//!   `atomicStore` and `atomicAdd`, and the fence is `storageBarrier()`;
+//! - a kernel built for devices without 64-bit integers ([`Kernel::u64_as_words`]) holds each
+//!   u64 as two u32 words (`wgsl_u64.rs`).
 
 use crate::ir::*;
 use crate::out::{header, CLike, Out};
+use crate::wgsl_u64;
 
 pub fn ty(t: Ty) -> &'static str {
     match t {
@@ -47,6 +50,29 @@ impl Emitter<'_> {
     fn atomic_shared(&self, arr: &str) -> bool {
         self.kernel.shared.iter().any(|s| s.name == arr && s.atomic)
     }
+    /// Whether u64 values are two u32 words in this kernel.
+    fn words(&self) -> bool {
+        self.kernel.u64_as_words
+    }
+    /// How `t` is spelled in this kernel.
+    fn ty(&self, t: Ty) -> &'static str {
+        if t == Ty::U64 && self.words() {
+            wgsl_u64::TYPE
+        } else {
+            ty(t)
+        }
+    }
+    /// Whether `e` is a u64 held as words.
+    fn wide(&self, e: &Expr, scope: &Scope) -> Result<bool, IrError> {
+        Ok(self.words() && scope.ty_of(e).map_err(|m| IrError::ty(self.kernel, m))? == Ty::U64)
+    }
+    /// `a + b` of type `t`, as the sums of the collectives take it.
+    fn add(&self, t: Ty, a: &str, b: &str) -> String {
+        match t {
+            Ty::U64 if self.words() => format!("sk_add64({a}, {b})"),
+            _ => format!("{a} + {b}"),
+        }
+    }
 }
 
 impl CLike for Emitter<'_> {
@@ -56,7 +82,10 @@ impl CLike for Emitter<'_> {
     fn expr(&self, e: &Expr, scope: &Scope) -> Result<String, IrError> {
         let x = |e: &Expr| self.expr(e, scope);
         Ok(match e {
-            Expr::Lit(l) => lit(*l),
+            Expr::Lit(l) => match wgsl_u64::is_u64(l).filter(|_| self.words()) {
+                Some(v) => wgsl_u64::lit(v),
+                None => lit(*l),
+            },
             Expr::Var(n) => n.clone(),
             Expr::Param(n) => format!("params.{n}"),
             Expr::Builtin(b) => match b {
@@ -75,6 +104,10 @@ impl CLike for Emitter<'_> {
             }
             Expr::LoadShared(arr, idx) if self.atomic_shared(arr) => format!("atomicLoad(&{arr}[{}])", x(idx)?),
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
+            Expr::Bin(op, a, b) if self.wide(a, scope)? => match wgsl_u64::bin(*op, &x(a)?, &x(b)?) {
+                Some(call) => call,
+                None => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
+            },
             Expr::Bin(op, a, b) => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
             Expr::Un(op, a) => {
                 let s = match op {
@@ -84,7 +117,14 @@ impl CLike for Emitter<'_> {
                 };
                 format!("({s}{})", x(a)?)
             }
+            Expr::Cast(t, a) if self.words() && (*t == Ty::U64 || self.wide(a, scope)?) => {
+                let from = scope.ty_of(a).map_err(|m| IrError::ty(self.kernel, m))?;
+                wgsl_u64::cast(self.kernel, *t, from, &x(a)?)?
+            }
             Expr::Cast(t, a) => format!("{}({})", ty(*t), x(a)?),
+            Expr::Bitcast(t, a) if self.words() && (*t == Ty::U64 || self.wide(a, scope)?) => {
+                return Err(IrError::target(self.kernel, "a bitcast of a u64 held as words"))
+            }
             Expr::Bitcast(t, a) => format!("bitcast<{}>({})", ty(*t), x(a)?),
             Expr::Math(m, args) => {
                 let name = match m {
@@ -94,8 +134,15 @@ impl CLike for Emitter<'_> {
                     MathFn::Floor => "floor",
                     MathFn::Abs => "abs",
                 };
+                let wide = match args.first() {
+                    Some(a) => self.wide(a, scope)?,
+                    None => false,
+                };
                 let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
-                format!("{name}({})", args.join(", "))
+                match wgsl_u64::math(*m, &args).filter(|_| wide) {
+                    Some(lowered) => lowered,
+                    None => format!("{name}({})", args.join(", ")),
+                }
             }
             Expr::Intrinsic(Intrinsic::MulHi, args) => {
                 format!("sk_mulhi({}, {})", x(&args[0])?, x(&args[1])?)
@@ -115,20 +162,27 @@ impl CLike for Emitter<'_> {
     fn stmt(&self, out: &mut Out, s: &Stmt, scope: &mut Scope) -> Result<(), IrError> {
         match s {
             Stmt::Let { name, ty: t, init } => {
-                out.line(format!("var {name}: {} = {};", ty(*t), self.expr(init, scope)?));
+                out.line(format!("var {name}: {} = {};", self.ty(*t), self.expr(init, scope)?));
                 scope.declare(name, *t);
             }
             Stmt::Bind { name, ty: t, value } => {
-                out.line(format!("let {name}: {} = {};", ty(*t), self.expr(value, scope)?));
+                out.line(format!("let {name}: {} = {};", self.ty(*t), self.expr(value, scope)?));
                 scope.declare(name, *t);
             }
             // An indexed array (zeroed by WGSL): one add whatever the bin.
             Stmt::LetBins { name, ty: t, bins } => {
-                out.line(format!("var {name}: array<{}, {bins}>;", ty(*t)));
+                out.line(format!("var {name}: array<{}, {bins}>;", self.ty(*t)));
                 scope.declare_bins(name, *t, *bins);
             }
             Stmt::AddToBin { name, bin, value } => {
-                out.line(format!("{name}[{}] += {};", self.expr(bin, scope)?, self.expr(value, scope)?));
+                let (bin, value) = (self.expr(bin, scope)?, self.expr(value, scope)?);
+                let (t, _) = scope.histogram(name).map_err(|m| IrError::ty(self.kernel, m))?;
+                match t {
+                    Ty::U64 if self.words() => {
+                        out.line(format!("{name}[{bin}] = {};", self.add(t, &format!("{name}[{bin}]"), &value)))
+                    }
+                    _ => out.line(format!("{name}[{bin}] += {value};")),
+                }
             }
             Stmt::Store { buf, index, value } if buffer(self.kernel, buf)?.storage == Storage::AtomicU32 => {
                 out.line(format!("atomicStore(&{buf}[{}], {});", self.expr(index, scope)?, self.expr(value, scope)?));
@@ -161,9 +215,13 @@ impl CLike for Emitter<'_> {
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Reduce { op, ty: t, value, out: dst } => {
                 let arr = format!("sk_red_{}", ty(*t));
+                let (mine, theirs) = (format!("{arr}[sk_lid]"), format!("{arr}[sk_lid + sk_s]"));
                 let combine = match op {
-                    ReduceOp::Max => format!("max({arr}[sk_lid], {arr}[sk_lid + sk_s])"),
-                    ReduceOp::Sum => format!("{arr}[sk_lid] + {arr}[sk_lid + sk_s]"),
+                    ReduceOp::Max if *t == Ty::U64 && self.words() => {
+                        wgsl_u64::math(MathFn::Max, &[mine, theirs]).expect("max of two")
+                    }
+                    ReduceOp::Max => format!("max({mine}, {theirs})"),
+                    ReduceOp::Sum => self.add(*t, &mine, &theirs),
                 };
                 out.open("{");
                 out.line(format!("{arr}[sk_lid] = {};", self.expr(value, scope)?));
@@ -211,9 +269,14 @@ impl CLike for Emitter<'_> {
                 for (i, v) in values.iter().enumerate() {
                     out.open("{");
                     out.line(format!("let sk_v = {};", self.expr(v, scope)?));
-                    if wide {
+                    if wide && self.words() {
+                        out.line("let sk_lo = sk_v.x;");
+                        out.line("let sk_hi = sk_v.y;");
+                    } else if wide {
                         out.line("let sk_lo = u32(sk_v & 0xfffffffflu);");
                         out.line("let sk_hi = u32(sk_v >> 32u);");
+                    }
+                    if wide {
                         out.open("if (sk_lo != 0u) {");
                         out.line(format!("let sk_old = atomicAdd(&sk_sum_lo[{i}], sk_lo);"));
                         out.line(format!("if (sk_old > 0xffffffffu - sk_lo) {{ atomicAdd(&sk_sum_hi[{i}], 1u); }}"));
@@ -226,7 +289,9 @@ impl CLike for Emitter<'_> {
                 }
                 out.line("workgroupBarrier();");
                 for (i, o) in outs.iter().enumerate() {
-                    if wide {
+                    if wide && self.words() {
+                        out.line(format!("{o} = vec2<u32>(atomicLoad(&sk_sum_lo[{i}]), atomicLoad(&sk_sum_hi[{i}]));"));
+                    } else if wide {
                         out.line(format!(
                             "{o} = (u64(atomicLoad(&sk_sum_hi[{i}])) << 32u) | u64(atomicLoad(&sk_sum_lo[{i}]));"
                         ));
@@ -262,6 +327,66 @@ impl CLike for Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// One `var<workgroup>` array of a module.
+struct WorkgroupArray {
+    name: String,
+    elem: &'static str,
+    /// Its length as WGSL reads it (a number, or `BLOCK`).
+    len: String,
+    bytes: u32,
+}
+
+/// The workgroup arrays of a prepared kernel's module: the collectives' scratch, then the
+/// kernel's own.
+fn workgroup_arrays(e: &Emitter) -> Result<Vec<WorkgroupArray>, IrError> {
+    let (kernel, block) = (e.kernel, e.block);
+    let array = |name: String, t: Ty, len: Option<u32>| WorkgroupArray {
+        name,
+        elem: e.ty(t),
+        len: len.map_or("BLOCK".into(), |n| n.to_string()),
+        bytes: size_of(t) * len.unwrap_or(block),
+    };
+    let atomic =
+        |name: &str, len: u32| WorkgroupArray { elem: "atomic<u32>", ..array(name.into(), Ty::U32, Some(len)) };
+    let used = Collectives::of(&kernel.body);
+    let mut arrays = vec![];
+    // Max and Sum over one type share their scratch array.
+    for t in scratch_types(&used.reduce) {
+        arrays.push(array(format!("sk_red_{}", ty(t)), t, None));
+    }
+    for t in &used.argmax {
+        arrays.push(array(format!("sk_am_{}", ty(*t)), *t, None));
+    }
+    if !used.argmax.is_empty() {
+        arrays.push(array("sk_am_i".into(), Ty::U32, None));
+    }
+    if used.scan {
+        arrays.push(array("sk_scan".into(), Ty::U32, None));
+    }
+    // One pair of atomic arrays serves every SumMany (u32 sums use the low half only).
+    if let Some(n) = used.sum_many.iter().map(|(_, n)| *n).max() {
+        if n as u32 > block {
+            return Err(IrError::target(
+                kernel,
+                format!("a sum of {n} values zeroes one slot per invocation of {block}"),
+            ));
+        }
+        arrays.push(atomic("sk_sum_lo", n as u32));
+        arrays.push(atomic("sk_sum_hi", n as u32));
+    }
+    for s in &kernel.shared {
+        arrays.push(if s.atomic { atomic(&s.name, s.len) } else { array(s.name.clone(), s.ty, Some(s.len)) });
+    }
+    Ok(arrays)
+}
+
+/// The bytes of workgroup memory `kernel`'s module declares with workgroups of `block`: what a
+/// device's `max_compute_workgroup_storage_size` must cover.
+pub fn workgroup_bytes(kernel: &Kernel, block: u32) -> Result<u32, IrError> {
+    let kernel = &crate::passes::prepare(kernel)?;
+    Ok(workgroup_arrays(&Emitter { kernel, block })?.iter().map(|a| a.bytes).sum())
 }
 
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
@@ -306,47 +431,39 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
     out.line(format!("@group(0) @binding({}) var<uniform> params: Params;", kernel.buffers.len()));
     out.blank();
 
-    let used = Collectives::of(&kernel.body);
-    // Max and Sum over one type share their scratch array.
-    for t in scratch_types(&used.reduce) {
-        out.line(format!("var<workgroup> sk_red_{0}: array<{0}, BLOCK>;", ty(t)));
-    }
-    for t in &used.argmax {
-        out.line(format!("var<workgroup> sk_am_{0}: array<{0}, BLOCK>;", ty(*t)));
-    }
-    if !used.argmax.is_empty() {
-        out.line("var<workgroup> sk_am_i: array<u32, BLOCK>;");
-    }
-    if used.scan {
-        out.line("var<workgroup> sk_scan: array<u32, BLOCK>;");
-    }
-    // One pair of atomic arrays serves every SumMany (u32 sums use the low half only).
-    if let Some(n) = used.sum_many.iter().map(|(_, n)| *n).max() {
-        if n as u32 > block {
-            return Err(IrError::target(
-                kernel,
-                format!("a sum of {n} values zeroes one slot per invocation of {block}"),
-            ));
-        }
-        out.line(format!("var<workgroup> sk_sum_lo: array<atomic<u32>, {n}>;"));
-        out.line(format!("var<workgroup> sk_sum_hi: array<atomic<u32>, {n}>;"));
-    }
-    for s in &kernel.shared {
-        let elem = if s.atomic { "atomic<u32>" } else { ty(s.ty) };
-        out.line(format!("var<workgroup> {}: array<{}, {}>;", s.name, elem, s.len));
+    for array in workgroup_arrays(&e)? {
+        out.line(format!("var<workgroup> {}: array<{}, {}>;", array.name, array.elem, array.len));
     }
     out.blank();
 
-    // Helpers the lowering needs, where the kernel uses them.
-    if any_expr(kernel, |e| matches!(e, Expr::Intrinsic(Intrinsic::MulHi, _))) {
-        out.open("fn sk_mulhi(a: u32, b: u32) -> u32 {");
-        out.line("let ll = (a & 0xffffu) * (b & 0xffffu);");
-        out.line("let lh = (a & 0xffffu) * (b >> 16u);");
-        out.line("let hl = (a >> 16u) * (b & 0xffffu);");
-        out.line("let hh = (a >> 16u) * (b >> 16u);");
-        out.line("let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);");
-        out.line("return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);");
-        out.close("}");
+    // The kernel's own functions and entry point, printed first so that the helpers the
+    // lowering needs (`sk_mulhi`, the u64 words' arithmetic) are written where its text calls them.
+    let mut body = Out::default();
+    for func in &kernel.functions {
+        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{n}_in: {}", e.ty(*t))).collect();
+        body.open(format!("fn {}({}) -> {} {{", func.name, params.join(", "), e.ty(func.ret)));
+        // WGSL parameters are immutable; copy them into variables so bodies may assign.
+        for (n, t) in &func.params {
+            body.line(format!("var {n}: {} = {n}_in;", e.ty(*t)));
+        }
+        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
+        e.block(&mut body, &func.body, &mut scope)?;
+        body.close("}");
+    }
+    body.blank();
+    body.line(format!("@compute @workgroup_size({})", e.block));
+    body.open(
+        "fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, \
+         @builtin(num_workgroups) sk_nwg: vec3<u32>) {",
+    );
+    let mut scope = Scope::new(kernel, &[], None);
+    e.block(&mut body, &kernel.body, &mut scope)?;
+    body.close("}");
+    let body = body.finish();
+    for helper in wgsl_u64::helpers_for(&body) {
+        for l in helper.lines() {
+            out.line(l);
+        }
     }
     let loaded = |buf: &BufferDecl| any_expr(kernel, |e| matches!(e, Expr::Load(b, _) if *b == buf.name));
     for buf in kernel.buffers.iter().filter(|b| b.storage.is_half() && loaded(b)) {
@@ -358,25 +475,5 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
         }
         out.close("}");
     }
-    for func in &kernel.functions {
-        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{n}_in: {}", ty(*t))).collect();
-        out.open(format!("fn {}({}) -> {} {{", func.name, params.join(", "), ty(func.ret)));
-        // WGSL parameters are immutable; copy them into variables so bodies may assign.
-        for (n, t) in &func.params {
-            out.line(format!("var {n}: {} = {n}_in;", ty(*t)));
-        }
-        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
-        e.block(&mut out, &func.body, &mut scope)?;
-        out.close("}");
-    }
-    out.blank();
-    out.line(format!("@compute @workgroup_size({})", e.block));
-    out.open(
-        "fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, \
-         @builtin(num_workgroups) sk_nwg: vec3<u32>) {",
-    );
-    let mut scope = Scope::new(kernel, &[], None);
-    e.block(&mut out, &kernel.body, &mut scope)?;
-    out.close("}");
-    Ok(out.finish())
+    Ok(out.finish() + &body)
 }

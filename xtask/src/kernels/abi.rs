@@ -116,6 +116,7 @@ pub(super) fn kernel(
         shared: vec![],
         functions,
         body: body.stmts,
+        u64_as_words: false,
     }
 }
 

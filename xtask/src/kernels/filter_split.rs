@@ -21,8 +21,8 @@
 use super::abi::{for_each_row_part_at, kernel, partials_buffer, Dtype};
 use super::filters::{
     count_ties, decide, declare_best, declare_select, digit_counts, digit_names, digit_pass, digit_schedule, functions,
-    keep_best, listed_row, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row, Input, DIGITS,
-    DIGIT_PASSES, SELECT_PASSES,
+    keep_best, listed_row, part_max, race_in_set, sample_buffers, set_bounds, set_results, takes_row, Build, Input,
+    DIGITS, DIGIT_PASSES, SELECT_PASSES,
 };
 use crate::ir::*;
 
@@ -198,7 +198,7 @@ fn race(b: &mut Block, input: Input) {
         let before = b.scan(var("mine"), "ties_before");
         b.set("tie_start", earlier + before);
     });
-    race_in_set(b, input, boolean(false));
+    race_in_set(b, input, boolean(false), Build::Full);
     let (win, tok) = b.argmax(var("best"), var("best_i"), "win", "tok32");
     let (win64, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
     let mass = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "part_mass");

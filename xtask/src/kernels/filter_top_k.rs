@@ -47,7 +47,7 @@ use super::filter_top_p;
 use super::filter_values as values;
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
-    takes_row, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
+    takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
 };
 use super::seeded::score64;
 use crate::ir::*;
@@ -646,7 +646,7 @@ fn merge_kernel(input: Input) -> Kernel {
             b.if_(var("one_read_done").not(), |b| {
                 // The merge's arrays are the body's list: every read of them is done.
                 b.barrier();
-                filter_body(b, input, Output::Sample, var("reads_before"))
+                filter_body(b, input, Output::Sample, var("reads_before"), Build::Full)
             });
         });
     });
@@ -654,10 +654,10 @@ fn merge_kernel(input: Input) -> Kernel {
     buffers.push(partials_buffer());
     let doc = "top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the \
                parts' candidates or listed range, else the filter kernel's";
-    let passes = 1 + max_passes(Output::Sample);
+    let passes = 1 + max_passes(Output::Sample, Build::Full);
     let name = format!("top_k_merge_{}", input.suffix());
     let mut k = kernel(name, doc, passes, buffers, functions(true), b);
-    k.shared.extend(filter_shared());
+    k.shared.extend(filter_shared(Build::Full));
     k
 }
 

@@ -107,6 +107,31 @@ pub enum Output {
     Renorm,
 }
 
+/// The devices a filter kernel is built for.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Build {
+    /// float64, 64-bit integers and 32 KiB of workgroup memory (`WgpuBackend::FEATURES`, every
+    /// CUDA device): every row, the seeded races too, with a list of [`LIST_CAP`].
+    Full,
+    /// None of those (a Metal device, an engine's default wgpu device): the Philox race alone
+    /// (a seeded row is not taken; the host refuses it first), u64 held as two u32 words in
+    /// WGSL, and a list of [`PORTABLE_LIST_CAP`], so the kernel fits wgpu's default 16 KiB.
+    Portable,
+}
+
+impl Build {
+    /// The select's list in workgroup memory, in u32.
+    pub(super) fn list_cap(self) -> u32 {
+        match self {
+            Build::Full => LIST_CAP,
+            Build::Portable => PORTABLE_LIST_CAP,
+        }
+    }
+}
+
+/// [`Build::Portable`]'s list: 8 KiB.
+pub const PORTABLE_LIST_CAP: u32 = 2048;
+
 pub(super) const FIXED: &str = "sk_fixed";
 pub(super) const FIXED_F32: &str = "sk_fixed_f32";
 pub(super) const FRACTION: &str = "sk_fraction";
@@ -473,7 +498,7 @@ pub(super) fn row_is_filtered(b: &mut Block) -> Expr {
 /// workgroup memory (`done`; [`select_in_bucket`]), its boundary being a key and the highest
 /// index kept at it (`tie_col`). A listed select that never gets there ranks its tied tokens
 /// with one more read of the row in chunks, unless they are all kept.
-fn find_set(b: &mut Block, input: Input) {
+fn find_set(b: &mut Block, input: Input, list_cap: u32) {
     declare_select(b);
     b.let_("mine", Ty::U32, u(0));
     b.let_("listed", Ty::Bool, boolean(false));
@@ -484,10 +509,10 @@ fn find_set(b: &mut Block, input: Input) {
         digit_pass(b, st);
         b.if_(var("digit_pass").eq_(u(0)), |b| b.set("listed", boolean(false)));
         // Not in a select's first pass, which has no counts yet.
-        let fits = var("sel_tn").le(u(LIST_CAP));
+        let fits = var("sel_tn").le(u(list_cap));
         let compact = var("listed").not().and(var("digit_pass").ge(u(1))).and(fits);
         b.if_(compact, |b| {
-            list_bucket(b, input);
+            list_bucket(b, input, list_cap);
             b.set("listed", boolean(true));
             b.set("n_list", var("sel_tn"));
         });
@@ -515,10 +540,10 @@ fn find_set(b: &mut Block, input: Input) {
 }
 
 /// One read of the row that lists the tokens of the select's prefix (the `sel_tn` the last
-/// pass counted, at most [`LIST_CAP`]) in workgroup memory. It reads in the last pass's layout
+/// pass counted, at most `list_cap`) in workgroup memory. It reads in the last pass's layout
 /// (coalesced: never after a select's last pass), so each invocation meets the tokens it
 /// counted there and writes them from the offset its count (`mine`) gives.
-fn list_bucket(b: &mut Block, input: Input) {
+fn list_bucket(b: &mut Block, input: Input, list_cap: u32) {
     let from = b.scan(var("mine"), "list_from");
     b.let_("list_at", Ty::U32, from);
     sweep(
@@ -529,7 +554,7 @@ fn list_bucket(b: &mut Block, input: Input) {
         |b, col, _, x| {
             candidate(b, input, x);
             // The offsets are exact; the bound only keeps a store inside the array whatever happens.
-            b.if_(var("ok").and(var("list_at").lt(u(LIST_CAP))), |b| {
+            b.if_(var("ok").and(var("list_at").lt(u(list_cap))), |b| {
                 b.store_shared(LIST, var("list_at"), col);
                 b.set("list_at", var("list_at") + u(1));
             });
@@ -671,22 +696,26 @@ pub(super) fn sweep_set(
 }
 
 /// One row of a filter kernel.
-fn filter_row(b: &mut Block, input: Input, output: Output) {
+fn filter_row(b: &mut Block, input: Input, output: Output, build: Build) {
     let takes = takes_row(b);
-    b.if_(takes, |b| filter_body(b, input, output, u(0)));
+    let takes = match build {
+        Build::Full => takes,
+        Build::Portable => takes.and(row_is_seeded().not()),
+    };
+    b.if_(takes, |b| filter_body(b, input, output, u(0), build));
 }
 
 /// A row the kernel takes (after [`takes_row`]), its reads counted from `sweeps0`: the maximum,
 /// the select, then the output. The one-read path (`filter_top_k.rs`) runs it for the rows it
 /// cannot decide from its candidates, which it has read once already.
-pub(super) fn filter_body(b: &mut Block, input: Input, output: Output, sweeps0: Expr) {
+pub(super) fn filter_body(b: &mut Block, input: Input, output: Output, sweeps0: Expr, build: Build) {
     {
         b.let_("sweeps", Ty::U32, sweeps0);
         let m = part_max(b, input);
         b.let_("mx", Ty::F32, m);
-        find_set(b, input);
+        find_set(b, input, build.list_cap());
         match output {
-            Output::Sample => sample_in_set(b, input),
+            Output::Sample => sample_in_set(b, input, build),
             Output::Mask => sweep_set(
                 b,
                 input,
@@ -717,9 +746,15 @@ pub(super) fn filter_body(b: &mut Block, input: Input, output: Output, sweeps0: 
 /// The race of the plain path restricted to `S`, with the same noise, then the row's results.
 /// A seeded row that hashes ranks races on its ranks instead where its set fits on chip
 /// (`filter_rank.rs`), and otherwise on the vocabulary id, its status saying so.
-fn sample_in_set(b: &mut Block, input: Input) {
+fn sample_in_set(b: &mut Block, input: Input, build: Build) {
+    if build == Build::Portable {
+        race_in_set(b, input, boolean(false), build);
+        let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
+        let summed = b.reduce(ReduceOp::Sum, Ty::U64, var("all_mass"), "summed_mass");
+        return set_results(b, input, tok32.clone(), tok32, summed, u(1));
+    }
     let ranked = filter_rank::race(b, input);
-    race_in_set(b, input, ranked.done.clone());
+    race_in_set(b, input, ranked.done.clone(), build);
     let (_, tok32) = b.argmax(var("best"), var("best_i"), "win", "tok32");
     let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "win64", "tok64");
     let tok64 = select(ranked.done, ranked.col, tok64);
@@ -734,10 +769,15 @@ pub(super) fn declare_best(b: &mut Block) {
 
 /// [`declare_best`]'s variables with `suffix` after `best` (`best{suffix}`, `best{suffix}64`).
 pub(super) fn declare_best_as(b: &mut Block, suffix: &str) {
-    b.let_(&format!("best{suffix}"), Ty::F32, f(f32::NEG_INFINITY));
-    b.let_(&format!("best{suffix}_i"), Ty::U32, u(NONE));
+    declare_best32(b, suffix);
     b.let_(&format!("best{suffix}64"), Ty::F64, f64_(f64::NEG_INFINITY));
     b.let_(&format!("best{suffix}64_i"), Ty::U32, u(NONE));
+}
+
+/// The f32 race's half of [`declare_best_as`].
+fn declare_best32(b: &mut Block, suffix: &str) {
+    b.let_(&format!("best{suffix}"), Ty::F32, f(f32::NEG_INFINITY));
+    b.let_(&format!("best{suffix}_i"), Ty::U32, u(NONE));
 }
 
 /// `if v > best (or nothing yet): best, best_i = v, i` for the f32 race (`suffix` "") or the
@@ -756,8 +796,14 @@ pub(super) fn keep_best(b: &mut Block, suffix: &str, v: Expr, i: Expr) {
 /// two races are separate sweeps under the row's (uniform) kind, not one sweep that tests each
 /// token: lavapipe runs every branch inside a loop, taken or not, and the float64 race would
 /// cost the Philox rows about 2 ms a row there. Where `done` (uniform) holds, no sweep runs and
-/// nothing is kept.
-pub(super) fn race_in_set(b: &mut Block, input: Input, done: Expr) {
+/// nothing is kept. A [`Build::Portable`] kernel (which takes no seeded row) races Philox only,
+/// with no float64.
+pub(super) fn race_in_set(b: &mut Block, input: Input, done: Expr, build: Build) {
+    if build == Build::Portable {
+        declare_best32(b, "");
+        b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+        return b.if_(done.not(), |b| race_sweep(b, input, false));
+    }
     let seeded = b.let_("seeded_row", Ty::Bool, row_is_seeded());
     declare_best(b);
     b.let_("w", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
@@ -830,11 +876,11 @@ pub(super) fn set_results(b: &mut Block, input: Input, tok32: Expr, tok64: Expr,
 
 /// The most passes any row takes (the renormalizing kernel reads once more, and a sampled row
 /// that hashes ranks [`filter_rank::READS`] more).
-pub(super) fn max_passes(output: Output) -> u32 {
-    let extra = match output {
-        Output::Sample => filter_rank::READS,
-        Output::Mask => 0,
-        Output::Renorm => 1,
+pub(super) fn max_passes(output: Output, build: Build) -> u32 {
+    let extra = match (output, build) {
+        (Output::Sample, Build::Full) => filter_rank::READS,
+        (Output::Sample, Build::Portable) | (Output::Mask, _) => 0,
+        (Output::Renorm, _) => 1,
     };
     SELECT_PASSES + extra
 }
@@ -882,42 +928,56 @@ pub(super) fn sample_buffers(input: Input) -> Vec<BufferDecl> {
     filter_buffers(input, Output::Sample)
 }
 
-fn filter_kernel(input: Input, output: Output) -> Kernel {
+fn filter_kernel(input: Input, output: Output, build: Build) -> Kernel {
     let mut b = Block::new();
     if output == Output::Sample {
-        for_each_row_at(&mut b, listed_row, |b| filter_row(b, input, output));
+        for_each_row_at(&mut b, listed_row, |b| filter_row(b, input, output, build));
     } else {
-        for_each_row(&mut b, |b| filter_row(b, input, output));
+        for_each_row(&mut b, |b| filter_row(b, input, output, build));
     }
     let buffers = filter_buffers(input, output);
-    let (what, doc) = match (output, input) {
-        (Output::Sample, Input::Logits(_)) => {
+    let (what, doc) = match (output, input, build) {
+        (Output::Sample, Input::Logits(_), Build::Full) => {
             ("filter", "top-k, top-p and min-p from logits: the race of the plain path inside the exact kept set")
         }
-        (Output::Sample, Input::Probs) => (
+        (Output::Sample, Input::Probs, Build::Full) => (
             "filter",
             "top-k, top-p and min-p from probabilities: the race of the plain path inside the exact kept set",
         ),
-        (Output::Mask, Input::Logits(_)) => ("mask", "the logits with every token outside the kept set at -inf (f32)"),
-        (Output::Renorm, Input::Probs) => ("renorm", "the probabilities renormalized over the kept set, zero outside"),
+        (Output::Sample, _, Build::Portable) => (
+            "filter_portable",
+            "top-k, top-p and min-p, the Philox race inside the exact kept set, on a device without \
+             float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)",
+        ),
+        (Output::Mask, Input::Logits(_), Build::Full) => {
+            ("mask", "the logits with every token outside the kept set at -inf (f32)")
+        }
+        (Output::Renorm, Input::Probs, Build::Full) => {
+            ("renorm", "the probabilities renormalized over the kept set, zero outside")
+        }
         _ => unreachable!("not generated"),
     };
     let name = format!("{what}_{}", input.suffix());
-    let functions = functions(output == Output::Sample);
-    let mut k = kernel(name, doc, max_passes(output), buffers, functions, b);
-    k.shared.extend(filter_shared());
+    let functions = functions(output == Output::Sample && build == Build::Full);
+    let mut k = kernel(name, doc, max_passes(output, build), buffers, functions, b);
+    k.shared.extend(filter_shared(build));
+    k.u64_as_words = build == Build::Portable;
     k
 }
 
-/// The workgroup arrays [`filter_body`] uses: the select's list and its last bucket.
-pub(super) fn filter_shared() -> Vec<SharedDecl> {
-    vec![
-        SharedDecl::new(LIST, Ty::U32, LIST_CAP),
-        SharedDecl::atomic(filter_rank::COUNT, 1),
+/// The workgroup arrays [`filter_body`] uses: the select's list and its last bucket (and with
+/// [`Build::Full`], the rank race's counter).
+pub(super) fn filter_shared(build: Build) -> Vec<SharedDecl> {
+    let mut arrays = vec![
+        SharedDecl::new(LIST, Ty::U32, build.list_cap()),
         SharedDecl::new(BUCKET_COLS, Ty::U32, BUCKET_CAP),
         SharedDecl::new(BUCKET_KEYS, Ty::U32, BUCKET_CAP),
         SharedDecl::new(BUCKET_MASSES, Ty::U64, BUCKET_CAP),
-    ]
+    ];
+    if build == Build::Full {
+        arrays.insert(1, SharedDecl::atomic(filter_rank::COUNT, 1));
+    }
+    arrays
 }
 
 /// The helpers the filter kernels call (with `sample`, the seeded race's hash and float64 log).
@@ -931,9 +991,10 @@ pub(super) fn functions(sample: bool) -> Vec<Function> {
 
 /// Every kernel of this family.
 pub fn all() -> Vec<Kernel> {
-    let mut out: Vec<Kernel> = Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Sample)).collect();
-    out.push(filter_kernel(Input::Probs, Output::Sample));
-    out.extend(Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Mask)));
-    out.push(filter_kernel(Input::Probs, Output::Renorm));
+    let inputs = || Dtype::ALL.iter().map(|&d| Input::Logits(d)).chain([Input::Probs]);
+    let mut out: Vec<Kernel> = inputs().map(|i| filter_kernel(i, Output::Sample, Build::Full)).collect();
+    out.extend(Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Mask, Build::Full)));
+    out.push(filter_kernel(Input::Probs, Output::Renorm, Build::Full));
+    out.extend(inputs().map(|i| filter_kernel(i, Output::Sample, Build::Portable)));
     out
 }
