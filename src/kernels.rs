@@ -11,8 +11,10 @@ pub struct KernelSource {
     pub name: &'static str,
     /// The generated WGSL module.
     pub wgsl: &'static str,
-    /// The generated CUDA translation unit (compiled with `-DSK_BLOCK=<threads>`).
-    pub cuda: &'static str,
+    /// The generated CUDA translation unit (compiled with `-DSK_BLOCK=<threads>`); none for a
+    /// kernel only wgpu runs (the portable filter kernels: every CUDA device has float64 and
+    /// 64-bit integers).
+    pub cuda: Option<&'static str>,
     /// Its storage buffers in binding (argument) order.
     pub bindings: &'static [Binding],
     /// How many times the kernel reads each element of a row, whatever the data.
@@ -66,9 +68,11 @@ mod tests {
             assert_eq!(k.id.source().name, k.name);
             let mut after = 0;
             for (slot, b) in k.bindings.iter().enumerate() {
-                let at = k.cuda.find(&format!("* __restrict__ {},", b.name()));
-                assert!(at.is_some_and(|at| at > after), "{}: `{}` out of place in the CUDA", k.name, b.name());
-                after = at.unwrap_or(0);
+                if let Some(cuda) = k.cuda {
+                    let at = cuda.find(&format!("* __restrict__ {},", b.name()));
+                    assert!(at.is_some_and(|at| at > after), "{}: `{}` out of place in the CUDA", k.name, b.name());
+                    after = at.unwrap_or(0);
+                }
                 let wgsl = format!("@binding({slot}) var<storage, ");
                 let line = k.wgsl.lines().find(|l| l.contains(&wgsl)).unwrap_or("");
                 assert!(line.contains(&format!("> {}: array<", b.name())), "{}: `{}` in the WGSL", k.name, b.name());

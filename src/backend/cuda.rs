@@ -208,8 +208,9 @@ pub fn compile(kernel: &KernelSource, arch: &'static str, block: u32) -> Result<
         name: Some(format!("{}.cu", kernel.name)),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(kernel.cuda, opts)
-        .map_err(|e| cuda_error(format!("NVRTC {}: {e}", kernel.name)))
+    let source =
+        kernel.cuda.ok_or(Error::Unsupported { backend: "cuda", kernel: kernel.name, feature: "a CUDA build" })?;
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| cuda_error(format!("NVRTC {}: {e}", kernel.name)))
 }
 
 impl CudaBackend {
@@ -343,7 +344,8 @@ impl Backend for CudaBackend {
     }
     /// Compiles and loads every kernel with NVRTC for this device.
     fn warm_up(&self) -> Result<usize> {
-        crate::kernels::all().iter().map(|k| self.function(k)).try_fold(0, |n, f| f.map(|_| n + 1))
+        let built = crate::kernels::all().iter().filter(|k| k.cuda.is_some());
+        built.map(|k| self.function(k)).try_fold(0, |n, f| f.map(|_| n + 1))
     }
     fn run(&self, mut job: Job<'_, Self>) -> Result<()> {
         // cudarc's tracking across streams: this stream first waits for the work other streams

@@ -94,10 +94,16 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
         files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block_for(k.workgroup), SOURCE)?));
-        files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block_for(k.workgroup), SOURCE)?));
+        // A kernel that holds u64 as words is for devices CUDA never is: WGSL only.
+        let cuda = if k.u64_as_words {
+            "None".to_string()
+        } else {
+            files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block_for(k.workgroup), SOURCE)?));
+            format!("Some(include_str!(\"../{cu_path}\"))")
+        };
         let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
         manifest.push_str(&format!(
-            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: include_str!(\"../{cu_path}\"),\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
+            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: {cuda},\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
             camel(&k.name),
             k.name,
             bindings.join(", "),

@@ -417,7 +417,7 @@ pub struct Kernel {
     pub functions: Vec<Function>,
     pub body: Vec<Stmt>,
     /// WGSL holds each u64 as two u32 words, so the kernel runs on a device without 64-bit
-    /// integers (`wgsl_u64.rs`); CUDA keeps its own u64.
+    /// integers (`wgsl_u64.rs`). Such a kernel is WGSL only: every CUDA device has u64.
     pub u64_as_words: bool,
 }
 

@@ -944,10 +944,10 @@ fn filter_kernel(input: Input, output: Output, build: Build) -> Kernel {
             "filter",
             "top-k, top-p and min-p from probabilities: the race of the plain path inside the exact kept set",
         ),
-        (Output::Sample, _, Build::Portable) => (
+        (Output::Sample, Input::Logits(_), Build::Portable) => (
             "filter_portable",
-            "top-k, top-p and min-p, the Philox race inside the exact kept set, on a device without \
-             float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)",
+            "top-k, top-p and min-p from logits, the Philox race inside the exact kept set, on a device \
+             without float64 or 64-bit integers and with 16 KiB of workgroup memory (seeded rows are not taken)",
         ),
         (Output::Mask, Input::Logits(_), Build::Full) => {
             ("mask", "the logits with every token outside the kept set at -inf (f32)")
@@ -991,10 +991,11 @@ pub(super) fn functions(sample: bool) -> Vec<Function> {
 
 /// Every kernel of this family.
 pub fn all() -> Vec<Kernel> {
-    let inputs = || Dtype::ALL.iter().map(|&d| Input::Logits(d)).chain([Input::Probs]);
-    let mut out: Vec<Kernel> = inputs().map(|i| filter_kernel(i, Output::Sample, Build::Full)).collect();
+    let inputs = Dtype::ALL.iter().map(|&d| Input::Logits(d)).chain([Input::Probs]);
+    let mut out: Vec<Kernel> = inputs.map(|i| filter_kernel(i, Output::Sample, Build::Full)).collect();
     out.extend(Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Mask, Build::Full)));
     out.push(filter_kernel(Input::Probs, Output::Renorm, Build::Full));
-    out.extend(inputs().map(|i| filter_kernel(i, Output::Sample, Build::Portable)));
+    // `Sampler::step`, the one call that takes the portable kernels, samples logits.
+    out.extend(Dtype::ALL.iter().map(|&d| filter_kernel(Input::Logits(d), Output::Sample, Build::Portable)));
     out
 }
