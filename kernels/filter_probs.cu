@@ -1791,7 +1791,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             bool rank_over = false;
             unsigned int rank_col = 4294967295u;
             const unsigned int sk_e4 = (row * 12u);
-            if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && noisy)) {
+            if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
                 // built by kernels::filter_rank::race
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_rank::gather
@@ -1994,8 +1994,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             __syncthreads();
                         }
                     }
-                    float bestrk = sk_bitcast<float>(4286578688u);
-                    unsigned int bestrk_i = 4294967295u;
                     double bestrk64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestrk64_i = 4294967295u;
                     for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {

@@ -4842,7 +4842,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
                 const unsigned int sk_e73 = (row * 12u);
-                if ((((rows[(sk_e73 + 1u)] == 1u) && (rows[(sk_e73 + 6u)] == 1u)) && noisy)) {
+                if ((((rows[(sk_e73 + 1u)] == 1u) && (rows[(sk_e73 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -5049,8 +5049,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 __syncthreads();
                             }
                         }
-                        float bestrk = sk_bitcast<float>(4286578688u);
-                        unsigned int bestrk_i = 4294967295u;
                         double bestrk64 = sk_bitcast<double>(18442240474082181120ull);
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {

@@ -1566,7 +1566,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_over: bool = false;
             var rank_col: u32 = 4294967295u;
             let sk_e27: u32 = (row * 12u);
-            if ((((rows[(sk_e27 + 1u)] == 1u) && (rows[(sk_e27 + 6u)] == 1u)) && noisy)) {
+            if ((((rows[(sk_e27 + 1u)] == 1u) && (rows[(sk_e27 + 6u)] == 1u)) && filtered)) {
                 // built by kernels::filter_rank::race
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_rank::gather
@@ -1773,8 +1773,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             workgroupBarrier();
                         }
                     }
-                    var bestrk: f32 = bitcast<f32>(4286578688u);
-                    var bestrk_i: u32 = 4294967295u;
                     var bestrk64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestrk64_i: u32 = 4294967295u;
                     for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {

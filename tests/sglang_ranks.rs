@@ -216,7 +216,29 @@ pub fn sets_past_the_cap_are_unranked<B: Backend>(b: &B) {
     }
 }
 
-every_suite!(sglang_filtered_tokens, ranked_rows_match_the_oracle, sets_past_the_cap_are_unranked);
+/// A row that asks for rank hashing but has no filter is SGLang's unfiltered sampler: the noise
+/// of the vocabulary id, status 1, through the filter kernels' call too (which takes every row
+/// it is given). Rows of 3000 tokens, which the rank race would take whole.
+pub fn rows_without_filters_hash_ids<B: Backend>(b: &B) {
+    let mut rng = Rng::new(7);
+    let shape = Shape::dense(3, 3000);
+    let logits: Vec<f32> = (0..shape.elements()).map(|_| rng.normal(2.0) as f32).collect();
+    let rows: Vec<RowParams> =
+        (0..3).map(|i| RowParams::seeded(0.9, 100 + i, 5).with_seeded_hash(SeededHash::SortedRank)).collect();
+    let (tokens, status) = filtered(b, shape, &logits, &rows, true);
+    for (i, row) in rows.iter().enumerate() {
+        let xs: Vec<f64> = logits[i * 3000..(i + 1) * 3000].iter().map(|&v| v as f64).collect();
+        let (want, _, _) = seeded_in(&sglang_logprobs(&xs, row), row, |_| true);
+        assert_eq!((tokens[i], status[i]), (want as u32, 1), "row {i}");
+    }
+}
+
+every_suite!(
+    sglang_filtered_tokens,
+    ranked_rows_match_the_oracle,
+    sets_past_the_cap_are_unranked,
+    rows_without_filters_hash_ids
+);
 
 /// The vectors from logits one row at a time through `Sampler::step`, on a backend that splits
 /// filtered rows over workgroups where the batch is small (as GPUs do; lavapipe's adapter does

@@ -23,7 +23,7 @@
 use super::abi::{row_is_ranked, NONE};
 use super::filter_top_k::keep_lower;
 use super::filter_values as values;
-use super::filters::{declare_best_as, element, key_value, sweep, sweep_set, Input, LIST, LIST_CAP};
+use super::filters::{declare_best64, element, key_value, sweep, sweep_set, Input, LIST, LIST_CAP};
 use super::seeded::score64;
 use crate::ir::*;
 
@@ -47,12 +47,13 @@ pub(super) struct Ranked {
 }
 
 /// The race on ranks of a row that hashes them (after the select, `set_bounds` declared): see
-/// the module. For any other row nothing runs.
+/// the module. For any other row nothing runs, a row without a filter (`filtered`, which
+/// `sample_filtered` gives this kernel too) among them: SGLang hashes its ids.
 pub(super) fn race(b: &mut Block, input: Input) -> Ranked {
     let done = b.let_("rank_done", Ty::Bool, boolean(false));
     let over = b.let_("rank_over", Ty::Bool, boolean(false));
     let col = b.let_("rank_col", Ty::U32, u(NONE));
-    b.if_(row_is_ranked().and(var("noisy")), |b| {
+    b.if_(row_is_ranked().and(var("filtered")), |b| {
         let n = gather(b, input);
         b.if_else(
             n.clone().le(u(LIST_CAP)),
@@ -137,7 +138,7 @@ fn sort(b: &mut Block, n: Expr) {
 /// lowest of the best ranks.
 fn race_ranks(b: &mut Block, input: Input, n: Expr) -> Expr {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    declare_best_as(b, "rk");
+    declare_best64(b, "rk");
     b.for_("r", lid, n, bs, |b, r| {
         // The list holds order keys: of `z - max` from logits, of `p` from probabilities.
         let v = b.let_("rk_v", Ty::F32, key_value(load_shared(LIST, r.clone())));

@@ -770,6 +770,11 @@ pub(super) fn declare_best(b: &mut Block) {
 /// [`declare_best`]'s variables with `suffix` after `best` (`best{suffix}`, `best{suffix}64`).
 pub(super) fn declare_best_as(b: &mut Block, suffix: &str) {
     declare_best32(b, suffix);
+    declare_best64(b, suffix);
+}
+
+/// The float64 race's half of [`declare_best_as`].
+pub(super) fn declare_best64(b: &mut Block, suffix: &str) {
     b.let_(&format!("best{suffix}64"), Ty::F64, f64_(f64::NEG_INFINITY));
     b.let_(&format!("best{suffix}64_i"), Ty::U32, u(NONE));
 }
