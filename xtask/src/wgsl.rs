@@ -104,10 +104,12 @@ impl CLike for Emitter<'_> {
             }
             Expr::LoadShared(arr, idx) if self.atomic_shared(arr) => format!("atomicLoad(&{arr}[{}])", x(idx)?),
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
-            Expr::Bin(op, a, b) if self.wide(a, scope)? => match wgsl_u64::bin(*op, &x(a)?, &x(b)?) {
-                Some(call) => call,
-                None => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
-            },
+            Expr::Bin(op, a, b) if self.wide(a, scope)? => {
+                match wgsl_u64::bin(*op, &x(a)?, &x(b)?).map_err(|m| IrError::target(self.kernel, m))? {
+                    Some(call) => call,
+                    None => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
+                }
+            }
             Expr::Bin(op, a, b) => format!("({} {} {})", x(a)?, op.symbol(), x(b)?),
             Expr::Un(op, a) => {
                 let s = match op {

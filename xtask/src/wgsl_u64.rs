@@ -17,10 +17,10 @@ pub fn lit(v: u64) -> String {
     format!("vec2<u32>({}u, {}u)", v as u32, (v >> 32) as u32)
 }
 
-/// `a op b` for u64 operands (`b` a u32 for shifts), or `None` where WGSL's own operator works
-/// on the two words (the bitwise ones).
-pub fn bin(op: BinOp, a: &str, b: &str) -> Option<String> {
-    let call = |f: &str| Some(format!("{f}({a}, {b})"));
+/// `a op b` for u64 operands (`b` a u32 for shifts): `Ok(None)` where WGSL's own operator works
+/// on the two words (the bitwise ones), an error for what no kernel needs (a remainder).
+pub fn bin(op: BinOp, a: &str, b: &str) -> Result<Option<String>, &'static str> {
+    let call = |f: &str| Ok(Some(format!("{f}({a}, {b})")));
     match op {
         BinOp::Add => call("sk_add64"),
         BinOp::Sub => call("sk_sub64"),
@@ -29,12 +29,13 @@ pub fn bin(op: BinOp, a: &str, b: &str) -> Option<String> {
         BinOp::Shl => call("sk_shl64"),
         BinOp::Shr => call("sk_shr64"),
         BinOp::Lt => call("sk_lt64"),
-        BinOp::Gt => Some(format!("sk_lt64({b}, {a})")),
-        BinOp::Le => Some(format!("!sk_lt64({b}, {a})")),
-        BinOp::Ge => Some(format!("!sk_lt64({a}, {b})")),
-        BinOp::Eq => Some(format!("all({a} == {b})")),
-        BinOp::Ne => Some(format!("any({a} != {b})")),
-        BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor | BinOp::Rem | BinOp::And | BinOp::Or => None,
+        BinOp::Gt => Ok(Some(format!("sk_lt64({b}, {a})"))),
+        BinOp::Le => Ok(Some(format!("!sk_lt64({b}, {a})"))),
+        BinOp::Ge => Ok(Some(format!("!sk_lt64({a}, {b})"))),
+        BinOp::Eq => Ok(Some(format!("all({a} == {b})"))),
+        BinOp::Ne => Ok(Some(format!("any({a} != {b})"))),
+        BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor => Ok(None),
+        BinOp::Rem | BinOp::And | BinOp::Or => Err("a u64 remainder or logical operator held as words"),
     }
 }
 
