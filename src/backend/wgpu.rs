@@ -5,7 +5,7 @@ use super::launch::{Device, Launch, Plan, Scratch, Split, MAX_LAUNCHES};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
-use crate::kernels::KernelSource;
+use crate::kernels::{KernelId, KernelSource};
 use crate::types::Element;
 use arrayvec::ArrayVec;
 use std::collections::HashMap;
@@ -60,6 +60,23 @@ impl<T: Element> WgpuBuffer<T> {
 /// Bytes from one launch's parameters to the next in the parameter buffer: the largest uniform
 /// offset alignment WebGPU allows, so every adapter takes it.
 const PARAMS_STRIDE: usize = 256;
+
+/// The kernel a seeded row with a filter takes (the one-read path's merge, which runs the
+/// filter kernel's body and declares the most workgroup memory): a device that cannot run it
+/// samples filtered rows with the portable filter kernel, and refuses seeded ones.
+const FILTERED_SEEDED: KernelId = KernelId::TopKMergeLogitsF32;
+
+/// The device feature `kernel` needs and `device` lacks, if any, or the limit to raise where it
+/// declares more workgroup memory than the device gives.
+fn missing_feature(device: &wgpu::Device, kernel: &KernelSource) -> Option<&'static str> {
+    let needs = [
+        (kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
+        (kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
+    ];
+    let feature = needs.into_iter().find(|&(needed, feature, _)| needed && !device.features().contains(feature));
+    let memory = kernel.workgroup_bytes > device.limits().max_compute_workgroup_storage_size;
+    feature.map(|n| n.2).or(memory.then_some(WORKGROUP_LIMIT))
+}
 
 /// What a kernel that declares more workgroup memory than the device gives lacks (the feature
 /// its `Error::Unsupported` names): the limit to request.
@@ -121,9 +138,9 @@ pub struct WgpuBackend {
     /// Whether filtered rows are split over workgroups (a launch per stage): on GPUs; not on a
     /// CPU adapter, where a launch costs about half a millisecond (lavapipe).
     split_filters: bool,
-    /// Whether the device lacks [`WgpuBackend::FEATURES`]' float64 or 64-bit integers or
-    /// [`WgpuBackend::WORKGROUP_STORAGE`]: `Sampler::step` then samples filtered rows with the
-    /// portable filter kernel (see `launch::Split::portable`).
+    /// Whether the device cannot run the filter kernels (no float64 or 64-bit integers, or less
+    /// workgroup memory than they declare; see [`FILTERED_SEEDED`]): `Sampler::step` then
+    /// samples filtered rows with the portable filter kernel (see `launch::Split::portable`).
     portable: bool,
 }
 
@@ -295,9 +312,7 @@ impl WgpuBackend {
             counters: scratch_buffer(&device, "counters", 1),
         });
         let split_filters = info.device_type != wgpu::DeviceType::Cpu;
-        let wide = wgpu::Features::SHADER_F64 | wgpu::Features::SHADER_INT64;
-        let portable = !device.features().contains(wide)
-            || device.limits().max_compute_workgroup_storage_size < Self::WORKGROUP_STORAGE;
+        let portable = missing_feature(&device, FILTERED_SEEDED.source()).is_some();
         // SAFETY: a cache made without data vouches for nothing.
         let pipeline_cache = unsafe { pipeline_cache(&device, None) };
         WgpuBackend {
@@ -423,17 +438,9 @@ impl WgpuBackend {
         Ok(pipeline)
     }
 
-    /// The device feature `kernel` needs and this device lacks, if any, or the limit to raise
-    /// where it declares more workgroup memory than the device gives.
+    /// See the free [`missing_feature`].
     fn missing_feature(&self, kernel: &KernelSource) -> Option<&'static str> {
-        let needs = [
-            (kernel.needs_f64, wgpu::Features::SHADER_F64, "SHADER_F64"),
-            (kernel.needs_int64, wgpu::Features::SHADER_INT64, "SHADER_INT64"),
-        ];
-        let feature =
-            needs.into_iter().find(|&(needed, feature, _)| needed && !self.device.features().contains(feature));
-        let memory = kernel.workgroup_bytes > self.device.limits().max_compute_workgroup_storage_size;
-        feature.map(|n| n.2).or(memory.then_some(WORKGROUP_LIMIT))
+        missing_feature(&self.device, kernel)
     }
 
     /// The device this backend launches on.
@@ -632,12 +639,8 @@ impl Backend for WgpuBackend {
         buf.len
     }
     fn missing_for_seeded(&self, filtered: bool) -> Option<&'static str> {
-        let features = self.device.features();
-        let needs = [(wgpu::Features::SHADER_F64, "SHADER_F64"), (wgpu::Features::SHADER_INT64, "SHADER_INT64")];
-        let feature = needs.into_iter().find(|&(f, _)| !features.contains(f)).map(|n| n.1);
-        // Where only memory makes the device portable, the portable filter kernel (no seeded
-        // race) would take a seeded row with a filter.
-        feature.or((filtered && self.portable).then_some(WORKGROUP_LIMIT))
+        let kernel = if filtered { FILTERED_SEEDED } else { KernelId::SeededLogitsF32 };
+        self.missing_feature(kernel.source())
     }
     /// Builds the pipeline of every kernel this device can run; with a pipeline cache, the
     /// driver's compiled code comes from it where an earlier start saved it.
