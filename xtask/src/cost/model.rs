@@ -238,6 +238,10 @@ pub struct Modelled {
 pub enum Cache {
     Warm,
     Cold,
+    /// A launch of a cold call that reads again what an earlier launch of the call read
+    /// ([`Launch::rereads`]), while the input and what the call wrote since still fit L2: its
+    /// reads come from L2, its writes still go on to DRAM.
+    Reread,
 }
 
 /// Whether `bytes` fit in L2.
@@ -251,7 +255,11 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     let per_sm = l.groups.div_ceil(sms);
     let conc = k.resident.max(1).min(per_sm);
     let rounds = per_sm.div_ceil(conc) as f64;
-    let warm = cache == Cache::Warm && fits_l2(hw, total_input);
+    let warm = match cache {
+        Cache::Warm => fits_l2(hw, total_input),
+        Cache::Reread => true,
+        Cache::Cold => false,
+    };
     // The rows being worked on at once: a pass after a row's first finds it in L2 when they fit.
     let resident_rows = (sms * conc) as f64 * l.columns as f64 * k.elem;
     let again_in_l2 = warm || fits_l2(hw, resident_rows);
@@ -297,7 +305,9 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     let sm_us = sm_cycles / clock;
 
     let bytes = l.read + l.written;
-    let mem_us = if warm {
+    let mem_us = if cache == Cache::Reread {
+        l.read / (hw.l2_gbps.value * 1e3) + l.written / (hw.dram_gbps.value * 1e3)
+    } else if warm {
         bytes / (hw.l2_gbps.value * 1e3)
     } else {
         // The first pass from DRAM; later passes over a row find it in L2 when the rows being
@@ -311,7 +321,9 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     let bound = if l.columns == 0 || work < hw.launch_us.value {
         Bound::Launch
     } else if mem_us > sm_us {
-        if warm {
+        // A reread's writes go on to DRAM: whichever moves more time names the bound.
+        let writes_rule = cache == Cache::Reread && l.written / hw.dram_gbps.value > l.read / hw.l2_gbps.value;
+        if warm && !writes_rule {
             Bound::L2
         } else {
             Bound::Dram
@@ -331,7 +343,16 @@ pub fn call(
     total_input: f64,
     cache: Cache,
 ) -> (f64, Bound, Vec<Modelled>) {
-    let each: Vec<Modelled> = launches.iter().map(|(l, k)| launch(hw, k, l, total_input, cache)).collect();
+    // What the call has written so far shares L2 with its input.
+    let mut written = 0.0;
+    let each: Vec<Modelled> = launches
+        .iter()
+        .map(|(l, k)| {
+            let reread = cache == Cache::Cold && l.rereads && fits_l2(hw, total_input + written);
+            written += l.written;
+            launch(hw, k, l, total_input, if reread { Cache::Reread } else { cache })
+        })
+        .collect();
     let us = hw.first_launch_us.value - hw.launch_us.value + each.iter().map(|m| m.us).sum::<f64>();
     // The bound under which most of the call's time is spent (a launch's floor counts as launches).
     let mut spent: Vec<(Bound, f64)> = Vec::new();
@@ -344,4 +365,64 @@ pub fn call(
     }
     let bound = spent.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map_or(Bound::Launch, |(b, _)| *b);
     (us, bound, each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::hardware::H200;
+    use crate::cost::sass::{Counts, Loop};
+
+    /// A streaming kernel of one cheap loop (two instructions and a 16-byte quad load a
+    /// thread), so that memory, not issue, bounds it.
+    fn streaming() -> Kernel {
+        let mut common = Counts { load_bytes: 16.0, round_trips: 1.0, ..Counts::default() };
+        common.by_pipe[0] = 2.0;
+        let l = Loop { start: 0, end: 1, common, kept: None, noised: None, massed: None, longest: common };
+        Kernel {
+            name: "softmax_f32".into(),
+            loops: vec![l],
+            elem: 4.0,
+            registers: 32,
+            shared: 0,
+            block: 512,
+            resident: 4,
+            occupancy: 1.0,
+        }
+    }
+
+    fn read(rereads: bool, written: f64, rows: u32) -> Launch {
+        let vocab = 151936;
+        let groups = 528;
+        let read = rows as f64 * vocab as f64 * 4.0;
+        Launch {
+            kernel: "softmax_f32".into(),
+            groups,
+            columns: vocab * rows / groups,
+            passes: 1,
+            read,
+            written,
+            rereads,
+        }
+    }
+
+    /// A cold call's second read of an input that still fits L2 with what the call wrote costs
+    /// less than its first; where they no longer fit, it costs the same as the first.
+    #[test]
+    fn a_cold_reread_comes_from_l2_while_the_call_fits_it() {
+        let k = streaming();
+        let us = |launches: &[Launch], rows: u32| {
+            let pairs: Vec<(Launch, &Kernel)> = launches.iter().map(|l| (l.clone(), &k)).collect();
+            let input = rows as f64 * 151936.0 * 4.0;
+            call(&H200, &pairs, input, Cache::Cold).2.iter().map(|m| m.us).collect::<Vec<_>>()
+        };
+        // 32 rows: 19.4 MB read, 19.4 MB written by the first launch: 38.9 MB in a 50 MB L2.
+        let fits = us(&[read(false, 19.4e6, 32), read(true, 0.0, 32)], 32);
+        let flagless = us(&[read(false, 19.4e6, 32), read(false, 0.0, 32)], 32);
+        assert!(fits[1] < 0.8 * flagless[1], "{fits:?} {flagless:?}");
+        // 64 rows: the input and the first launch's writes, 77.8 MB, overflow L2.
+        let spills = us(&[read(false, 38.9e6, 64), read(true, 0.0, 64)], 64);
+        let flagless = us(&[read(false, 38.9e6, 64), read(false, 0.0, 64)], 64);
+        assert_eq!(spills[1], flagless[1]);
+    }
 }

@@ -128,6 +128,9 @@ pub struct Launch {
     /// Bytes read from the logits or probabilities, and written.
     pub read: f64,
     pub written: f64,
+    /// The launch reads again what an earlier launch of the same call read (softmax's second
+    /// launch, the top-p cut after the parts): a cold call finds it in L2 when it still fits.
+    pub rereads: bool,
 }
 
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
@@ -168,6 +171,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         passes,
         read: passes as f64 * row_bytes * batch as f64,
         written,
+        rereads: false,
     };
     let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
@@ -178,6 +182,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         passes: u32::from(reads),
         read: if reads { row_bytes * batch as f64 } else { 0.0 },
         written: 0.0,
+        rereads: false,
     };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
@@ -192,11 +197,20 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 passes: 0,
                 read: 0.0,
                 written: 0.0,
+                rereads: false,
             });
         }
         v
     };
-    let idle = |kernel: String, groups: u32| Launch { kernel, groups, columns: 0, passes: 0, read: 0.0, written: 0.0 };
+    let idle = |kernel: String, groups: u32| Launch {
+        kernel,
+        groups,
+        columns: 0,
+        passes: 0,
+        read: 0.0,
+        written: 0.0,
+        rereads: false,
+    };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
             // At most the seeded kernel's parts (`launch::filter_parts`).
@@ -226,7 +240,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         let merge = format!("top_k_merge_{input}");
         let merge =
             if decided || cut || idle_rows { idle(merge, batch) } else { whole_of(merge, passes, 0.0, row_bytes) };
-        let cut = parted(format!("top_p_cut_{input}"), p, row_bytes, cut);
+        let cut = Launch { rereads: true, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
         vec![parts, cut, merge]
     };
     let logits = format!("logits_{dtype}");
@@ -266,6 +280,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                         passes: 1,
                         read: row * batch as f64,
                         written: if stage == 1 { written } else { 0.0 },
+                        rereads: stage == 1,
                     })
                     .collect(),
             }
@@ -305,17 +320,18 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         Call::Step(top_p) => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             let p = vocab.div_ceil(TOP_K_PART_COLS);
-            let one_row = |kernel: String| Launch {
+            let one_row = |kernel: String, rereads: bool| Launch {
                 kernel,
                 groups: p,
                 columns: vocab.div_ceil(p),
                 passes: 1,
                 read: row,
                 written: 0.0,
+                rereads,
             };
             if top_p > 0 {
-                v.push(one_row(format!("top_k_parts_logits_{dtype}")));
-                v.push(one_row(format!("top_p_cut_logits_{dtype}")));
+                v.push(one_row(format!("top_k_parts_logits_{dtype}"), false));
+                v.push(one_row(format!("top_p_cut_logits_{dtype}"), true));
                 v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
             }
             v
