@@ -10,6 +10,14 @@
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
+#if __CUDA_ARCH__ == 750
+#define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
+#define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#else
+#define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#endif
+
 template <typename To, typename From>
 __device__ __forceinline__ To sk_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
@@ -46,7 +54,7 @@ __device__ __forceinline__ float sk_exp(float x) {
     return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK) softmax_bf16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     __shared__ float sk_red_f32[33];
     unsigned int stage = ((flags >> 8u) & 255u);

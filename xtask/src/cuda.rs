@@ -45,6 +45,18 @@ const BLOCK_DEFINES: &str = r#"#ifndef SK_BLOCK
 #define SK_WARPS (SK_BLOCK / 32)
 "#;
 
+/// The blocks a multiprocessor holds at most by its threads, for a [`Kernel::full_occupancy`]
+/// kernel's `__launch_bounds__`: 1024 threads on Turing, 1536 on sm_86, sm_87, sm_89 and sm_120,
+/// 2048 on the rest (CUDA C++ Programming Guide, compute capabilities table).
+const FULL_BLOCKS: &str = r#"#if __CUDA_ARCH__ == 750
+#define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
+#define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#else
+#define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#endif
+"#;
+
 /// Reinterprets bits: what `Bitcast`, infinite literals and bf16 loads are spelled with.
 const BITCAST: &str = r#"template <typename To, typename From>
 __device__ __forceinline__ To sk_bitcast(From x) {
@@ -394,7 +406,14 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String,
         || used.reduce.iter().any(|(op, t)| *op == ReduceOp::Max && matches!(t, Ty::F32 | Ty::F64))
         || !used.argmax.is_empty();
     let prelude = BLOCK_DEFINES.replace("#define SK_BLOCK 256", &format!("#define SK_BLOCK {default_block}"));
-    for (wanted, text) in [(true, prelude.as_str()), (bitcast, BITCAST), (f16, LOAD_F16), (bf16, LOAD_BF16)] {
+    let helpers = [
+        (true, prelude.as_str()),
+        (kernel.full_occupancy, FULL_BLOCKS),
+        (bitcast, BITCAST),
+        (f16, LOAD_F16),
+        (bf16, LOAD_BF16),
+    ];
+    for (wanted, text) in helpers {
         if wanted {
             out.blank();
             text.lines().for_each(|l| out.line(l));
@@ -422,7 +441,8 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String,
         })
         .collect();
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
-    out.line(format!("extern \"C\" __global__ void __launch_bounds__(SK_BLOCK) {}(", kernel.name));
+    let bounds = if kernel.full_occupancy { "SK_BLOCK, SK_FULL_BLOCKS" } else { "SK_BLOCK" };
+    out.line(format!("extern \"C\" __global__ void __launch_bounds__({bounds}) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
     for t in scratch_types(&used.reduce) {
         out.line(format!("__shared__ {} sk_red_{}[33];", ty(t), short(t)));

@@ -419,6 +419,11 @@ pub struct Kernel {
     /// WGSL holds each u64 as two u32 words, so the kernel runs on a device without 64-bit
     /// integers (`wgsl_u64.rs`). Such a kernel is WGSL only: every CUDA device has u64.
     pub u64_as_words: bool,
+    /// CUDA asks ptxas for registers few enough that a multiprocessor holds as many of its
+    /// blocks as its threads allow (`__launch_bounds__`' second argument). For a kernel a few
+    /// registers over that line, where the last block a multiprocessor cannot hold costs a whole
+    /// second round of the launch: `cargo xtask ptx-report` must still show no spills.
+    pub full_occupancy: bool,
 }
 
 // ---------------------------------------------------------------------------------------------

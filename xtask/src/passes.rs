@@ -376,6 +376,7 @@ mod tests {
             functions: vec![function("unused", &[("a", Ty::U32)], Ty::U32, |b| b.ret(var("a")))],
             body,
             u64_as_words: false,
+            full_occupancy: false,
         }
     }
 

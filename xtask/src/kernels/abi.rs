@@ -117,6 +117,7 @@ pub(super) fn kernel(
         functions,
         body: body.stmts,
         u64_as_words: false,
+        full_occupancy: false,
     }
 }
 
