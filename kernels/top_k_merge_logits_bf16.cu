@@ -3102,12 +3102,119 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsure_n = sk_many_u32[2 * 32 + 1];
                                 __syncthreads();
                             }
+                            if ((joint_p && (unsure_n > 0u))) {
+                                unsigned long long rm_own = 0ull;
+                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_read_four
+                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    const unsigned int sk_e39 = (col_hi - col_lo);
+                                    const float sk_e38 = sk_bf16(x[(base + (col_lo + ((li0 < sk_e39) ? li0 : (sk_e39 - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
+                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    const unsigned int sk_e41 = (col_hi - col_lo);
+                                    const float sk_e40 = sk_bf16(x[(base + (col_lo + ((li1 < sk_e41) ? li1 : (sk_e41 - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
+                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    const unsigned int sk_e43 = (col_hi - col_lo);
+                                    const float sk_e42 = sk_bf16(x[(base + (col_lo + ((li2 < sk_e43) ? li2 : (sk_e43 - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
+                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    const unsigned int sk_e45 = (col_hi - col_lo);
+                                    const float sk_e44 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e45) ? li3 : (sk_e45 - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e46 = (zx0 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e46 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e46 - row_m))))));
+                                    }
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e47 = (zx1 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e47 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e47 - row_m))))));
+                                    }
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e48 = (zx2 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e48 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e48 - row_m))))));
+                                    }
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e49 = (zx3 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e49 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e49 - row_m))))));
+                                    }
+                                }
+                                unsigned long long rm_row = 0ull;
+                                {
+                                    unsigned long long sk_v = rm_own;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u64[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = sk_v + ov;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u64[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    rm_row = sk_red_u64[32];
+                                    __syncthreads();
+                                }
+                                unsigned long long lim_row = sk_fraction(pp, rm_row);
+                                n_lo = 0u;
+                                for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
+                                    const unsigned int sk_e51 = listed_cols[(1285u + r)];
+                                    const float sk_e50 = sk_bitcast<float>((((sk_e51 & 2147483648u) != 0u) ? (sk_e51 ^ 2147483648u) : (sk_e51 ^ 4294967295u)));
+                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e50 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e50 - row_m))));
+                                    unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
+                                    bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    if ((base_r && (br <= lim_row))) {
+                                        n_lo = (n_lo + 1u);
+                                    }
+                                }
+                                unsigned int kept_exact = 0u;
+                                {
+                                    unsigned int sk_v = n_lo;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = sk_v + ov;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u32[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    kept_exact = sk_red_u32[32];
+                                    __syncthreads();
+                                }
+                                kept_n = kept_exact;
+                                unsure_n = 0u;
+                                reads_before = (reads_before + 1u);
+                            }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                            const unsigned int sk_e38 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = ((sk_bitcast<float>((((sk_e38 & 2147483648u) != 0u) ? (sk_e38 ^ 2147483648u) : (sk_e38 ^ 4294967295u))) - row_m) > (zt - row_m));
-                            const unsigned int sk_e39 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e39] & 2147483648u) != 0u) ? (listed_cols[sk_e39] ^ 2147483648u) : (listed_cols[sk_e39] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                            const unsigned int sk_e52 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = ((sk_bitcast<float>((((sk_e52 & 2147483648u) != 0u) ? (sk_e52 ^ 2147483648u) : (sk_e52 ^ 4294967295u))) - row_m) > (zt - row_m));
+                            const unsigned int sk_e53 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e53] & 2147483648u) != 0u) ? (listed_cols[sk_e53] ^ 2147483648u) : (listed_cols[sk_e53] ^ 4294967295u))) - row_m) > (zt - row_m)));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3179,22 +3286,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 double best64 = sk_bitcast<double>(18442240474082181120ull);
                                 unsigned int best64_i = 4294967295u;
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                const unsigned int sk_e40 = (row * 12u);
-                                bool ow_ranked = ((rows[(sk_e40 + 1u)] == 1u) && (rows[(sk_e40 + 6u)] == 1u));
+                                const unsigned int sk_e54 = (row * 12u);
+                                bool ow_ranked = ((rows[(sk_e54 + 1u)] == 1u) && (rows[(sk_e54 + 6u)] == 1u));
                                 unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                 unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                 unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                 unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e41 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e41 & 2147483648u) != 0u) ? (sk_e41 ^ 2147483648u) : (sk_e41 ^ 4294967295u)));
+                                    const unsigned int sk_e55 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e55 & 2147483648u) != 0u) ? (sk_e55 ^ 2147483648u) : (sk_e55 ^ 4294967295u)));
                                     if (ow_ranked) {
                                         double s64 = ((double)(rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e42 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], r)));
+                                            const unsigned int sk_e56 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3207,8 +3314,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             double s64 = ((double)(rz - row_m));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e43 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], rc)));
+                                                const unsigned int sk_e57 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3218,8 +3325,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e44 = (rc & 3u);
-                                            float score = (rz + sk_gumbel(((sk_e44 == 3u) ? ((w4).w) : ((sk_e44 == 2u) ? ((w4).z) : ((sk_e44 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e58 = (rc & 3u);
+                                            float score = (rz + sk_gumbel(((sk_e58 == 3u) ? ((w4).w) : ((sk_e58 == 2u) ? ((w4).z) : ((sk_e58 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3306,8 +3413,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results_as
-                                    const float sk_e45 = sk_bf16(x[(base + ow_at)]);
-                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
+                                    const float sk_e59 = sk_bf16(x[(base + ow_at)]);
+                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59);
                                     float ow_v = (ow_v_x / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -3315,7 +3422,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
                                     // built by kernels::filter_top_k::finish_race
-                                    passes[row] = 1u;
+                                    passes[row] = reads_before;
                                 }
                                 one_read_done = true;
                             }
@@ -3334,17 +3441,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read_four
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e46 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                        const float sk_e60 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e47 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47);
+                        const float sk_e61 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e48 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
+                        const float sk_e62 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e49 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49);
+                        const float sk_e63 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
@@ -3411,8 +3518,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e50 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e50 : (sk_e50 - sel_a));
+                    const unsigned int sk_e64 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e64 : (sk_e64 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3450,17 +3557,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                 // built by kernels::filter_values::for_each_read_four
                                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                const float sk_e51 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
+                                const float sk_e65 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65);
                                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                const float sk_e52 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52);
+                                const float sk_e66 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
                                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                const float sk_e53 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53);
+                                const float sk_e67 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67);
                                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                const float sk_e54 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54);
+                                const float sk_e68 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -3556,8 +3663,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e55 = sk_bf16(x[(base + col)]);
-                            float lx = (((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55);
+                            const float sk_e69 = sk_bf16(x[(base + col)]);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3603,8 +3710,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e56 = sk_bf16(x[(base + col)]);
-                            float lx = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
+                            const float sk_e70 = sk_bf16(x[(base + col)]);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3644,8 +3751,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e57 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e57 == (sel_n + min(sel_tn, 64u))) || (!((sk_e57 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e71 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e71 == (sel_n + min(sel_tn, 64u))) || (!((sk_e71 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3716,8 +3823,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e58 = sk_bf16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
+                                const float sk_e72 = sk_bf16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3787,17 +3894,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e59 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59);
+                                        const float sk_e73 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e60 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
+                                        const float sk_e74 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e61 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
+                                        const float sk_e75 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e75);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e62 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                        const float sk_e76 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4043,17 +4150,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                         // built by kernels::filter_values::for_each_read_four
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const float sk_e63 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
+                                        const float sk_e77 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77);
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const float sk_e64 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e64) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e64);
+                                        const float sk_e78 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const float sk_e65 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65);
+                                        const float sk_e79 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const float sk_e66 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                        const float sk_e80 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4672,8 +4779,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e67 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e67 ? tn64 : (((lim - sel_m) / (sk_e67 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e81 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e81 ? tn64 : (((lim - sel_m) / (sk_e81 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4691,8 +4798,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e68 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e68 ? tn64 : (((lim - sel_m) / (sk_e68 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e82 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e82 ? tn64 : (((lim - sel_m) / (sk_e82 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4716,17 +4823,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e69 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69);
+                                        const float sk_e83 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e70 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
+                                        const float sk_e84 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e71 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71);
+                                        const float sk_e85 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e72 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                                        const float sk_e86 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4841,8 +4948,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                 bool rank_done = false;
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
-                const unsigned int sk_e73 = (row * 12u);
-                if ((((rows[(sk_e73 + 1u)] == 1u) && (rows[(sk_e73 + 6u)] == 1u)) && filtered)) {
+                const unsigned int sk_e87 = (row * 12u);
+                if ((((rows[(sk_e87 + 1u)] == 1u) && (rows[(sk_e87 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4859,17 +4966,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e74 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
+                                const float sk_e88 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e75 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e75);
+                                const float sk_e89 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e76 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76);
+                                const float sk_e90 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e77 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77);
+                                const float sk_e91 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -5053,13 +5160,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_rank::race_ranks
-                            const unsigned int sk_e78 = listed_cols[r];
-                            float rk_v = sk_bitcast<float>((((sk_e78 & 2147483648u) != 0u) ? (sk_e78 ^ 2147483648u) : (sk_e78 ^ 4294967295u)));
+                            const unsigned int sk_e92 = listed_cols[r];
+                            float rk_v = sk_bitcast<float>((((sk_e92 & 2147483648u) != 0u) ? (sk_e92 ^ 2147483648u) : (sk_e92 ^ 4294967295u)));
                             double s64 = ((double)rk_v);
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                const unsigned int sk_e79 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], r)));
+                                const unsigned int sk_e93 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5151,17 +5258,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e80 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
+                                        const float sk_e94 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e94) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e94);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e81 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
+                                        const float sk_e95 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e82 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e82) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e82);
+                                        const float sk_e96 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e83 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
+                                        const float sk_e97 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -5258,17 +5365,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e84 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84);
+                                    const float sk_e98 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e85 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
+                                    const float sk_e99 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e86 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86);
+                                    const float sk_e100 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e87 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87);
+                                    const float sk_e101 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
                                     if ((li0 < sweep_n)) {
                                         // built by kernels::filter_values::read_step
                                         unsigned int col = (col_lo + li0);
@@ -5390,17 +5497,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e88 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
+                                const float sk_e102 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e102) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e102);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e89 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
+                                const float sk_e103 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e90 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90);
+                                const float sk_e104 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e91 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
+                                const float sk_e105 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e105) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e105);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -5432,8 +5539,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e92 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e92 + 8u)], rows[(sk_e92 + 9u)], rows[(sk_e92 + 10u)], col)));
+                                            const unsigned int sk_e106 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e106 + 8u)], rows[(sk_e106 + 9u)], rows[(sk_e106 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5473,8 +5580,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e93 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], col)));
+                                            const unsigned int sk_e107 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e107 + 8u)], rows[(sk_e107 + 9u)], rows[(sk_e107 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5514,8 +5621,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e94 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e94 + 8u)], rows[(sk_e94 + 9u)], rows[(sk_e94 + 10u)], col)));
+                                            const unsigned int sk_e108 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e108 + 8u)], rows[(sk_e108 + 9u)], rows[(sk_e108 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5555,8 +5662,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e95 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e95 + 8u)], rows[(sk_e95 + 9u)], rows[(sk_e95 + 10u)], col)));
+                                            const unsigned int sk_e109 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5585,17 +5692,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e96 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
+                                const float sk_e110 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e110) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e110);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e97 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
+                                const float sk_e111 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e98 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
+                                const float sk_e112 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e112) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e112);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e99 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
+                                const float sk_e113 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113);
                                 if (noisy) {
                                     // built by kernels::filters::race_sweep
                                     w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -5628,8 +5735,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e100 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e100 : (zv + sk_e100)) : zv);
+                                        const float sk_e114 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e114 : (zv + sk_e114)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5665,8 +5772,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e101 = sk_gumbel((w).y);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e101 : (zv + sk_e101)) : zv);
+                                        const float sk_e115 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e115 : (zv + sk_e115)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5702,8 +5809,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e102 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e102 : (zv + sk_e102)) : zv);
+                                        const float sk_e116 = sk_gumbel((w).z);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e116 : (zv + sk_e116)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5739,8 +5846,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e103 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e103 : (zv + sk_e103)) : zv);
+                                        const float sk_e117 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e117 : (zv + sk_e117)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5857,8 +5964,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     // built by kernels::abi::write_results_as
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e104 = sk_bf16(x[(base + tok_at)]);
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e118 = sk_bf16(x[(base + tok_at)]);
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e118) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e118) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

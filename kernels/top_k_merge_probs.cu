@@ -3069,12 +3069,115 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsure_n = sk_many_u32[2 * 32 + 1];
                                 __syncthreads();
                             }
+                            if ((joint_p && (unsure_n > 0u))) {
+                                unsigned long long rm_own = 0ull;
+                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_read_four
+                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    const unsigned int sk_e36 = (col_hi - col_lo);
+                                    float zx0 = x[(base + (col_lo + ((li0 < sk_e36) ? li0 : (sk_e36 - 1u))))];
+                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    const unsigned int sk_e37 = (col_hi - col_lo);
+                                    float zx1 = x[(base + (col_lo + ((li1 < sk_e37) ? li1 : (sk_e37 - 1u))))];
+                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    const unsigned int sk_e38 = (col_hi - col_lo);
+                                    float zx2 = x[(base + (col_lo + ((li2 < sk_e38) ? li2 : (sk_e38 - 1u))))];
+                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    const unsigned int sk_e39 = (col_hi - col_lo);
+                                    float zx3 = x[(base + (col_lo + ((li3 < sk_e39) ? li3 : (sk_e39 - 1u))))];
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e40 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e40 == row_m) ? (1.0f) : (sk_e40 / row_m))));
+                                    }
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e41 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e41 == row_m) ? (1.0f) : (sk_e41 / row_m))));
+                                    }
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e42 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e42 == row_m) ? (1.0f) : (sk_e42 / row_m))));
+                                    }
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e43 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e43 == row_m) ? (1.0f) : (sk_e43 / row_m))));
+                                    }
+                                }
+                                unsigned long long rm_row = 0ull;
+                                {
+                                    unsigned long long sk_v = rm_own;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u64[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = sk_v + ov;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u64[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    rm_row = sk_red_u64[32];
+                                    __syncthreads();
+                                }
+                                unsigned long long lim_row = sk_fraction(pp, rm_row);
+                                n_lo = 0u;
+                                for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
+                                    const unsigned int sk_e45 = listed_cols[(1285u + r)];
+                                    const float sk_e44 = sk_bitcast<float>((((sk_e45 & 2147483648u) != 0u) ? (sk_e45 ^ 2147483648u) : (sk_e45 ^ 4294967295u)));
+                                    float wr = ((sk_e44 == row_m) ? (1.0f) : (sk_e44 / row_m));
+                                    unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
+                                    bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    if ((base_r && (br <= lim_row))) {
+                                        n_lo = (n_lo + 1u);
+                                    }
+                                }
+                                unsigned int kept_exact = 0u;
+                                {
+                                    unsigned int sk_v = n_lo;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = sk_v + ov;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = sk_v + ov;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u32[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    kept_exact = sk_red_u32[32];
+                                    __syncthreads();
+                                }
+                                kept_n = kept_exact;
+                                unsure_n = 0u;
+                                reads_before = (reads_before + 1u);
+                            }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                            const unsigned int sk_e36 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = (sk_bitcast<float>((((sk_e36 & 2147483648u) != 0u) ? (sk_e36 ^ 2147483648u) : (sk_e36 ^ 4294967295u))) > zt);
-                            const unsigned int sk_e37 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e37] & 2147483648u) != 0u) ? (listed_cols[sk_e37] ^ 2147483648u) : (listed_cols[sk_e37] ^ 4294967295u))) > zt));
+                            const unsigned int sk_e46 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = (sk_bitcast<float>((((sk_e46 & 2147483648u) != 0u) ? (sk_e46 ^ 2147483648u) : (sk_e46 ^ 4294967295u))) > zt);
+                            const unsigned int sk_e47 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e47] & 2147483648u) != 0u) ? (listed_cols[sk_e47] ^ 2147483648u) : (listed_cols[sk_e47] ^ 4294967295u))) > zt));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3146,22 +3249,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 double best64 = sk_bitcast<double>(18442240474082181120ull);
                                 unsigned int best64_i = 4294967295u;
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                const unsigned int sk_e38 = (row * 12u);
-                                bool ow_ranked = ((rows[(sk_e38 + 1u)] == 1u) && (rows[(sk_e38 + 6u)] == 1u));
+                                const unsigned int sk_e48 = (row * 12u);
+                                bool ow_ranked = ((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u));
                                 unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                 unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                 unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                 unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e39 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e39 & 2147483648u) != 0u) ? (sk_e39 ^ 2147483648u) : (sk_e39 ^ 4294967295u)));
+                                    const unsigned int sk_e49 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e49 & 2147483648u) != 0u) ? (sk_e49 ^ 2147483648u) : (sk_e49 ^ 4294967295u)));
                                     if (ow_ranked) {
                                         double s64 = sk_log64(((double)rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e40 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], r)));
+                                            const unsigned int sk_e50 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3174,8 +3277,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             double s64 = sk_log64(((double)rz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e41 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], rc)));
+                                                const unsigned int sk_e51 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3185,8 +3288,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e42 = (rc & 3u);
-                                            float score = (rz / sk_exponential(((sk_e42 == 3u) ? ((w4).w) : ((sk_e42 == 2u) ? ((w4).z) : ((sk_e42 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e52 = (rc & 3u);
+                                            float score = (rz / sk_exponential(((sk_e52 == 3u) ? ((w4).w) : ((sk_e52 == 2u) ? ((w4).z) : ((sk_e52 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3281,7 +3384,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
                                     // built by kernels::filter_top_k::finish_race
-                                    passes[row] = 1u;
+                                    passes[row] = reads_before;
                                 }
                                 one_read_done = true;
                             }
@@ -3385,8 +3488,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e43 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e43 : (sk_e43 - sel_a));
+                    const unsigned int sk_e53 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e53 : (sk_e53 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3612,8 +3715,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e44 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e44 == (sel_n + min(sel_tn, 64u))) || (!((sk_e44 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e54 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e54 == (sel_n + min(sel_tn, 64u))) || (!((sk_e54 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4631,8 +4734,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e45 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e45 ? tn64 : (((lim - sel_m) / (sk_e45 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e55 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e55 ? tn64 : (((lim - sel_m) / (sk_e55 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4650,8 +4753,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e46 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e46 ? tn64 : (((lim - sel_m) / (sk_e46 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e56 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e56 ? tn64 : (((lim - sel_m) / (sk_e56 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4796,8 +4899,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 bool rank_done = false;
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
-                const unsigned int sk_e47 = (row * 12u);
-                if ((((rows[(sk_e47 + 1u)] == 1u) && (rows[(sk_e47 + 6u)] == 1u)) && filtered)) {
+                const unsigned int sk_e57 = (row * 12u);
+                if ((((rows[(sk_e57 + 1u)] == 1u) && (rows[(sk_e57 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -5004,13 +5107,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_rank::race_ranks
-                            const unsigned int sk_e48 = listed_cols[r];
-                            float rk_v = sk_bitcast<float>((((sk_e48 & 2147483648u) != 0u) ? (sk_e48 ^ 2147483648u) : (sk_e48 ^ 4294967295u)));
+                            const unsigned int sk_e58 = listed_cols[r];
+                            float rk_v = sk_bitcast<float>((((sk_e58 & 2147483648u) != 0u) ? (sk_e58 ^ 2147483648u) : (sk_e58 ^ 4294967295u)));
                             double s64 = sk_log64(((double)rk_v));
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                const unsigned int sk_e49 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], r)));
+                                const unsigned int sk_e59 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5371,8 +5474,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e50 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
+                                            const unsigned int sk_e60 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5412,8 +5515,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e51 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
+                                            const unsigned int sk_e61 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5453,8 +5556,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e52 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)], rows[(sk_e52 + 10u)], col)));
+                                            const unsigned int sk_e62 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5494,8 +5597,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e53 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e53 + 8u)], rows[(sk_e53 + 9u)], rows[(sk_e53 + 10u)], col)));
+                                            const unsigned int sk_e63 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e63 + 8u)], rows[(sk_e63 + 9u)], rows[(sk_e63 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5787,8 +5890,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e54 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? ((sk_e54 > (0.0f)) ? sk_log(sk_e54) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e64 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? ((sk_e64 > (0.0f)) ? sk_log(sk_e64) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

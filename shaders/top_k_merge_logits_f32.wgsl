@@ -2946,12 +2946,95 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 unsure_n = atomicLoad(&sk_sum_lo[1]);
                                 workgroupBarrier();
                             }
+                            if ((joint_p && (unsure_n > 0u))) {
+                                var rm_own: u64 = 0lu;
+                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                                    // built by kernels::filter_values::for_each_read_four
+                                    var li0: u32 = (i0 + (BLOCK * 0u));
+                                    let sk_e39: u32 = (col_hi - col_lo);
+                                    let sk_e38: f32 = x[(base + (col_lo + select((sk_e39 - 1u), li0, (li0 < sk_e39))))];
+                                    var zx0: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
+                                    var li1: u32 = (i0 + (BLOCK * 1u));
+                                    let sk_e41: u32 = (col_hi - col_lo);
+                                    let sk_e40: f32 = x[(base + (col_lo + select((sk_e41 - 1u), li1, (li1 < sk_e41))))];
+                                    var zx1: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
+                                    var li2: u32 = (i0 + (BLOCK * 2u));
+                                    let sk_e43: u32 = (col_hi - col_lo);
+                                    let sk_e42: f32 = x[(base + (col_lo + select((sk_e43 - 1u), li2, (li2 < sk_e43))))];
+                                    var zx2: f32 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
+                                    var li3: u32 = (i0 + (BLOCK * 3u));
+                                    let sk_e45: u32 = (col_hi - col_lo);
+                                    let sk_e44: f32 = x[(base + (col_lo + select((sk_e45 - 1u), li3, (li3 < sk_e45))))];
+                                    var zx3: f32 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e46: f32 = (zx0 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e46 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e46 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e47: f32 = (zx1 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e47 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e47 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e48: f32 = (zx2 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e48 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e48 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e49: f32 = (zx3 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e49 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e49 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                }
+                                var rm_row: u64 = 0lu;
+                                {
+                                    sk_red_u64[sk_lid] = rm_own;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    rm_row = sk_red_u64[0];
+                                    workgroupBarrier();
+                                }
+                                var lim_row: u64 = sk_fraction(pp, rm_row);
+                                n_lo = 0u;
+                                for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
+                                    let sk_e51: u32 = listed_cols[(1285u + r)];
+                                    let sk_e50: f32 = bitcast<f32>(select((sk_e51 ^ 4294967295u), (sk_e51 ^ 2147483648u), ((sk_e51 & 2147483648u) != 0u)));
+                                    var wr: f32 = select(select(sk_exp((sk_e50 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e50 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                    var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
+                                    var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    if ((base_r && (br <= lim_row))) {
+                                        n_lo = (n_lo + 1u);
+                                    }
+                                }
+                                var kept_exact: u32 = 0u;
+                                {
+                                    sk_red_u32[sk_lid] = n_lo;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    kept_exact = sk_red_u32[0];
+                                    workgroupBarrier();
+                                }
+                                kept_n = kept_exact;
+                                unsure_n = 0u;
+                                reads_before = (reads_before + 1u);
+                            }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                            let sk_e38: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = ((bitcast<f32>(select((sk_e38 ^ 4294967295u), (sk_e38 ^ 2147483648u), ((sk_e38 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                            let sk_e39: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e39] ^ 4294967295u), (listed_cols[sk_e39] ^ 2147483648u), ((listed_cols[sk_e39] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                            let sk_e52: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = ((bitcast<f32>(select((sk_e52 ^ 4294967295u), (sk_e52 ^ 2147483648u), ((sk_e52 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                            let sk_e53: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e53] ^ 4294967295u), (listed_cols[sk_e53] ^ 2147483648u), ((listed_cols[sk_e53] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3011,22 +3094,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                 var best64_i: u32 = 4294967295u;
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                let sk_e40: u32 = (row * 12u);
-                                var ow_ranked: bool = ((rows[(sk_e40 + 1u)] == 1u) && (rows[(sk_e40 + 6u)] == 1u));
+                                let sk_e54: u32 = (row * 12u);
+                                var ow_ranked: bool = ((rows[(sk_e54 + 1u)] == 1u) && (rows[(sk_e54 + 6u)] == 1u));
                                 var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                 var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                 var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                 var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e41: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e41 ^ 4294967295u), (sk_e41 ^ 2147483648u), ((sk_e41 & 2147483648u) != 0u)));
+                                    let sk_e55: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e55 ^ 4294967295u), (sk_e55 ^ 2147483648u), ((sk_e55 & 2147483648u) != 0u)));
                                     if (ow_ranked) {
                                         var s64: f64 = f64((rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e42: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], r)));
+                                            let sk_e56: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3039,8 +3122,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = f64((rz - row_m));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e43: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], rc)));
+                                                let sk_e57: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3050,8 +3133,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e44: u32 = (rc & 3u);
-                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e44 == 1u)), w4[2], (sk_e44 == 2u)), w4[3], (sk_e44 == 3u))));
+                                            let sk_e58: u32 = (rc & 3u);
+                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e58 == 1u)), w4[2], (sk_e58 == 2u)), w4[3], (sk_e58 == 3u))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3114,8 +3197,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results_as
-                                    let sk_e45: f32 = x[(base + ow_at)];
-                                    var ow_v_x: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                                    let sk_e59: f32 = x[(base + ow_at)];
+                                    var ow_v_x: f32 = select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u));
                                     var ow_v: f32 = (ow_v_x / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -3123,7 +3206,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
                                     // built by kernels::filter_top_k::finish_race
-                                    passes[row] = 1u;
+                                    passes[row] = reads_before;
                                 }
                                 one_read_done = true;
                             }
@@ -3142,17 +3225,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read_four
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e46: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                        var zx0: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                        let sk_e60: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var zx0: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e47: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                        var zx1: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
+                        let sk_e61: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var zx1: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e48: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                        var zx2: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
+                        let sk_e62: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var zx2: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e49: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                        var zx3: f32 = select(sk_e49, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e49) & 2147483647u) > 2139095040u));
+                        let sk_e63: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        var zx3: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
@@ -3207,8 +3290,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e50: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e50 - sel_a), sk_e50, in_a);
+                    let sk_e64: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e64 - sel_a), sk_e64, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3236,17 +3319,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                 // built by kernels::filter_values::for_each_read_four
                                 var li0: u32 = (i0 + (BLOCK * 0u));
-                                let sk_e51: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                var zx0: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
+                                let sk_e65: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var zx0: f32 = select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (i0 + (BLOCK * 1u));
-                                let sk_e52: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                var zx1: f32 = select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u));
+                                let sk_e66: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var zx1: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (i0 + (BLOCK * 2u));
-                                let sk_e53: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                var zx2: f32 = select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u));
+                                let sk_e67: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var zx2: f32 = select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (i0 + (BLOCK * 3u));
-                                let sk_e54: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                var zx3: f32 = select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u));
+                                let sk_e68: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                var zx3: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -3342,8 +3425,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e55: f32 = x[(base + col)];
-                            var lx: f32 = select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u));
+                            let sk_e69: f32 = x[(base + col)];
+                            var lx: f32 = select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3379,8 +3462,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e56: f32 = x[(base + col)];
-                            var lx: f32 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
+                            let sk_e70: f32 = x[(base + col)];
+                            var lx: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3420,8 +3503,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e57: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e57 == (sel_n + min(sel_tn, 64u))) || (!((sk_e57 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e71: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e71 == (sel_n + min(sel_tn, 64u))) || (!((sk_e71 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3458,8 +3541,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e58: f32 = x[(base + col)];
-                                var lx: f32 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
+                                let sk_e72: f32 = x[(base + col)];
+                                var lx: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3491,17 +3574,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e59: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var zx0: f32 = select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u));
+                                        let sk_e73: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var zx0: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e60: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var zx1: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
+                                        let sk_e74: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var zx1: f32 = select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e61: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var zx2: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
+                                        let sk_e75: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var zx2: f32 = select(sk_e75, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e75) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e62: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        var zx3: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                                        let sk_e76: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        var zx3: f32 = select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -3595,17 +3678,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                         // built by kernels::filter_values::for_each_read_four
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e63: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var zx0: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
+                                        let sk_e77: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var zx0: f32 = select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e64: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var zx1: f32 = select(sk_e64, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e64) & 2147483647u) > 2139095040u));
+                                        let sk_e78: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var zx1: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e65: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var zx2: f32 = select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u));
+                                        let sk_e79: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var zx2: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e66: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        var zx3: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                        let sk_e80: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        var zx3: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4189,8 +4272,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e67: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e67)) + 1lu), tn64, sk_e67)));
+                            let sk_e81: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e81)) + 1lu), tn64, sk_e81)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4208,8 +4291,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e68: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e68)) + 1lu), tn64, sk_e68)));
+                    let sk_e82: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e82)) + 1lu), tn64, sk_e82)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4233,17 +4316,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e69: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var zx0: f32 = select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u));
+                                        let sk_e83: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var zx0: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e70: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var zx1: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
+                                        let sk_e84: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var zx1: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e71: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var zx2: f32 = select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u));
+                                        let sk_e85: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var zx2: f32 = select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e72: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        var zx3: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
+                                        let sk_e86: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        var zx3: f32 = select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4348,8 +4431,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var rank_done: bool = false;
                 var rank_over: bool = false;
                 var rank_col: u32 = 4294967295u;
-                let sk_e73: u32 = (row * 12u);
-                if ((((rows[(sk_e73 + 1u)] == 1u) && (rows[(sk_e73 + 6u)] == 1u)) && filtered)) {
+                let sk_e87: u32 = (row * 12u);
+                if ((((rows[(sk_e87 + 1u)] == 1u) && (rows[(sk_e87 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4366,17 +4449,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e74: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                var zx0: f32 = select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u));
+                                let sk_e88: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var zx0: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e75: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                var zx1: f32 = select(sk_e75, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e75) & 2147483647u) > 2139095040u));
+                                let sk_e89: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var zx1: f32 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e76: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                var zx2: f32 = select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u));
+                                let sk_e90: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var zx2: f32 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e77: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                var zx3: f32 = select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u));
+                                let sk_e91: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                var zx3: f32 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -4560,13 +4643,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var bestrk64_i: u32 = 4294967295u;
                         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                             // built by kernels::filter_rank::race_ranks
-                            let sk_e78: u32 = listed_cols[r];
-                            var rk_v: f32 = bitcast<f32>(select((sk_e78 ^ 4294967295u), (sk_e78 ^ 2147483648u), ((sk_e78 & 2147483648u) != 0u)));
+                            let sk_e92: u32 = listed_cols[r];
+                            var rk_v: f32 = bitcast<f32>(select((sk_e92 ^ 4294967295u), (sk_e92 ^ 2147483648u), ((sk_e92 & 2147483648u) != 0u)));
                             var s64: f64 = f64(rk_v);
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                let sk_e79: u32 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], r)));
+                                let sk_e93: u32 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -4642,17 +4725,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e80: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var zx0: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
+                                        let sk_e94: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var zx0: f32 = select(sk_e94, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e94) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e81: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var zx1: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
+                                        let sk_e95: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var zx1: f32 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e82: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var zx2: f32 = select(sk_e82, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e82) & 2147483647u) > 2139095040u));
+                                        let sk_e96: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var zx2: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e83: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        var zx3: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
+                                        let sk_e97: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        var zx3: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4739,17 +4822,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e84: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
+                                    let sk_e98: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e85: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u));
+                                    let sk_e99: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e86: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u));
+                                    let sk_e100: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e87: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
+                                    let sk_e101: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         // built by kernels::filter_values::read_step
                                         var col: u32 = (col_lo + li0);
@@ -4859,17 +4942,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e88: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                var zx0: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
+                                let sk_e102: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var zx0: f32 = select(sk_e102, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e102) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e89: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                var zx1: f32 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
+                                let sk_e103: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var zx1: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e90: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                var zx2: f32 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
+                                let sk_e104: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var zx2: f32 = select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e91: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                var zx3: f32 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
+                                let sk_e105: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                var zx3: f32 = select(sk_e105, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e105) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -4901,8 +4984,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e92: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e92 + 8u)], rows[(sk_e92 + 9u)], rows[(sk_e92 + 10u)], col)));
+                                            let sk_e106: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e106 + 8u)], rows[(sk_e106 + 9u)], rows[(sk_e106 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4942,8 +5025,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e93: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], col)));
+                                            let sk_e107: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e107 + 8u)], rows[(sk_e107 + 9u)], rows[(sk_e107 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4983,8 +5066,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e94: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e94 + 8u)], rows[(sk_e94 + 9u)], rows[(sk_e94 + 10u)], col)));
+                                            let sk_e108: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e108 + 8u)], rows[(sk_e108 + 9u)], rows[(sk_e108 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5024,8 +5107,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e95: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e95 + 8u)], rows[(sk_e95 + 9u)], rows[(sk_e95 + 10u)], col)));
+                                            let sk_e109: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5054,17 +5137,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e96: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                var zx0: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
+                                let sk_e110: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                var zx0: f32 = select(sk_e110, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e110) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e97: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                var zx1: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
+                                let sk_e111: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                var zx1: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e98: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                var zx2: f32 = select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u));
+                                let sk_e112: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                var zx2: f32 = select(sk_e112, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e112) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e99: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                var zx3: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
+                                let sk_e113: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                var zx3: f32 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
                                 if (noisy) {
                                     // built by kernels::filters::race_sweep
                                     w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -5097,8 +5180,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e100: f32 = sk_gumbel(w[0]);
-                                        var score: f32 = select(zv, select((zv + sk_e100), sk_e100, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e114: f32 = sk_gumbel(w[0]);
+                                        var score: f32 = select(zv, select((zv + sk_e114), sk_e114, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5134,8 +5217,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e101: f32 = sk_gumbel(w[1]);
-                                        var score: f32 = select(zv, select((zv + sk_e101), sk_e101, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e115: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e115), sk_e115, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5171,8 +5254,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e102: f32 = sk_gumbel(w[2]);
-                                        var score: f32 = select(zv, select((zv + sk_e102), sk_e102, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e116: f32 = sk_gumbel(w[2]);
+                                        var score: f32 = select(zv, select((zv + sk_e116), sk_e116, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5208,8 +5291,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e103: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e103), sk_e103, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e117: f32 = sk_gumbel(w[3]);
+                                        var score: f32 = select(zv, select((zv + sk_e117), sk_e117, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5290,8 +5373,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::abi::write_results_as
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e104: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e118: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e118, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e118) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -2915,12 +2915,91 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 unsure_n = atomicLoad(&sk_sum_lo[1]);
                                 workgroupBarrier();
                             }
+                            if ((joint_p && (unsure_n > 0u))) {
+                                var rm_own: u64 = 0lu;
+                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                                    // built by kernels::filter_values::for_each_read_four
+                                    var li0: u32 = (i0 + (BLOCK * 0u));
+                                    let sk_e36: u32 = (col_hi - col_lo);
+                                    var zx0: f32 = x[(base + (col_lo + select((sk_e36 - 1u), li0, (li0 < sk_e36))))];
+                                    var li1: u32 = (i0 + (BLOCK * 1u));
+                                    let sk_e37: u32 = (col_hi - col_lo);
+                                    var zx1: f32 = x[(base + (col_lo + select((sk_e37 - 1u), li1, (li1 < sk_e37))))];
+                                    var li2: u32 = (i0 + (BLOCK * 2u));
+                                    let sk_e38: u32 = (col_hi - col_lo);
+                                    var zx2: f32 = x[(base + (col_lo + select((sk_e38 - 1u), li2, (li2 < sk_e38))))];
+                                    var li3: u32 = (i0 + (BLOCK * 3u));
+                                    let sk_e39: u32 = (col_hi - col_lo);
+                                    var zx3: f32 = x[(base + (col_lo + select((sk_e39 - 1u), li3, (li3 < sk_e39))))];
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e40: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e40 / row_m), (1.0f), (sk_e40 == row_m))));
+                                    }
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e41: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e41 / row_m), (1.0f), (sk_e41 == row_m))));
+                                    }
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e42: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e42 / row_m), (1.0f), (sk_e42 == row_m))));
+                                    }
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e43: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e43 / row_m), (1.0f), (sk_e43 == row_m))));
+                                    }
+                                }
+                                var rm_row: u64 = 0lu;
+                                {
+                                    sk_red_u64[sk_lid] = rm_own;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    rm_row = sk_red_u64[0];
+                                    workgroupBarrier();
+                                }
+                                var lim_row: u64 = sk_fraction(pp, rm_row);
+                                n_lo = 0u;
+                                for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
+                                    let sk_e45: u32 = listed_cols[(1285u + r)];
+                                    let sk_e44: f32 = bitcast<f32>(select((sk_e45 ^ 4294967295u), (sk_e45 ^ 2147483648u), ((sk_e45 & 2147483648u) != 0u)));
+                                    var wr: f32 = select((sk_e44 / row_m), (1.0f), (sk_e44 == row_m));
+                                    var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
+                                    var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    if ((base_r && (br <= lim_row))) {
+                                        n_lo = (n_lo + 1u);
+                                    }
+                                }
+                                var kept_exact: u32 = 0u;
+                                {
+                                    sk_red_u32[sk_lid] = n_lo;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    kept_exact = sk_red_u32[0];
+                                    workgroupBarrier();
+                                }
+                                kept_n = kept_exact;
+                                unsure_n = 0u;
+                                reads_before = (reads_before + 1u);
+                            }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                            let sk_e36: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = (bitcast<f32>(select((sk_e36 ^ 4294967295u), (sk_e36 ^ 2147483648u), ((sk_e36 & 2147483648u) != 0u))) > zt);
-                            let sk_e37: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e37] ^ 4294967295u), (listed_cols[sk_e37] ^ 2147483648u), ((listed_cols[sk_e37] & 2147483648u) != 0u))) > zt));
+                            let sk_e46: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = (bitcast<f32>(select((sk_e46 ^ 4294967295u), (sk_e46 ^ 2147483648u), ((sk_e46 & 2147483648u) != 0u))) > zt);
+                            let sk_e47: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e47] ^ 4294967295u), (listed_cols[sk_e47] ^ 2147483648u), ((listed_cols[sk_e47] & 2147483648u) != 0u))) > zt));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -2980,22 +3059,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                 var best64_i: u32 = 4294967295u;
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                let sk_e38: u32 = (row * 12u);
-                                var ow_ranked: bool = ((rows[(sk_e38 + 1u)] == 1u) && (rows[(sk_e38 + 6u)] == 1u));
+                                let sk_e48: u32 = (row * 12u);
+                                var ow_ranked: bool = ((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u));
                                 var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                 var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                 var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                 var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e39: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e39 ^ 4294967295u), (sk_e39 ^ 2147483648u), ((sk_e39 & 2147483648u) != 0u)));
+                                    let sk_e49: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e49 ^ 4294967295u), (sk_e49 ^ 2147483648u), ((sk_e49 & 2147483648u) != 0u)));
                                     if (ow_ranked) {
                                         var s64: f64 = sk_log64(f64(rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e40: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], r)));
+                                            let sk_e50: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3008,8 +3087,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(rz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e41: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], rc)));
+                                                let sk_e51: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3019,8 +3098,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e42: u32 = (rc & 3u);
-                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e42 == 1u)), w4[2], (sk_e42 == 2u)), w4[3], (sk_e42 == 3u))));
+                                            let sk_e52: u32 = (rc & 3u);
+                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e52 == 1u)), w4[2], (sk_e52 == 2u)), w4[3], (sk_e52 == 3u))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3091,7 +3170,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
                                     // built by kernels::filter_top_k::finish_race
-                                    passes[row] = 1u;
+                                    passes[row] = reads_before;
                                 }
                                 one_read_done = true;
                             }
@@ -3183,8 +3262,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e43: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e43 - sel_a), sk_e43, in_a);
+                    let sk_e53: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e53 - sel_a), sk_e53, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3390,8 +3469,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e44: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e44 == (sel_n + min(sel_tn, 64u))) || (!((sk_e44 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e54: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e54 == (sel_n + min(sel_tn, 64u))) || (!((sk_e54 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4150,8 +4229,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e45: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e45)) + 1lu), tn64, sk_e45)));
+                            let sk_e55: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e55)) + 1lu), tn64, sk_e55)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4169,8 +4248,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e46: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e46)) + 1lu), tn64, sk_e46)));
+                    let sk_e56: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e56)) + 1lu), tn64, sk_e56)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4305,8 +4384,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var rank_done: bool = false;
                 var rank_over: bool = false;
                 var rank_col: u32 = 4294967295u;
-                let sk_e47: u32 = (row * 12u);
-                if ((((rows[(sk_e47 + 1u)] == 1u) && (rows[(sk_e47 + 6u)] == 1u)) && filtered)) {
+                let sk_e57: u32 = (row * 12u);
+                if ((((rows[(sk_e57 + 1u)] == 1u) && (rows[(sk_e57 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4513,13 +4592,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var bestrk64_i: u32 = 4294967295u;
                         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                             // built by kernels::filter_rank::race_ranks
-                            let sk_e48: u32 = listed_cols[r];
-                            var rk_v: f32 = bitcast<f32>(select((sk_e48 ^ 4294967295u), (sk_e48 ^ 2147483648u), ((sk_e48 & 2147483648u) != 0u)));
+                            let sk_e58: u32 = listed_cols[r];
+                            var rk_v: f32 = bitcast<f32>(select((sk_e58 ^ 4294967295u), (sk_e58 ^ 2147483648u), ((sk_e58 & 2147483648u) != 0u)));
                             var s64: f64 = sk_log64(f64(rk_v));
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                let sk_e49: u32 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], r)));
+                                let sk_e59: u32 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -4842,8 +4921,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e50: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
+                                            let sk_e60: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4883,8 +4962,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e51: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
+                                            let sk_e61: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4924,8 +5003,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e52: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e52 + 8u)], rows[(sk_e52 + 9u)], rows[(sk_e52 + 10u)], col)));
+                                            let sk_e62: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4965,8 +5044,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e53: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e53 + 8u)], rows[(sk_e53 + 9u)], rows[(sk_e53 + 10u)], col)));
+                                            let sk_e63: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e63 + 8u)], rows[(sk_e63 + 9u)], rows[(sk_e63 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5222,8 +5301,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((sk_lid == 0u)) {
-                        let sk_e54: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e54), (sk_e54 > (0.0f))), valid);
+                        let sk_e64: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e64), (sk_e64 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -706,6 +706,65 @@ pub fn dense_cut_ranges_read_twice<B: Backend>(b: &B) {
     }
 }
 
+/// Joint top-k + top-p rows whose top-p crossing lies within the one-read path's margin on its
+/// estimated row mass (2^-10): the mass ahead of a rank `c` (past the first 30% of the mass) is within 1e-4 to 5e-4
+/// (relative) of `top_p` of the row's, either side, so the estimate alone cannot place the cut.
+/// The merge reads the row once more for its exact mass: two reads, not the filter kernel's
+/// passes after the first, and the CPU oracle's tokens (its set is decided: the crossing lies
+/// 1e-4 of the mass from a token's, far beyond float32's rounding), from f32 logits and from
+/// the rows' probabilities, Philox and seeded rows.
+pub fn joint_cuts_near_the_estimate_read_twice<B: Backend>(b: &B) {
+    let mut rng = Rng::new(4099);
+    let vocab = 3 * 4096 + 123;
+    let shape = Shape::dense(24, vocab);
+    let mut x = vec![0.0f32; shape.elements()];
+    let mut probs = vec![0.0f32; shape.elements()];
+    let mut rows = Vec::new();
+    for (r, row) in x.chunks_mut(vocab).enumerate() {
+        row.iter_mut().for_each(|v| *v = rng.normal(4.0) as f32);
+        let t = [0.6, 0.8, 1.0][r % 3];
+        let base = if r % 2 == 0 { RowParams::new(t, rng.next_u64(), 5) } else { RowParams::seeded(t, 99, 5) };
+        let base = base.with_top_k(50).with_order(Order::Joint);
+        let values: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+        let p = softmax(&values, &base);
+        let mut order: Vec<usize> = (0..vocab).collect();
+        order.sort_by(|&a, &c| p[c].total_cmp(&p[a]).then(a.cmp(&c)));
+        let total: f64 = p.iter().sum();
+        // A rank past the first third of the mass, so that 1e-4 of the mass ahead is above the
+        // oracle's margin (1e-5 of the row's).
+        let mass_at = |c: usize| order[..c].iter().map(|&j| p[j]).sum::<f64>() / total;
+        let c = (1..40).find(|&c| mass_at(c) >= 0.3).expect("a third of the mass in 40 tokens") + rng.below(5) as usize;
+        let ahead = mass_at(c);
+        let delta = (1e-4 + 4e-4 * rng.unit()) * if r % 4 < 2 { 1.0 } else { -1.0 };
+        let row_params = base.with_top_p((ahead * (1.0 + delta)) as f32);
+        assert!(decided(&p, &row_params.filters()), "row {r}: the oracle's set is not decided");
+        for (j, &v) in p.iter().enumerate() {
+            probs[r * vocab + j] = v as f32;
+        }
+        rows.push(row_params);
+    }
+    let cpu = sampling_kernels::CpuBackend;
+    let rb = b.upload(&rows).unwrap();
+    let (xb, pb) = (b.upload(&x).unwrap(), b.upload(&probs).unwrap());
+    for (name, input, cpu_input) in [
+        ("f32 logits", Input::Logits(Logits::F32(&xb)), Input::Logits(Logits::F32(&x))),
+        ("probabilities", Input::Probs(&pb), Input::Probs(&probs)),
+    ] {
+        let mut want = vec![0u32; shape.batch];
+        cpu.sample_filtered(shape, cpu_input, &rows, Output::new(&mut want)).unwrap();
+        let mut t = b.zeros::<u32>(shape.batch).unwrap();
+        let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+        b.sample_filtered(shape, input, &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
+        let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+        for r in 0..shape.batch {
+            let what = format!("{name} row {r}, {:?}", rows[r]);
+            assert!(rows[r].takes_one_read(vocab) && !rows[r].takes_top_p_cut(vocab), "{what}");
+            assert_eq!(ps[r], 2, "read {} times, {what}", ps[r]);
+            assert_eq!(t[r], want[r], "token {} where the CPU gives {}, {what}", t[r], want[r]);
+        }
+    }
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_split_rows_match_whole_rows() {
@@ -727,6 +786,7 @@ device_suites!(
     peaked_rows_take_fewer_passes,
     no_filter_is_the_plain_race,
     one_read_rows_read_once,
-    dense_cut_ranges_read_twice
+    dense_cut_ranges_read_twice,
+    joint_cuts_near_the_estimate_read_twice
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -513,7 +513,7 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
         tied_range(b, input, range_max, race, mx.clone());
     });
     b.if_(sorted.or(flat).or(dense), |b| {
-        finish_race(b, input, (seeded, &|t| t), mx, call(FIXED_F32, vec![row_mass]), 2);
+        finish_race(b, input, (seeded, &|t| t), mx, call(FIXED_F32, vec![row_mass]), u(2));
         b.set("one_read_done", boolean(true));
     });
 }
