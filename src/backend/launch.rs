@@ -137,6 +137,11 @@ pub(crate) struct Split<H> {
     pub portable: bool,
 }
 
+/// The filter kernels of a device without float64, 64-bit integers or 32 KiB of workgroup
+/// memory ([`Split::portable`]), by dtype: no other device launches them.
+pub(crate) const PORTABLE_FILTERS: [KernelId; 3] =
+    [KernelId::FilterPortableLogitsF32, KernelId::FilterPortableLogitsF16, KernelId::FilterPortableLogitsBf16];
+
 /// Each invocation of a part of the seeded kernel from logits reads at least this many quads
 /// of four columns, so a part's fixed costs (its reductions and its record) stay small beside
 /// its reads.
@@ -382,13 +387,14 @@ impl<'a, H: Copy> Launch<H> {
                     plan.extend(seeded.seeded_split(seeded_rows, shape.vocab, split));
                 }
                 if let (true, Some(l)) = (split.portable, listed) {
-                    let ids = [
-                        KernelId::FilterPortableLogitsF32,
-                        KernelId::FilterPortableLogitsF16,
-                        KernelId::FilterPortableLogitsBf16,
-                    ];
-                    let portable =
-                        sampling::<B, 2>(by_dtype(ids, logits), *shape, inputs, out, FLAG_FILTERED_ONLY, true);
+                    let portable = sampling::<B, 2>(
+                        by_dtype(PORTABLE_FILTERS, logits),
+                        *shape,
+                        inputs,
+                        out,
+                        FLAG_FILTERED_ONLY,
+                        true,
+                    );
                     for list in [l.filtered, l.off_path].into_iter().filter(|&(_, n)| n > 0) {
                         plan.push(portable.clone().with_list(Some(handle(list))));
                     }

@@ -1,7 +1,7 @@
 //! The wgpu backend: the generated WGSL on any adapter wgpu finds (Vulkan, Metal, DX12, and
 //! Mesa's lavapipe on a CPU).
 
-use super::launch::{Device, Launch, Plan, Scratch, Split, MAX_LAUNCHES};
+use super::launch::{Device, Launch, Plan, Scratch, Split, MAX_LAUNCHES, PORTABLE_FILTERS};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
@@ -645,7 +645,9 @@ impl Backend for WgpuBackend {
     /// Builds the pipeline of every kernel this device can run; with a pipeline cache, the
     /// driver's compiled code comes from it where an earlier start saved it.
     fn warm_up(&self) -> Result<usize> {
-        let runnable = crate::kernels::all().iter().filter(|k| self.missing_feature(k).is_none());
+        // A device that runs the full filter kernels never launches the portable ones.
+        let used = |k: &&KernelSource| self.portable || !PORTABLE_FILTERS.contains(&k.id);
+        let runnable = crate::kernels::all().iter().filter(used).filter(|k| self.missing_feature(k).is_none());
         runnable.map(|k| self.pipeline(k)).try_fold(0, |n, p| p.map(|_| n + 1))
     }
     fn run(&self, job: Job<'_, Self>) -> Result<()> {
