@@ -355,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                     // built by kernels::filters::sweep
                     unsigned int sweep_n = (col_hi - col_lo);
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         const float sk_e4 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                         float zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
@@ -967,7 +967,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                         // built by kernels::filters::sweep
                         unsigned int sweep_n = (col_hi - col_lo);
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read_four
+                            // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                             const float sk_e28 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);

@@ -324,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     // built by kernels::filters::sweep
                     unsigned int sweep_n = (col_hi - col_lo);
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -944,7 +944,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                         // built by kernels::filters::sweep
                         unsigned int sweep_n = (col_hi - col_lo);
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read_four
+                            // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                             float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));

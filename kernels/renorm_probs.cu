@@ -74,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 // built by kernels::filters::sweep
                 unsigned int sweep_n = (col_hi - col_lo);
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -198,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         // built by kernels::filters::sweep
                         unsigned int sweep_n = (col_hi - col_lo);
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read_four
+                            // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                             float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -780,7 +780,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 }
                             } else {
                                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read_four
+                                    // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                                     float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));

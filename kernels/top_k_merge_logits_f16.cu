@@ -3106,8 +3106,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             }
                             if ((joint_p && (unsure_n > 0u))) {
                                 unsigned long long rm_own = 0ull;
-                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read_four
+                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
+                                    // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                                     const unsigned int sk_e39 = (col_hi - col_lo);
                                     const float sk_e38 = sk_f16(x[(base + (col_lo + ((li0 < sk_e39) ? li0 : (sk_e39 - 1u))))]);
@@ -3124,25 +3124,133 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     const unsigned int sk_e45 = (col_hi - col_lo);
                                     const float sk_e44 = sk_f16(x[(base + (col_lo + ((li3 < sk_e45) ? li3 : (sk_e45 - 1u))))]);
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
+                                    unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
+                                    const unsigned int sk_e47 = (col_hi - col_lo);
+                                    const float sk_e46 = sk_f16(x[(base + (col_lo + ((li4 < sk_e47) ? li4 : (sk_e47 - 1u))))]);
+                                    float zx4 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46);
+                                    unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
+                                    const unsigned int sk_e49 = (col_hi - col_lo);
+                                    const float sk_e48 = sk_f16(x[(base + (col_lo + ((li5 < sk_e49) ? li5 : (sk_e49 - 1u))))]);
+                                    float zx5 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48);
+                                    unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
+                                    const unsigned int sk_e51 = (col_hi - col_lo);
+                                    const float sk_e50 = sk_f16(x[(base + (col_lo + ((li6 < sk_e51) ? li6 : (sk_e51 - 1u))))]);
+                                    float zx6 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
+                                    unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                                    const unsigned int sk_e53 = (col_hi - col_lo);
+                                    const float sk_e52 = sk_f16(x[(base + (col_lo + ((li7 < sk_e53) ? li7 : (sk_e53 - 1u))))]);
+                                    float zx7 = (((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52);
+                                    unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                                    const unsigned int sk_e55 = (col_hi - col_lo);
+                                    const float sk_e54 = sk_f16(x[(base + (col_lo + ((li8 < sk_e55) ? li8 : (sk_e55 - 1u))))]);
+                                    float zx8 = (((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54);
+                                    unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                                    const unsigned int sk_e57 = (col_hi - col_lo);
+                                    const float sk_e56 = sk_f16(x[(base + (col_lo + ((li9 < sk_e57) ? li9 : (sk_e57 - 1u))))]);
+                                    float zx9 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
+                                    unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                    const unsigned int sk_e59 = (col_hi - col_lo);
+                                    const float sk_e58 = sk_f16(x[(base + (col_lo + ((li10 < sk_e59) ? li10 : (sk_e59 - 1u))))]);
+                                    float zx10 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
+                                    unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                    const unsigned int sk_e61 = (col_hi - col_lo);
+                                    const float sk_e60 = sk_f16(x[(base + (col_lo + ((li11 < sk_e61) ? li11 : (sk_e61 - 1u))))]);
+                                    float zx11 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
+                                    unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                    const unsigned int sk_e63 = (col_hi - col_lo);
+                                    const float sk_e62 = sk_f16(x[(base + (col_lo + ((li12 < sk_e63) ? li12 : (sk_e63 - 1u))))]);
+                                    float zx12 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                    unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                    const unsigned int sk_e65 = (col_hi - col_lo);
+                                    const float sk_e64 = sk_f16(x[(base + (col_lo + ((li13 < sk_e65) ? li13 : (sk_e65 - 1u))))]);
+                                    float zx13 = (((sk_bitcast<unsigned int>(sk_e64) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e64);
+                                    unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                    const unsigned int sk_e67 = (col_hi - col_lo);
+                                    const float sk_e66 = sk_f16(x[(base + (col_lo + ((li14 < sk_e67) ? li14 : (sk_e67 - 1u))))]);
+                                    float zx14 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                    unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                    const unsigned int sk_e69 = (col_hi - col_lo);
+                                    const float sk_e68 = sk_f16(x[(base + (col_lo + ((li15 < sk_e69) ? li15 : (sk_e69 - 1u))))]);
+                                    float zx15 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
                                     if ((li0 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e46 = (zx0 / temp);
-                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e46 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e46 - row_m))))));
+                                        const float sk_e70 = (zx0 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e70 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e70 - row_m))))));
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e47 = (zx1 / temp);
-                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e47 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e47 - row_m))))));
+                                        const float sk_e71 = (zx1 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e71 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e71 - row_m))))));
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e48 = (zx2 / temp);
-                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e48 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e48 - row_m))))));
+                                        const float sk_e72 = (zx2 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e72 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e72 - row_m))))));
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e49 = (zx3 / temp);
-                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e49 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e49 - row_m))))));
+                                        const float sk_e73 = (zx3 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e73 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e73 - row_m))))));
+                                    }
+                                    if ((li4 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e74 = (zx4 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e74 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e74 - row_m))))));
+                                    }
+                                    if ((li5 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e75 = (zx5 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e75 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e75 - row_m))))));
+                                    }
+                                    if ((li6 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e76 = (zx6 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e76 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e76 - row_m))))));
+                                    }
+                                    if ((li7 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e77 = (zx7 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e77 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e77 - row_m))))));
+                                    }
+                                    if ((li8 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e78 = (zx8 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e78 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e78 - row_m))))));
+                                    }
+                                    if ((li9 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e79 = (zx9 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e79 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e79 - row_m))))));
+                                    }
+                                    if ((li10 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e80 = (zx10 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e80 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e80 - row_m))))));
+                                    }
+                                    if ((li11 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e81 = (zx11 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e81 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e81 - row_m))))));
+                                    }
+                                    if ((li12 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e82 = (zx12 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e82 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e82 - row_m))))));
+                                    }
+                                    if ((li13 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e83 = (zx13 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e83 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e83 - row_m))))));
+                                    }
+                                    if ((li14 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e84 = (zx14 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e84 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e84 - row_m))))));
+                                    }
+                                    if ((li15 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e85 = (zx15 / temp);
+                                        rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e85 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e85 - row_m))))));
                                     }
                                 }
                                 unsigned long long rm_row = 0ull;
@@ -3173,9 +3281,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned long long lim_row = sk_fraction(pp, rm_row);
                                 n_lo = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e51 = listed_cols[(1285u + r)];
-                                    const float sk_e50 = sk_bitcast<float>((((sk_e51 & 2147483648u) != 0u) ? (sk_e51 ^ 2147483648u) : (sk_e51 ^ 4294967295u)));
-                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e50 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e50 - row_m))));
+                                    const unsigned int sk_e87 = listed_cols[(1285u + r)];
+                                    const float sk_e86 = sk_bitcast<float>((((sk_e87 & 2147483648u) != 0u) ? (sk_e87 ^ 2147483648u) : (sk_e87 ^ 4294967295u)));
+                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e86 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e86 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                     if ((base_r && (br <= lim_row))) {
@@ -3213,10 +3321,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                            const unsigned int sk_e52 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = ((sk_bitcast<float>((((sk_e52 & 2147483648u) != 0u) ? (sk_e52 ^ 2147483648u) : (sk_e52 ^ 4294967295u))) - row_m) > (zt - row_m));
-                            const unsigned int sk_e53 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e53] & 2147483648u) != 0u) ? (listed_cols[sk_e53] ^ 2147483648u) : (listed_cols[sk_e53] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                            const unsigned int sk_e88 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = ((sk_bitcast<float>((((sk_e88 & 2147483648u) != 0u) ? (sk_e88 ^ 2147483648u) : (sk_e88 ^ 4294967295u))) - row_m) > (zt - row_m));
+                            const unsigned int sk_e89 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e89] & 2147483648u) != 0u) ? (listed_cols[sk_e89] ^ 2147483648u) : (listed_cols[sk_e89] ^ 4294967295u))) - row_m) > (zt - row_m)));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3288,22 +3396,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 double best64 = sk_bitcast<double>(18442240474082181120ull);
                                 unsigned int best64_i = 4294967295u;
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                const unsigned int sk_e54 = (row * 12u);
-                                bool ow_ranked = ((rows[(sk_e54 + 1u)] == 1u) && (rows[(sk_e54 + 6u)] == 1u));
+                                const unsigned int sk_e90 = (row * 12u);
+                                bool ow_ranked = ((rows[(sk_e90 + 1u)] == 1u) && (rows[(sk_e90 + 6u)] == 1u));
                                 unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                 unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                 unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                 unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e55 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e55 & 2147483648u) != 0u) ? (sk_e55 ^ 2147483648u) : (sk_e55 ^ 4294967295u)));
+                                    const unsigned int sk_e91 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e91 & 2147483648u) != 0u) ? (sk_e91 ^ 2147483648u) : (sk_e91 ^ 4294967295u)));
                                     if (ow_ranked) {
                                         double s64 = ((double)(rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e56 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], r)));
+                                            const unsigned int sk_e92 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e92 + 8u)], rows[(sk_e92 + 9u)], rows[(sk_e92 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3316,8 +3424,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             double s64 = ((double)(rz - row_m));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e57 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], rc)));
+                                                const unsigned int sk_e93 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3327,8 +3435,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e58 = (rc & 3u);
-                                            float score = (rz + sk_gumbel(((sk_e58 == 3u) ? ((w4).w) : ((sk_e58 == 2u) ? ((w4).z) : ((sk_e58 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e94 = (rc & 3u);
+                                            float score = (rz + sk_gumbel(((sk_e94 == 3u) ? ((w4).w) : ((sk_e94 == 2u) ? ((w4).z) : ((sk_e94 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3415,8 +3523,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 if (((flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results_as
-                                    const float sk_e59 = sk_f16(x[(base + ow_at)]);
-                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59);
+                                    const float sk_e95 = sk_f16(x[(base + ow_at)]);
+                                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
                                     float ow_v = (ow_v_x / temp);
                                     if ((threadIdx.x == 0u)) {
                                         logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -3441,19 +3549,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::filters::sweep
                     unsigned int sweep_n = (col_hi - col_lo);
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e60 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60);
+                        const float sk_e96 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e61 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
+                        const float sk_e97 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e62 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                        const float sk_e98 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e63 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
+                        const float sk_e99 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
@@ -3520,8 +3628,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e64 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e64 : (sk_e64 - sel_a));
+                    const unsigned int sk_e100 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e100 : (sk_e100 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3557,19 +3665,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             // built by kernels::filters::sweep
                             unsigned int sweep_n = (col_hi - col_lo);
                             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                // built by kernels::filter_values::for_each_read_four
+                                // built by kernels::filter_values::for_each_read
                                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                const float sk_e65 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65);
+                                const float sk_e101 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
                                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                const float sk_e66 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                const float sk_e102 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e102) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e102);
                                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                const float sk_e67 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e67) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e67);
+                                const float sk_e103 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
                                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                const float sk_e68 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
+                                const float sk_e104 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -3665,8 +3773,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e69 = sk_f16(x[(base + col)]);
-                            float lx = (((sk_bitcast<unsigned int>(sk_e69) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e69);
+                            const float sk_e105 = sk_f16(x[(base + col)]);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e105) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e105);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3712,8 +3820,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e70 = sk_f16(x[(base + col)]);
-                            float lx = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
+                            const float sk_e106 = sk_f16(x[(base + col)]);
+                            float lx = (((sk_bitcast<unsigned int>(sk_e106) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e106);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3753,8 +3861,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e71 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e71 == (sel_n + min(sel_tn, 64u))) || (!((sk_e71 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e107 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e107 == (sel_n + min(sel_tn, 64u))) || (!((sk_e107 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3825,8 +3933,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e72 = sk_f16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                                const float sk_e108 = sk_f16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e108) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e108);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3896,17 +4004,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e73 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
+                                        const float sk_e109 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e74 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
+                                        const float sk_e110 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e110) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e110);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e75 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e75);
+                                        const float sk_e111 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e76 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76);
+                                        const float sk_e112 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e112) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e112);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4150,19 +4258,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                 } else {
                                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                        // built by kernels::filter_values::for_each_read_four
+                                        // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const float sk_e77 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77);
+                                        const float sk_e113 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113);
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const float sk_e78 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
+                                        const float sk_e114 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e114) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e114);
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const float sk_e79 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
+                                        const float sk_e115 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e115) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e115);
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const float sk_e80 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
+                                        const float sk_e116 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e116) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e116);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4781,8 +4889,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e81 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e81 ? tn64 : (((lim - sel_m) / (sk_e81 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e117 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e117 ? tn64 : (((lim - sel_m) / (sk_e117 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4800,8 +4908,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e82 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e82 ? tn64 : (((lim - sel_m) / (sk_e82 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e118 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e118 ? tn64 : (((lim - sel_m) / (sk_e118 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4825,17 +4933,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e83 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
+                                        const float sk_e119 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e119) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e119);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e84 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84);
+                                        const float sk_e120 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e120) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e120);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e85 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
+                                        const float sk_e121 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e121) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e121);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e86 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86);
+                                        const float sk_e122 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e122) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e122);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4950,8 +5058,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                 bool rank_done = false;
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
-                const unsigned int sk_e87 = (row * 12u);
-                if ((((rows[(sk_e87 + 1u)] == 1u) && (rows[(sk_e87 + 6u)] == 1u)) && filtered)) {
+                const unsigned int sk_e123 = (row * 12u);
+                if ((((rows[(sk_e123 + 1u)] == 1u) && (rows[(sk_e123 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4968,17 +5076,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e88 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
+                                const float sk_e124 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e124) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e124);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e89 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
+                                const float sk_e125 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e125) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e125);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e90 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90);
+                                const float sk_e126 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e126) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e126);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e91 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
+                                const float sk_e127 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e127) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e127);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -5162,13 +5270,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_rank::race_ranks
-                            const unsigned int sk_e92 = listed_cols[r];
-                            float rk_v = sk_bitcast<float>((((sk_e92 & 2147483648u) != 0u) ? (sk_e92 ^ 2147483648u) : (sk_e92 ^ 4294967295u)));
+                            const unsigned int sk_e128 = listed_cols[r];
+                            float rk_v = sk_bitcast<float>((((sk_e128 & 2147483648u) != 0u) ? (sk_e128 ^ 2147483648u) : (sk_e128 ^ 4294967295u)));
                             double s64 = ((double)rk_v);
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                const unsigned int sk_e93 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], r)));
+                                const unsigned int sk_e129 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e129 + 8u)], rows[(sk_e129 + 9u)], rows[(sk_e129 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5260,17 +5368,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e94 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e94) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e94);
+                                        const float sk_e130 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e130) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e130);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e95 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
+                                        const float sk_e131 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e131);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e96 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
+                                        const float sk_e132 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e132) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e132);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e97 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
+                                        const float sk_e133 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e133) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e133);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -5367,17 +5475,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e98 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
+                                    const float sk_e134 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e134) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e134);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e99 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
+                                    const float sk_e135 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e135) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e135);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e100 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100);
+                                    const float sk_e136 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e136) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e136);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e101 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
+                                    const float sk_e137 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e137) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e137);
                                     if ((li0 < sweep_n)) {
                                         // built by kernels::filter_values::read_step
                                         unsigned int col = (col_lo + li0);
@@ -5499,17 +5607,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e102 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e102) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e102);
+                                const float sk_e138 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e103 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
+                                const float sk_e139 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e139) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e139);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e104 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104);
+                                const float sk_e140 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e140) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e140);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e105 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e105) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e105);
+                                const float sk_e141 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e141) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e141);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -5541,8 +5649,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e106 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e106 + 8u)], rows[(sk_e106 + 9u)], rows[(sk_e106 + 10u)], col)));
+                                            const unsigned int sk_e142 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e142 + 8u)], rows[(sk_e142 + 9u)], rows[(sk_e142 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5582,8 +5690,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e107 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e107 + 8u)], rows[(sk_e107 + 9u)], rows[(sk_e107 + 10u)], col)));
+                                            const unsigned int sk_e143 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e143 + 8u)], rows[(sk_e143 + 9u)], rows[(sk_e143 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5623,8 +5731,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e108 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e108 + 8u)], rows[(sk_e108 + 9u)], rows[(sk_e108 + 10u)], col)));
+                                            const unsigned int sk_e144 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e144 + 8u)], rows[(sk_e144 + 9u)], rows[(sk_e144 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5664,8 +5772,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e109 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], col)));
+                                            const unsigned int sk_e145 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e145 + 8u)], rows[(sk_e145 + 9u)], rows[(sk_e145 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5694,17 +5802,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e110 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e110) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e110);
+                                const float sk_e146 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e111 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
+                                const float sk_e147 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e147) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e147);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e112 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e112) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e112);
+                                const float sk_e148 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e113 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113);
+                                const float sk_e149 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
                                 if (noisy) {
                                     // built by kernels::filters::race_sweep
                                     w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -5737,8 +5845,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e114 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e114 : (zv + sk_e114)) : zv);
+                                        const float sk_e150 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e150 : (zv + sk_e150)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5774,8 +5882,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e115 = sk_gumbel((w).y);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e115 : (zv + sk_e115)) : zv);
+                                        const float sk_e151 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e151 : (zv + sk_e151)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5811,8 +5919,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e116 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e116 : (zv + sk_e116)) : zv);
+                                        const float sk_e152 = sk_gumbel((w).z);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e152 : (zv + sk_e152)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5848,8 +5956,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e117 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e117 : (zv + sk_e117)) : zv);
+                                        const float sk_e153 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e153 : (zv + sk_e153)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5966,8 +6074,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     // built by kernels::abi::write_results_as
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e118 = sk_f16(x[(base + tok_at)]);
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e118) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e118) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e154 = sk_f16(x[(base + tok_at)]);
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e154) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e154) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -3071,8 +3071,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             }
                             if ((joint_p && (unsure_n > 0u))) {
                                 unsigned long long rm_own = 0ull;
-                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read_four
+                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
+                                    // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                                     const unsigned int sk_e36 = (col_hi - col_lo);
                                     float zx0 = x[(base + (col_lo + ((li0 < sk_e36) ? li0 : (sk_e36 - 1u))))];
@@ -3085,25 +3085,121 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                                     const unsigned int sk_e39 = (col_hi - col_lo);
                                     float zx3 = x[(base + (col_lo + ((li3 < sk_e39) ? li3 : (sk_e39 - 1u))))];
+                                    unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
+                                    const unsigned int sk_e40 = (col_hi - col_lo);
+                                    float zx4 = x[(base + (col_lo + ((li4 < sk_e40) ? li4 : (sk_e40 - 1u))))];
+                                    unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
+                                    const unsigned int sk_e41 = (col_hi - col_lo);
+                                    float zx5 = x[(base + (col_lo + ((li5 < sk_e41) ? li5 : (sk_e41 - 1u))))];
+                                    unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
+                                    const unsigned int sk_e42 = (col_hi - col_lo);
+                                    float zx6 = x[(base + (col_lo + ((li6 < sk_e42) ? li6 : (sk_e42 - 1u))))];
+                                    unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                                    const unsigned int sk_e43 = (col_hi - col_lo);
+                                    float zx7 = x[(base + (col_lo + ((li7 < sk_e43) ? li7 : (sk_e43 - 1u))))];
+                                    unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                                    const unsigned int sk_e44 = (col_hi - col_lo);
+                                    float zx8 = x[(base + (col_lo + ((li8 < sk_e44) ? li8 : (sk_e44 - 1u))))];
+                                    unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                                    const unsigned int sk_e45 = (col_hi - col_lo);
+                                    float zx9 = x[(base + (col_lo + ((li9 < sk_e45) ? li9 : (sk_e45 - 1u))))];
+                                    unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                    const unsigned int sk_e46 = (col_hi - col_lo);
+                                    float zx10 = x[(base + (col_lo + ((li10 < sk_e46) ? li10 : (sk_e46 - 1u))))];
+                                    unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                    const unsigned int sk_e47 = (col_hi - col_lo);
+                                    float zx11 = x[(base + (col_lo + ((li11 < sk_e47) ? li11 : (sk_e47 - 1u))))];
+                                    unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                    const unsigned int sk_e48 = (col_hi - col_lo);
+                                    float zx12 = x[(base + (col_lo + ((li12 < sk_e48) ? li12 : (sk_e48 - 1u))))];
+                                    unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                    const unsigned int sk_e49 = (col_hi - col_lo);
+                                    float zx13 = x[(base + (col_lo + ((li13 < sk_e49) ? li13 : (sk_e49 - 1u))))];
+                                    unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                    const unsigned int sk_e50 = (col_hi - col_lo);
+                                    float zx14 = x[(base + (col_lo + ((li14 < sk_e50) ? li14 : (sk_e50 - 1u))))];
+                                    unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                    const unsigned int sk_e51 = (col_hi - col_lo);
+                                    float zx15 = x[(base + (col_lo + ((li15 < sk_e51) ? li15 : (sk_e51 - 1u))))];
                                     if ((li0 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e40 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
-                                        rm_own = (rm_own + sk_fixed(((sk_e40 == row_m) ? (1.0f) : (sk_e40 / row_m))));
+                                        const float sk_e52 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e52 == row_m) ? (1.0f) : (sk_e52 / row_m))));
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e41 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
-                                        rm_own = (rm_own + sk_fixed(((sk_e41 == row_m) ? (1.0f) : (sk_e41 / row_m))));
+                                        const float sk_e53 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e53 == row_m) ? (1.0f) : (sk_e53 / row_m))));
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e42 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
-                                        rm_own = (rm_own + sk_fixed(((sk_e42 == row_m) ? (1.0f) : (sk_e42 / row_m))));
+                                        const float sk_e54 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e54 == row_m) ? (1.0f) : (sk_e54 / row_m))));
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        const float sk_e43 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
-                                        rm_own = (rm_own + sk_fixed(((sk_e43 == row_m) ? (1.0f) : (sk_e43 / row_m))));
+                                        const float sk_e55 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e55 == row_m) ? (1.0f) : (sk_e55 / row_m))));
+                                    }
+                                    if ((li4 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e56 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e56 == row_m) ? (1.0f) : (sk_e56 / row_m))));
+                                    }
+                                    if ((li5 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e57 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e57 == row_m) ? (1.0f) : (sk_e57 / row_m))));
+                                    }
+                                    if ((li6 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e58 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e58 == row_m) ? (1.0f) : (sk_e58 / row_m))));
+                                    }
+                                    if ((li7 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e59 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e59 == row_m) ? (1.0f) : (sk_e59 / row_m))));
+                                    }
+                                    if ((li8 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e60 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e60 == row_m) ? (1.0f) : (sk_e60 / row_m))));
+                                    }
+                                    if ((li9 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e61 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e61 == row_m) ? (1.0f) : (sk_e61 / row_m))));
+                                    }
+                                    if ((li10 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e62 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e62 == row_m) ? (1.0f) : (sk_e62 / row_m))));
+                                    }
+                                    if ((li11 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e63 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e63 == row_m) ? (1.0f) : (sk_e63 / row_m))));
+                                    }
+                                    if ((li12 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e64 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e64 == row_m) ? (1.0f) : (sk_e64 / row_m))));
+                                    }
+                                    if ((li13 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e65 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e65 == row_m) ? (1.0f) : (sk_e65 / row_m))));
+                                    }
+                                    if ((li14 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e66 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e66 == row_m) ? (1.0f) : (sk_e66 / row_m))));
+                                    }
+                                    if ((li15 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        const float sk_e67 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
+                                        rm_own = (rm_own + sk_fixed(((sk_e67 == row_m) ? (1.0f) : (sk_e67 / row_m))));
                                     }
                                 }
                                 unsigned long long rm_row = 0ull;
@@ -3134,9 +3230,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned long long lim_row = sk_fraction(pp, rm_row);
                                 n_lo = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e45 = listed_cols[(1285u + r)];
-                                    const float sk_e44 = sk_bitcast<float>((((sk_e45 & 2147483648u) != 0u) ? (sk_e45 ^ 2147483648u) : (sk_e45 ^ 4294967295u)));
-                                    float wr = ((sk_e44 == row_m) ? (1.0f) : (sk_e44 / row_m));
+                                    const unsigned int sk_e69 = listed_cols[(1285u + r)];
+                                    const float sk_e68 = sk_bitcast<float>((((sk_e69 & 2147483648u) != 0u) ? (sk_e69 ^ 2147483648u) : (sk_e69 ^ 4294967295u)));
+                                    float wr = ((sk_e68 == row_m) ? (1.0f) : (sk_e68 / row_m));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                     if ((base_r && (br <= lim_row))) {
@@ -3174,10 +3270,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             }
                             float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                             bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                            const unsigned int sk_e46 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            bool cut_above = (sk_bitcast<float>((((sk_e46 & 2147483648u) != 0u) ? (sk_e46 ^ 2147483648u) : (sk_e46 ^ 4294967295u))) > zt);
-                            const unsigned int sk_e47 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e47] & 2147483648u) != 0u) ? (listed_cols[sk_e47] ^ 2147483648u) : (listed_cols[sk_e47] ^ 4294967295u))) > zt));
+                            const unsigned int sk_e70 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            bool cut_above = (sk_bitcast<float>((((sk_e70 & 2147483648u) != 0u) ? (sk_e70 ^ 2147483648u) : (sk_e70 ^ 4294967295u))) > zt);
+                            const unsigned int sk_e71 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e71] & 2147483648u) != 0u) ? (listed_cols[sk_e71] ^ 2147483648u) : (listed_cols[sk_e71] ^ 4294967295u))) > zt));
                             bool prefix_exact = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3249,22 +3345,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 double best64 = sk_bitcast<double>(18442240474082181120ull);
                                 unsigned int best64_i = 4294967295u;
                                 bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                const unsigned int sk_e48 = (row * 12u);
-                                bool ow_ranked = ((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u));
+                                const unsigned int sk_e72 = (row * 12u);
+                                bool ow_ranked = ((rows[(sk_e72 + 1u)] == 1u) && (rows[(sk_e72 + 6u)] == 1u));
                                 unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                 unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                 unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                 unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                 for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                     unsigned int rc = listed_cols[(1542u + r)];
-                                    const unsigned int sk_e49 = listed_cols[(1285u + r)];
-                                    float rz = sk_bitcast<float>((((sk_e49 & 2147483648u) != 0u) ? (sk_e49 ^ 2147483648u) : (sk_e49 ^ 4294967295u)));
+                                    const unsigned int sk_e73 = listed_cols[(1285u + r)];
+                                    float rz = sk_bitcast<float>((((sk_e73 & 2147483648u) != 0u) ? (sk_e73 ^ 2147483648u) : (sk_e73 ^ 4294967295u)));
                                     if (ow_ranked) {
                                         double s64 = sk_log64(((double)rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e50 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], r)));
+                                            const unsigned int sk_e74 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3277,8 +3373,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             double s64 = sk_log64(((double)rz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                const unsigned int sk_e51 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], rc)));
+                                                const unsigned int sk_e75 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3288,8 +3384,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e52 = (rc & 3u);
-                                            float score = (rz / sk_exponential(((sk_e52 == 3u) ? ((w4).w) : ((sk_e52 == 2u) ? ((w4).z) : ((sk_e52 == 1u) ? ((w4).y) : ((w4).x))))));
+                                            const unsigned int sk_e76 = (rc & 3u);
+                                            float score = (rz / sk_exponential(((sk_e76 == 3u) ? ((w4).w) : ((sk_e76 == 2u) ? ((w4).z) : ((sk_e76 == 1u) ? ((w4).y) : ((w4).x))))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3401,7 +3497,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     // built by kernels::filters::sweep
                     unsigned int sweep_n = (col_hi - col_lo);
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -3488,8 +3584,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e53 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e53 : (sk_e53 - sel_a));
+                    const unsigned int sk_e77 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e77 : (sk_e77 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3525,7 +3621,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             // built by kernels::filters::sweep
                             unsigned int sweep_n = (col_hi - col_lo);
                             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                // built by kernels::filter_values::for_each_read_four
+                                // built by kernels::filter_values::for_each_read
                                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                                 float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -3715,8 +3811,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e54 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e54 == (sel_n + min(sel_tn, 64u))) || (!((sk_e54 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e78 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e78 == (sel_n + min(sel_tn, 64u))) || (!((sk_e78 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4107,7 +4203,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                 } else {
                                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                        // built by kernels::filter_values::for_each_read_four
+                                        // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                                         float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -4734,8 +4830,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e55 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e55 ? tn64 : (((lim - sel_m) / (sk_e55 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e79 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e79 ? tn64 : (((lim - sel_m) / (sk_e79 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4753,8 +4849,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e56 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e56 ? tn64 : (((lim - sel_m) / (sk_e56 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e80 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e80 ? tn64 : (((lim - sel_m) / (sk_e80 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4899,8 +4995,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 bool rank_done = false;
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
-                const unsigned int sk_e57 = (row * 12u);
-                if ((((rows[(sk_e57 + 1u)] == 1u) && (rows[(sk_e57 + 6u)] == 1u)) && filtered)) {
+                const unsigned int sk_e81 = (row * 12u);
+                if ((((rows[(sk_e81 + 1u)] == 1u) && (rows[(sk_e81 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -5107,13 +5203,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_rank::race_ranks
-                            const unsigned int sk_e58 = listed_cols[r];
-                            float rk_v = sk_bitcast<float>((((sk_e58 & 2147483648u) != 0u) ? (sk_e58 ^ 2147483648u) : (sk_e58 ^ 4294967295u)));
+                            const unsigned int sk_e82 = listed_cols[r];
+                            float rk_v = sk_bitcast<float>((((sk_e82 & 2147483648u) != 0u) ? (sk_e82 ^ 2147483648u) : (sk_e82 ^ 4294967295u)));
                             double s64 = sk_log64(((double)rk_v));
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                const unsigned int sk_e59 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], r)));
+                                const unsigned int sk_e83 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5474,8 +5570,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e60 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
+                                            const unsigned int sk_e84 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e84 + 8u)], rows[(sk_e84 + 9u)], rows[(sk_e84 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5515,8 +5611,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e61 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
+                                            const unsigned int sk_e85 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e85 + 8u)], rows[(sk_e85 + 9u)], rows[(sk_e85 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5556,8 +5652,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e62 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
+                                            const unsigned int sk_e86 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e86 + 8u)], rows[(sk_e86 + 9u)], rows[(sk_e86 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5597,8 +5693,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e63 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e63 + 8u)], rows[(sk_e63 + 9u)], rows[(sk_e63 + 10u)], col)));
+                                            const unsigned int sk_e87 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e87 + 8u)], rows[(sk_e87 + 9u)], rows[(sk_e87 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5890,8 +5986,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e64 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? ((sk_e64 > (0.0f)) ? sk_log(sk_e64) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e88 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? ((sk_e88 > (0.0f)) ? sk_log(sk_e88) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

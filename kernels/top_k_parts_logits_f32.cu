@@ -89,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e1 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
@@ -547,7 +547,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     const float sk_e8 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);

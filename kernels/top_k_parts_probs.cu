@@ -66,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
@@ -520,7 +520,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                     float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));

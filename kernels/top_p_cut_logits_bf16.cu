@@ -350,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         const unsigned int sk_e2 = (col_hi - col_lo);
                         const float sk_e1 = sk_bf16(x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))]);

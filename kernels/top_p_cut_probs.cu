@@ -319,7 +319,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                         const unsigned int sk_e1 = (col_hi - col_lo);
                         float zx0 = x[(base + (col_lo + ((li0 < sk_e1) ? li0 : (sk_e1 - 1u))))];

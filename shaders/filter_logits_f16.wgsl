@@ -357,7 +357,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::sweep
                 var sweep_n: u32 = (col_hi - col_lo);
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
@@ -451,7 +451,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep
                         var sweep_n: u32 = (col_hi - col_lo);
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read_four
+                            // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
                             let sk_e5: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var zx0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
@@ -810,7 +810,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             } else {
                                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read_four
+                                    // built by kernels::filter_values::for_each_read
                                     var li0: u32 = (i0 + (BLOCK * 0u));
                                     let sk_e17: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                                     var zx0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));

@@ -352,7 +352,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     var sweep_n: u32 = (col_hi - col_lo);
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
                         var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
                         var li1: u32 = (i0 + (BLOCK * 1u));
@@ -1035,7 +1035,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::sweep
                         var sweep_n: u32 = (col_hi - col_lo);
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read_four
+                            // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
                             var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
                             var li1: u32 = (i0 + (BLOCK * 1u));

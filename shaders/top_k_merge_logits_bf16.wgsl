@@ -2952,8 +2952,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             if ((joint_p && (unsure_n > 0u))) {
                                 var rm_own: u64 = 0lu;
-                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read_four
+                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
+                                    // built by kernels::filter_values::for_each_read
                                     var li0: u32 = (i0 + (BLOCK * 0u));
                                     let sk_e39: u32 = (col_hi - col_lo);
                                     let sk_e38: f32 = sk_load_x((base + (col_lo + select((sk_e39 - 1u), li0, (li0 < sk_e39)))));
@@ -2970,25 +2970,133 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e45: u32 = (col_hi - col_lo);
                                     let sk_e44: f32 = sk_load_x((base + (col_lo + select((sk_e45 - 1u), li3, (li3 < sk_e45)))));
                                     var zx3: f32 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+                                    var li4: u32 = (i0 + (BLOCK * 4u));
+                                    let sk_e47: u32 = (col_hi - col_lo);
+                                    let sk_e46: f32 = sk_load_x((base + (col_lo + select((sk_e47 - 1u), li4, (li4 < sk_e47)))));
+                                    var zx4: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                                    var li5: u32 = (i0 + (BLOCK * 5u));
+                                    let sk_e49: u32 = (col_hi - col_lo);
+                                    let sk_e48: f32 = sk_load_x((base + (col_lo + select((sk_e49 - 1u), li5, (li5 < sk_e49)))));
+                                    var zx5: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
+                                    var li6: u32 = (i0 + (BLOCK * 6u));
+                                    let sk_e51: u32 = (col_hi - col_lo);
+                                    let sk_e50: f32 = sk_load_x((base + (col_lo + select((sk_e51 - 1u), li6, (li6 < sk_e51)))));
+                                    var zx6: f32 = select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u));
+                                    var li7: u32 = (i0 + (BLOCK * 7u));
+                                    let sk_e53: u32 = (col_hi - col_lo);
+                                    let sk_e52: f32 = sk_load_x((base + (col_lo + select((sk_e53 - 1u), li7, (li7 < sk_e53)))));
+                                    var zx7: f32 = select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u));
+                                    var li8: u32 = (i0 + (BLOCK * 8u));
+                                    let sk_e55: u32 = (col_hi - col_lo);
+                                    let sk_e54: f32 = sk_load_x((base + (col_lo + select((sk_e55 - 1u), li8, (li8 < sk_e55)))));
+                                    var zx8: f32 = select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u));
+                                    var li9: u32 = (i0 + (BLOCK * 9u));
+                                    let sk_e57: u32 = (col_hi - col_lo);
+                                    let sk_e56: f32 = sk_load_x((base + (col_lo + select((sk_e57 - 1u), li9, (li9 < sk_e57)))));
+                                    var zx9: f32 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
+                                    var li10: u32 = (i0 + (BLOCK * 10u));
+                                    let sk_e59: u32 = (col_hi - col_lo);
+                                    let sk_e58: f32 = sk_load_x((base + (col_lo + select((sk_e59 - 1u), li10, (li10 < sk_e59)))));
+                                    var zx10: f32 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
+                                    var li11: u32 = (i0 + (BLOCK * 11u));
+                                    let sk_e61: u32 = (col_hi - col_lo);
+                                    let sk_e60: f32 = sk_load_x((base + (col_lo + select((sk_e61 - 1u), li11, (li11 < sk_e61)))));
+                                    var zx11: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
+                                    var li12: u32 = (i0 + (BLOCK * 12u));
+                                    let sk_e63: u32 = (col_hi - col_lo);
+                                    let sk_e62: f32 = sk_load_x((base + (col_lo + select((sk_e63 - 1u), li12, (li12 < sk_e63)))));
+                                    var zx12: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                                    var li13: u32 = (i0 + (BLOCK * 13u));
+                                    let sk_e65: u32 = (col_hi - col_lo);
+                                    let sk_e64: f32 = sk_load_x((base + (col_lo + select((sk_e65 - 1u), li13, (li13 < sk_e65)))));
+                                    var zx13: f32 = select(sk_e64, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e64) & 2147483647u) > 2139095040u));
+                                    var li14: u32 = (i0 + (BLOCK * 14u));
+                                    let sk_e67: u32 = (col_hi - col_lo);
+                                    let sk_e66: f32 = sk_load_x((base + (col_lo + select((sk_e67 - 1u), li14, (li14 < sk_e67)))));
+                                    var zx14: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                    var li15: u32 = (i0 + (BLOCK * 15u));
+                                    let sk_e69: u32 = (col_hi - col_lo);
+                                    let sk_e68: f32 = sk_load_x((base + (col_lo + select((sk_e69 - 1u), li15, (li15 < sk_e69)))));
+                                    var zx15: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
                                     if ((li0 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e46: f32 = (zx0 / temp);
-                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e46 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e46 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                        let sk_e70: f32 = (zx0 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e70 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e70 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e47: f32 = (zx1 / temp);
-                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e47 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e47 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                        let sk_e71: f32 = (zx1 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e71 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e71 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e48: f32 = (zx2 / temp);
-                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e48 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e48 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                        let sk_e72: f32 = (zx2 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e72 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e72 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e49: f32 = (zx3 / temp);
-                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e49 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e49 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                        let sk_e73: f32 = (zx3 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e73 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e73 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li4 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e74: f32 = (zx4 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e74 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e74 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li5 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e75: f32 = (zx5 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e75 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e75 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li6 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e76: f32 = (zx6 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e76 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e76 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li7 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e77: f32 = (zx7 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e77 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e77 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li8 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e78: f32 = (zx8 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e78 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e78 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li9 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e79: f32 = (zx9 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e79 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e79 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li10 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e80: f32 = (zx10 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e80 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e80 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li11 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e81: f32 = (zx11 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e81 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e81 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li12 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e82: f32 = (zx12 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e82 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e82 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li13 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e83: f32 = (zx13 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e83 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e83 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li14 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e84: f32 = (zx14 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e84 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e84 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                    if ((li15 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e85: f32 = (zx15 / temp);
+                                        rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e85 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e85 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                     }
                                 }
                                 var rm_row: u64 = 0lu;
@@ -3007,9 +3115,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var lim_row: u64 = sk_fraction(pp, rm_row);
                                 n_lo = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e51: u32 = listed_cols[(1285u + r)];
-                                    let sk_e50: f32 = bitcast<f32>(select((sk_e51 ^ 4294967295u), (sk_e51 ^ 2147483648u), ((sk_e51 & 2147483648u) != 0u)));
-                                    var wr: f32 = select(select(sk_exp((sk_e50 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e50 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                    let sk_e87: u32 = listed_cols[(1285u + r)];
+                                    let sk_e86: f32 = bitcast<f32>(select((sk_e87 ^ 4294967295u), (sk_e87 ^ 2147483648u), ((sk_e87 & 2147483648u) != 0u)));
+                                    var wr: f32 = select(select(sk_exp((sk_e86 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e86 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                     if ((base_r && (br <= lim_row))) {
@@ -3035,10 +3143,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                            let sk_e52: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = ((bitcast<f32>(select((sk_e52 ^ 4294967295u), (sk_e52 ^ 2147483648u), ((sk_e52 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                            let sk_e53: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e53] ^ 4294967295u), (listed_cols[sk_e53] ^ 2147483648u), ((listed_cols[sk_e53] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                            let sk_e88: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = ((bitcast<f32>(select((sk_e88 ^ 4294967295u), (sk_e88 ^ 2147483648u), ((sk_e88 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                            let sk_e89: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e89] ^ 4294967295u), (listed_cols[sk_e89] ^ 2147483648u), ((listed_cols[sk_e89] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3098,22 +3206,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                 var best64_i: u32 = 4294967295u;
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                let sk_e54: u32 = (row * 12u);
-                                var ow_ranked: bool = ((rows[(sk_e54 + 1u)] == 1u) && (rows[(sk_e54 + 6u)] == 1u));
+                                let sk_e90: u32 = (row * 12u);
+                                var ow_ranked: bool = ((rows[(sk_e90 + 1u)] == 1u) && (rows[(sk_e90 + 6u)] == 1u));
                                 var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                 var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                 var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                 var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e55: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e55 ^ 4294967295u), (sk_e55 ^ 2147483648u), ((sk_e55 & 2147483648u) != 0u)));
+                                    let sk_e91: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e91 ^ 4294967295u), (sk_e91 ^ 2147483648u), ((sk_e91 & 2147483648u) != 0u)));
                                     if (ow_ranked) {
                                         var s64: f64 = f64((rz - row_m));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e56: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], r)));
+                                            let sk_e92: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e92 + 8u)], rows[(sk_e92 + 9u)], rows[(sk_e92 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3126,8 +3234,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = f64((rz - row_m));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e57: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], rc)));
+                                                let sk_e93: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3137,8 +3245,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e58: u32 = (rc & 3u);
-                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e58 == 1u)), w4[2], (sk_e58 == 2u)), w4[3], (sk_e58 == 3u))));
+                                            let sk_e94: u32 = (rc & 3u);
+                                            var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e94 == 1u)), w4[2], (sk_e94 == 2u)), w4[3], (sk_e94 == 3u))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3201,8 +3309,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (((params.flags & 1u) != 0u)) {
                                     // built by kernels::abi::write_results_as
-                                    let sk_e59: f32 = sk_load_x((base + ow_at));
-                                    var ow_v_x: f32 = select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u));
+                                    let sk_e95: f32 = sk_load_x((base + ow_at));
+                                    var ow_v_x: f32 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
                                     var ow_v: f32 = (ow_v_x / temp);
                                     if ((sk_lid == 0u)) {
                                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -3227,19 +3335,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     var sweep_n: u32 = (col_hi - col_lo);
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e60: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                        var zx0: f32 = select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u));
+                        let sk_e96: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var zx0: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e61: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                        var zx1: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
+                        let sk_e97: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e62: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                        var zx2: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                        let sk_e98: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e63: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                        var zx3: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
+                        let sk_e99: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
@@ -3294,8 +3402,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e64: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e64 - sel_a), sk_e64, in_a);
+                    let sk_e100: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e100 - sel_a), sk_e100, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3321,19 +3429,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::sweep
                             var sweep_n: u32 = (col_hi - col_lo);
                             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                // built by kernels::filter_values::for_each_read_four
+                                // built by kernels::filter_values::for_each_read
                                 var li0: u32 = (i0 + (BLOCK * 0u));
-                                let sk_e65: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u));
+                                let sk_e101: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (i0 + (BLOCK * 1u));
-                                let sk_e66: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                let sk_e102: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e102, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e102) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (i0 + (BLOCK * 2u));
-                                let sk_e67: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e67, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e67) & 2147483647u) > 2139095040u));
+                                let sk_e103: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (i0 + (BLOCK * 3u));
-                                let sk_e68: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
+                                let sk_e104: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -3429,8 +3537,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e69: f32 = sk_load_x((base + col));
-                            var lx: f32 = select(sk_e69, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e69) & 2147483647u) > 2139095040u));
+                            let sk_e105: f32 = sk_load_x((base + col));
+                            var lx: f32 = select(sk_e105, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e105) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3466,8 +3574,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e70: f32 = sk_load_x((base + col));
-                            var lx: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
+                            let sk_e106: f32 = sk_load_x((base + col));
+                            var lx: f32 = select(sk_e106, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e106) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3507,8 +3615,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e71: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e71 == (sel_n + min(sel_tn, 64u))) || (!((sk_e71 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e107: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e107 == (sel_n + min(sel_tn, 64u))) || (!((sk_e107 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3545,8 +3653,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e72: f32 = sk_load_x((base + col));
-                                var lx: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
+                                let sk_e108: f32 = sk_load_x((base + col));
+                                var lx: f32 = select(sk_e108, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e108) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3578,17 +3686,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e73: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
+                                        let sk_e109: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e109, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e109) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e74: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u));
+                                        let sk_e110: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e110, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e110) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e75: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e75, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e75) & 2147483647u) > 2139095040u));
+                                        let sk_e111: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e76: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u));
+                                        let sk_e112: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e112, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e112) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -3680,19 +3788,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 } else {
                                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                        // built by kernels::filter_values::for_each_read_four
+                                        // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e77: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u));
+                                        let sk_e113: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e78: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
+                                        let sk_e114: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e114, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e114) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e79: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
+                                        let sk_e115: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e115, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e115) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e80: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
+                                        let sk_e116: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e116, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e116) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4276,8 +4384,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e81: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e81)) + 1lu), tn64, sk_e81)));
+                            let sk_e117: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e117)) + 1lu), tn64, sk_e117)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4295,8 +4403,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e82: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e82)) + 1lu), tn64, sk_e82)));
+                    let sk_e118: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e118)) + 1lu), tn64, sk_e118)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4320,17 +4428,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e83: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
+                                        let sk_e119: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e119, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e119) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e84: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
+                                        let sk_e120: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e120, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e120) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e85: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u));
+                                        let sk_e121: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e121, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e121) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e86: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u));
+                                        let sk_e122: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e122, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e122) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4435,8 +4543,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var rank_done: bool = false;
                 var rank_over: bool = false;
                 var rank_col: u32 = 4294967295u;
-                let sk_e87: u32 = (row * 12u);
-                if ((((rows[(sk_e87 + 1u)] == 1u) && (rows[(sk_e87 + 6u)] == 1u)) && filtered)) {
+                let sk_e123: u32 = (row * 12u);
+                if ((((rows[(sk_e123 + 1u)] == 1u) && (rows[(sk_e123 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4453,17 +4561,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e88: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
+                                let sk_e124: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e124, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e124) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e89: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
+                                let sk_e125: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e125, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e125) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e90: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
+                                let sk_e126: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e126, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e126) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e91: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
+                                let sk_e127: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e127, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e127) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -4647,13 +4755,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var bestrk64_i: u32 = 4294967295u;
                         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                             // built by kernels::filter_rank::race_ranks
-                            let sk_e92: u32 = listed_cols[r];
-                            var rk_v: f32 = bitcast<f32>(select((sk_e92 ^ 4294967295u), (sk_e92 ^ 2147483648u), ((sk_e92 & 2147483648u) != 0u)));
+                            let sk_e128: u32 = listed_cols[r];
+                            var rk_v: f32 = bitcast<f32>(select((sk_e128 ^ 4294967295u), (sk_e128 ^ 2147483648u), ((sk_e128 & 2147483648u) != 0u)));
                             var s64: f64 = f64(rk_v);
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                let sk_e93: u32 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], r)));
+                                let sk_e129: u32 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e129 + 8u)], rows[(sk_e129 + 9u)], rows[(sk_e129 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -4729,17 +4837,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e94: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e94, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e94) & 2147483647u) > 2139095040u));
+                                        let sk_e130: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e130, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e130) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e95: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
+                                        let sk_e131: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e131, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e131) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e96: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
+                                        let sk_e132: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e132, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e132) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e97: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
+                                        let sk_e133: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e133, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e133) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4826,17 +4934,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e98: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u));
+                                    let sk_e134: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e134, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e134) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e99: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
+                                    let sk_e135: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e135, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e135) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e100: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
+                                    let sk_e136: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e136, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e136) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e101: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
+                                    let sk_e137: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e137, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e137) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         // built by kernels::filter_values::read_step
                                         var col: u32 = (col_lo + li0);
@@ -4946,17 +5054,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e102: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e102, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e102) & 2147483647u) > 2139095040u));
+                                let sk_e138: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e103: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
+                                let sk_e139: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e139, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e139) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e104: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u));
+                                let sk_e140: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e140, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e140) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e105: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e105, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e105) & 2147483647u) > 2139095040u));
+                                let sk_e141: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e141, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e141) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -4988,8 +5096,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e106: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e106 + 8u)], rows[(sk_e106 + 9u)], rows[(sk_e106 + 10u)], col)));
+                                            let sk_e142: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e142 + 8u)], rows[(sk_e142 + 9u)], rows[(sk_e142 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5029,8 +5137,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e107: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e107 + 8u)], rows[(sk_e107 + 9u)], rows[(sk_e107 + 10u)], col)));
+                                            let sk_e143: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e143 + 8u)], rows[(sk_e143 + 9u)], rows[(sk_e143 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5070,8 +5178,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e108: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e108 + 8u)], rows[(sk_e108 + 9u)], rows[(sk_e108 + 10u)], col)));
+                                            let sk_e144: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e144 + 8u)], rows[(sk_e144 + 9u)], rows[(sk_e144 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5111,8 +5219,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e109: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], col)));
+                                            let sk_e145: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e145 + 8u)], rows[(sk_e145 + 9u)], rows[(sk_e145 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5141,17 +5249,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e110: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e110, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e110) & 2147483647u) > 2139095040u));
+                                let sk_e146: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e146, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e146) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e111: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
+                                let sk_e147: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e147, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e147) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e112: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e112, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e112) & 2147483647u) > 2139095040u));
+                                let sk_e148: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e113: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
+                                let sk_e149: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
                                 if (noisy) {
                                     // built by kernels::filters::race_sweep
                                     w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -5184,8 +5292,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e114: f32 = sk_gumbel(w[0]);
-                                        var score: f32 = select(zv, select((zv + sk_e114), sk_e114, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e150: f32 = sk_gumbel(w[0]);
+                                        var score: f32 = select(zv, select((zv + sk_e150), sk_e150, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5221,8 +5329,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e115: f32 = sk_gumbel(w[1]);
-                                        var score: f32 = select(zv, select((zv + sk_e115), sk_e115, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e151: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e151), sk_e151, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5258,8 +5366,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e116: f32 = sk_gumbel(w[2]);
-                                        var score: f32 = select(zv, select((zv + sk_e116), sk_e116, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e152: f32 = sk_gumbel(w[2]);
+                                        var score: f32 = select(zv, select((zv + sk_e152), sk_e152, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5295,8 +5403,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e117: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e117), sk_e117, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e153: f32 = sk_gumbel(w[3]);
+                                        var score: f32 = select(zv, select((zv + sk_e153), sk_e153, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5377,8 +5485,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::abi::write_results_as
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e118: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e118, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e118) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e154: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e154, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e154) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -2917,8 +2917,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             if ((joint_p && (unsure_n > 0u))) {
                                 var rm_own: u64 = 0lu;
-                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read_four
+                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
+                                    // built by kernels::filter_values::for_each_read
                                     var li0: u32 = (i0 + (BLOCK * 0u));
                                     let sk_e36: u32 = (col_hi - col_lo);
                                     var zx0: f32 = x[(base + (col_lo + select((sk_e36 - 1u), li0, (li0 < sk_e36))))];
@@ -2931,25 +2931,121 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (i0 + (BLOCK * 3u));
                                     let sk_e39: u32 = (col_hi - col_lo);
                                     var zx3: f32 = x[(base + (col_lo + select((sk_e39 - 1u), li3, (li3 < sk_e39))))];
+                                    var li4: u32 = (i0 + (BLOCK * 4u));
+                                    let sk_e40: u32 = (col_hi - col_lo);
+                                    var zx4: f32 = x[(base + (col_lo + select((sk_e40 - 1u), li4, (li4 < sk_e40))))];
+                                    var li5: u32 = (i0 + (BLOCK * 5u));
+                                    let sk_e41: u32 = (col_hi - col_lo);
+                                    var zx5: f32 = x[(base + (col_lo + select((sk_e41 - 1u), li5, (li5 < sk_e41))))];
+                                    var li6: u32 = (i0 + (BLOCK * 6u));
+                                    let sk_e42: u32 = (col_hi - col_lo);
+                                    var zx6: f32 = x[(base + (col_lo + select((sk_e42 - 1u), li6, (li6 < sk_e42))))];
+                                    var li7: u32 = (i0 + (BLOCK * 7u));
+                                    let sk_e43: u32 = (col_hi - col_lo);
+                                    var zx7: f32 = x[(base + (col_lo + select((sk_e43 - 1u), li7, (li7 < sk_e43))))];
+                                    var li8: u32 = (i0 + (BLOCK * 8u));
+                                    let sk_e44: u32 = (col_hi - col_lo);
+                                    var zx8: f32 = x[(base + (col_lo + select((sk_e44 - 1u), li8, (li8 < sk_e44))))];
+                                    var li9: u32 = (i0 + (BLOCK * 9u));
+                                    let sk_e45: u32 = (col_hi - col_lo);
+                                    var zx9: f32 = x[(base + (col_lo + select((sk_e45 - 1u), li9, (li9 < sk_e45))))];
+                                    var li10: u32 = (i0 + (BLOCK * 10u));
+                                    let sk_e46: u32 = (col_hi - col_lo);
+                                    var zx10: f32 = x[(base + (col_lo + select((sk_e46 - 1u), li10, (li10 < sk_e46))))];
+                                    var li11: u32 = (i0 + (BLOCK * 11u));
+                                    let sk_e47: u32 = (col_hi - col_lo);
+                                    var zx11: f32 = x[(base + (col_lo + select((sk_e47 - 1u), li11, (li11 < sk_e47))))];
+                                    var li12: u32 = (i0 + (BLOCK * 12u));
+                                    let sk_e48: u32 = (col_hi - col_lo);
+                                    var zx12: f32 = x[(base + (col_lo + select((sk_e48 - 1u), li12, (li12 < sk_e48))))];
+                                    var li13: u32 = (i0 + (BLOCK * 13u));
+                                    let sk_e49: u32 = (col_hi - col_lo);
+                                    var zx13: f32 = x[(base + (col_lo + select((sk_e49 - 1u), li13, (li13 < sk_e49))))];
+                                    var li14: u32 = (i0 + (BLOCK * 14u));
+                                    let sk_e50: u32 = (col_hi - col_lo);
+                                    var zx14: f32 = x[(base + (col_lo + select((sk_e50 - 1u), li14, (li14 < sk_e50))))];
+                                    var li15: u32 = (i0 + (BLOCK * 15u));
+                                    let sk_e51: u32 = (col_hi - col_lo);
+                                    var zx15: f32 = x[(base + (col_lo + select((sk_e51 - 1u), li15, (li15 < sk_e51))))];
                                     if ((li0 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e40: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-                                        rm_own = (rm_own + sk_fixed(select((sk_e40 / row_m), (1.0f), (sk_e40 == row_m))));
+                                        let sk_e52: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e52 / row_m), (1.0f), (sk_e52 == row_m))));
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e41: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-                                        rm_own = (rm_own + sk_fixed(select((sk_e41 / row_m), (1.0f), (sk_e41 == row_m))));
+                                        let sk_e53: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e53 / row_m), (1.0f), (sk_e53 == row_m))));
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e42: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-                                        rm_own = (rm_own + sk_fixed(select((sk_e42 / row_m), (1.0f), (sk_e42 == row_m))));
+                                        let sk_e54: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e54 / row_m), (1.0f), (sk_e54 == row_m))));
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
                                         // built by kernels::filter_values::read_step
-                                        let sk_e43: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-                                        rm_own = (rm_own + sk_fixed(select((sk_e43 / row_m), (1.0f), (sk_e43 == row_m))));
+                                        let sk_e55: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e55 / row_m), (1.0f), (sk_e55 == row_m))));
+                                    }
+                                    if ((li4 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e56: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e56 / row_m), (1.0f), (sk_e56 == row_m))));
+                                    }
+                                    if ((li5 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e57: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e57 / row_m), (1.0f), (sk_e57 == row_m))));
+                                    }
+                                    if ((li6 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e58: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e58 / row_m), (1.0f), (sk_e58 == row_m))));
+                                    }
+                                    if ((li7 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e59: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e59 / row_m), (1.0f), (sk_e59 == row_m))));
+                                    }
+                                    if ((li8 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e60: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e60 / row_m), (1.0f), (sk_e60 == row_m))));
+                                    }
+                                    if ((li9 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e61: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e61 / row_m), (1.0f), (sk_e61 == row_m))));
+                                    }
+                                    if ((li10 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e62: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e62 / row_m), (1.0f), (sk_e62 == row_m))));
+                                    }
+                                    if ((li11 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e63: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e63 / row_m), (1.0f), (sk_e63 == row_m))));
+                                    }
+                                    if ((li12 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e64: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e64 / row_m), (1.0f), (sk_e64 == row_m))));
+                                    }
+                                    if ((li13 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e65: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e65 / row_m), (1.0f), (sk_e65 == row_m))));
+                                    }
+                                    if ((li14 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e66: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e66 / row_m), (1.0f), (sk_e66 == row_m))));
+                                    }
+                                    if ((li15 < (col_hi - col_lo))) {
+                                        // built by kernels::filter_values::read_step
+                                        let sk_e67: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+                                        rm_own = (rm_own + sk_fixed(select((sk_e67 / row_m), (1.0f), (sk_e67 == row_m))));
                                     }
                                 }
                                 var rm_row: u64 = 0lu;
@@ -2968,9 +3064,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var lim_row: u64 = sk_fraction(pp, rm_row);
                                 n_lo = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e45: u32 = listed_cols[(1285u + r)];
-                                    let sk_e44: f32 = bitcast<f32>(select((sk_e45 ^ 4294967295u), (sk_e45 ^ 2147483648u), ((sk_e45 & 2147483648u) != 0u)));
-                                    var wr: f32 = select((sk_e44 / row_m), (1.0f), (sk_e44 == row_m));
+                                    let sk_e69: u32 = listed_cols[(1285u + r)];
+                                    let sk_e68: f32 = bitcast<f32>(select((sk_e69 ^ 4294967295u), (sk_e69 ^ 2147483648u), ((sk_e69 & 2147483648u) != 0u)));
+                                    var wr: f32 = select((sk_e68 / row_m), (1.0f), (sk_e68 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
                                     if ((base_r && (br <= lim_row))) {
@@ -2996,10 +3092,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                            let sk_e46: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                            var cut_above: bool = (bitcast<f32>(select((sk_e46 ^ 4294967295u), (sk_e46 ^ 2147483648u), ((sk_e46 & 2147483648u) != 0u))) > zt);
-                            let sk_e47: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e47] ^ 4294967295u), (listed_cols[sk_e47] ^ 2147483648u), ((listed_cols[sk_e47] & 2147483648u) != 0u))) > zt));
+                            let sk_e70: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                            var cut_above: bool = (bitcast<f32>(select((sk_e70 ^ 4294967295u), (sk_e70 ^ 2147483648u), ((sk_e70 & 2147483648u) != 0u))) > zt);
+                            let sk_e71: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                            var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e71] ^ 4294967295u), (listed_cols[sk_e71] ^ 2147483648u), ((listed_cols[sk_e71] & 2147483648u) != 0u))) > zt));
                             var prefix_exact: bool = all_in;
                             if (((!all_in) && (!(cut_above && k_above)))) {
                                 // built by kernels::filter_top_k::prefix_is_exact
@@ -3059,22 +3155,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                 var best64_i: u32 = 4294967295u;
                                 var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                let sk_e48: u32 = (row * 12u);
-                                var ow_ranked: bool = ((rows[(sk_e48 + 1u)] == 1u) && (rows[(sk_e48 + 6u)] == 1u));
+                                let sk_e72: u32 = (row * 12u);
+                                var ow_ranked: bool = ((rows[(sk_e72 + 1u)] == 1u) && (rows[(sk_e72 + 6u)] == 1u));
                                 var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                 var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                 var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                 var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                 for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                     var rc: u32 = listed_cols[(1542u + r)];
-                                    let sk_e49: u32 = listed_cols[(1285u + r)];
-                                    var rz: f32 = bitcast<f32>(select((sk_e49 ^ 4294967295u), (sk_e49 ^ 2147483648u), ((sk_e49 & 2147483648u) != 0u)));
+                                    let sk_e73: u32 = listed_cols[(1285u + r)];
+                                    var rz: f32 = bitcast<f32>(select((sk_e73 ^ 4294967295u), (sk_e73 ^ 2147483648u), ((sk_e73 & 2147483648u) != 0u)));
                                     if (ow_ranked) {
                                         var s64: f64 = sk_log64(f64(rz));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e50: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], r)));
+                                            let sk_e74: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], r)));
                                         }
                                         if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
@@ -3087,8 +3183,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var s64: f64 = sk_log64(f64(rz));
                                             if (noisy) {
                                                 // built by kernels::seeded::score64
-                                                let sk_e51: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], rc)));
+                                                let sk_e75: u32 = (row * 12u);
+                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], rc)));
                                             }
                                             if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
@@ -3098,8 +3194,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         } else {
                                             // built by kernels::filter_top_k::race_one
                                             var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e52: u32 = (rc & 3u);
-                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e52 == 1u)), w4[2], (sk_e52 == 2u)), w4[3], (sk_e52 == 3u))));
+                                            let sk_e76: u32 = (rc & 3u);
+                                            var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e76 == 1u)), w4[2], (sk_e76 == 2u)), w4[3], (sk_e76 == 3u))));
                                             if (((score > best) || ((score == best) && (rc < best_i)))) {
                                                 // built by kernels::filter_top_k::keep_lower
                                                 best = score;
@@ -3187,7 +3283,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::sweep
                     var sweep_n: u32 = (col_hi - col_lo);
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
                         var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
                         var li1: u32 = (i0 + (BLOCK * 1u));
@@ -3262,8 +3358,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e53: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e53 - sel_a), sk_e53, in_a);
+                    let sk_e77: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e77 - sel_a), sk_e77, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3289,7 +3385,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::sweep
                             var sweep_n: u32 = (col_hi - col_lo);
                             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                // built by kernels::filter_values::for_each_read_four
+                                // built by kernels::filter_values::for_each_read
                                 var li0: u32 = (i0 + (BLOCK * 0u));
                                 var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
                                 var li1: u32 = (i0 + (BLOCK * 1u));
@@ -3469,8 +3565,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e54: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e54 == (sel_n + min(sel_tn, 64u))) || (!((sk_e54 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e78: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e78 == (sel_n + min(sel_tn, 64u))) || (!((sk_e78 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3637,7 +3733,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 } else {
                                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                        // built by kernels::filter_values::for_each_read_four
+                                        // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
                                         var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
                                         var li1: u32 = (i0 + (BLOCK * 1u));
@@ -4229,8 +4325,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e55: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e55)) + 1lu), tn64, sk_e55)));
+                            let sk_e79: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e79)) + 1lu), tn64, sk_e79)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4248,8 +4344,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e56: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e56)) + 1lu), tn64, sk_e56)));
+                    let sk_e80: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e80)) + 1lu), tn64, sk_e80)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4384,8 +4480,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var rank_done: bool = false;
                 var rank_over: bool = false;
                 var rank_col: u32 = 4294967295u;
-                let sk_e57: u32 = (row * 12u);
-                if ((((rows[(sk_e57 + 1u)] == 1u) && (rows[(sk_e57 + 6u)] == 1u)) && filtered)) {
+                let sk_e81: u32 = (row * 12u);
+                if ((((rows[(sk_e81 + 1u)] == 1u) && (rows[(sk_e81 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4592,13 +4688,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var bestrk64_i: u32 = 4294967295u;
                         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                             // built by kernels::filter_rank::race_ranks
-                            let sk_e58: u32 = listed_cols[r];
-                            var rk_v: f32 = bitcast<f32>(select((sk_e58 ^ 4294967295u), (sk_e58 ^ 2147483648u), ((sk_e58 & 2147483648u) != 0u)));
+                            let sk_e82: u32 = listed_cols[r];
+                            var rk_v: f32 = bitcast<f32>(select((sk_e82 ^ 4294967295u), (sk_e82 ^ 2147483648u), ((sk_e82 & 2147483648u) != 0u)));
                             var s64: f64 = sk_log64(f64(rk_v));
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                let sk_e59: u32 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], r)));
+                                let sk_e83: u32 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -4921,8 +5017,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e60: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
+                                            let sk_e84: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e84 + 8u)], rows[(sk_e84 + 9u)], rows[(sk_e84 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -4962,8 +5058,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e61: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
+                                            let sk_e85: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e85 + 8u)], rows[(sk_e85 + 9u)], rows[(sk_e85 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5003,8 +5099,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e62: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
+                                            let sk_e86: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e86 + 8u)], rows[(sk_e86 + 9u)], rows[(sk_e86 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5044,8 +5140,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e63: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e63 + 8u)], rows[(sk_e63 + 9u)], rows[(sk_e63 + 10u)], col)));
+                                            let sk_e87: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e87 + 8u)], rows[(sk_e87 + 9u)], rows[(sk_e87 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5301,8 +5397,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((sk_lid == 0u)) {
-                        let sk_e64: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e64), (sk_e64 > (0.0f))), valid);
+                        let sk_e88: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e88), (sk_e88 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -97,7 +97,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e1: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
                     var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
@@ -439,7 +439,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     let sk_e8: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
                     var zx0: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));

@@ -69,7 +69,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var li1: u32 = (i0 + (BLOCK * 1u));
@@ -407,7 +407,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read_four
+                    // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
                     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
                     var li1: u32 = (i0 + (BLOCK * 1u));

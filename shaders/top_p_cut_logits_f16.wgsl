@@ -374,7 +374,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestr64_i: u32 = 4294967295u;
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_values::for_each_read_four
+                        // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
                         let sk_e2: u32 = (col_hi - col_lo);
                         let sk_e1: f32 = sk_load_x((base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2)))));

@@ -270,7 +270,7 @@ fn gather(
 /// returned (-inf for none).
 pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    values::for_each_read_four(b, input, n, |b, i, _, x| {
+    values::for_each_read(b, input, n, 4, |b, i, _, x| {
         let v = b.let_("z", Ty::F32, values::value(input, x));
         let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
         b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
@@ -474,7 +474,8 @@ pub(super) fn row_max(b: &mut Block, row_slot: Expr) -> (Expr, Expr) {
 fn row_mass(b: &mut Block, input: Input, mx: Expr) -> Expr {
     b.let_("rm_own", Ty::U64, Expr::Lit(Lit::U64(0)));
     let n = var("col_hi") - var("col_lo");
-    values::for_each_read_four(b, input, n, |b, _, _, x| {
+    // Sixteen reads in flight an invocation: the workgroup reads the row alone.
+    values::for_each_read(b, input, n, 16, |b, _, _, x| {
         let w = values::weight(input, values::value(input, x), mx.clone());
         b.set("rm_own", var("rm_own") + call(FIXED, vec![w]));
     });

@@ -335,7 +335,7 @@ fn cut_part(b: &mut Block, input: Input) {
     declare_best(b);
     declare_best_as(b, "r");
     let n = var("col_hi") - var("col_lo");
-    values::for_each_read_four(b, input, n, |b, i, _, x| {
+    values::for_each_read(b, input, n, 4, |b, i, _, x| {
         let col = b.let_("col", Ty::U32, var("col_lo") + i);
         let z = b.let_("cz", Ty::F32, values::value(input, x));
         let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));

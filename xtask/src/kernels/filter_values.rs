@@ -17,37 +17,40 @@ pub(super) fn column(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr
     b.let_(name, Ty::F32, value(input, x))
 }
 
-/// One step of four columns, at the indices `at(0..4)` from `col_lo` of its `n`: their reads
-/// ([`read`]) first and unconditional (an index at or past `n` reads the last column), so they
-/// are in flight together, one round trip a step, not one a column; then `between`, then
+/// One step of `width` columns, at the indices `at(0..width)` from `col_lo` of its `n`: their
+/// reads ([`read`]) first and unconditional (an index at or past `n` reads the last column), so
+/// they are in flight together, one round trip a step, not one a column; then `between`, then
 /// `body(i, j, x)` for each index inside, with its place `j` in the step and its element.
 pub(super) fn read_step(
     b: &mut Block,
     input: Input,
     n: Expr,
+    width: u8,
     at: &dyn Fn(u32) -> Expr,
     between: impl FnOnce(&mut Block),
     body: &dyn Fn(&mut Block, Expr, u8, Expr),
 ) {
-    for j in 0..4u32 {
+    for j in 0..width as u32 {
         let i = b.let_(&format!("li{j}"), Ty::U32, at(j));
         let clamped = select(i.clone().lt(n.clone()), i, n.clone() - u(1));
         read(b, input, var("col_lo") + clamped, &format!("zx{j}"));
     }
     between(b);
-    for j in 0..4u8 {
+    for j in 0..width {
         let i = var(&format!("li{j}"));
         b.if_(i.clone().lt(n.clone()), |b| body(b, i, j, var(&format!("zx{j}"))));
     }
 }
 
 /// Visits this invocation's columns of the `n` from `col_lo` in the order a loop of stride
-/// `bs` would, four a step ([`read_step`]), `bs` apart (coalesced, and no bank conflict on
-/// stores by index): `body(i, j, x)` with the column's index `i` from `col_lo`.
-pub(super) fn for_each_read_four(b: &mut Block, input: Input, n: Expr, body: impl Fn(&mut Block, Expr, u8, Expr)) {
+/// `bs` would, `width` a step ([`read_step`]), `bs` apart (coalesced, and no bank conflict on
+/// stores by index): `body(i, j, x)` with the column's index `i` from `col_lo`. Four a step
+/// where many workgroups share a multiprocessor; more where one workgroup reads a row alone and
+/// only its own reads in flight hide the latency.
+pub(super) fn for_each_read(b: &mut Block, input: Input, n: Expr, width: u8, body: impl Fn(&mut Block, Expr, u8, Expr)) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    b.for_("i0", lid, n.clone(), bs.clone() * u(4), |b, i0| {
-        read_step(b, input, n.clone(), &|j| i0.clone() + bs.clone() * u(j), |_| {}, &body)
+    b.for_("i0", lid, n.clone(), bs.clone() * u(width as u32), |b, i0| {
+        read_step(b, input, n.clone(), width, &|j| i0.clone() + bs.clone() * u(j), |_| {}, &body)
     });
 }
 

@@ -200,10 +200,10 @@ pub(super) fn sweep(
                 let last = (lid * per.clone() + per).min(quads) * u(4);
                 b.for_("c0", first, last, u(4), |b, c0| {
                     let quad = |b: &mut Block| per_quad(b, var("col_lo") + c0.clone());
-                    values::read_step(b, input, n.clone(), &|j| c0.clone() + u(j), quad, &per_col)
+                    values::read_step(b, input, n.clone(), 4, &|j| c0.clone() + u(j), quad, &per_col)
                 });
             },
-            |b| values::for_each_read_four(b, input, n.clone(), per_col),
+            |b| values::for_each_read(b, input, n.clone(), 4, per_col),
         );
     });
 }
