@@ -188,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                         if (((kw > (0.0f)) && (hg < (512.0f)))) {
                             // built by kernels::filter_top_p::histogram_part
                             unsigned int hist_old = 0u;
-                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)(kw * (524288.0f))));
+                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)((kw * (524288.0f)) + (0.5f))));
                         }
                     }
                 }
@@ -330,11 +330,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                 part_keys[g] = sk_bitcast<unsigned int>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
+                            float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
                                 float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > sk_bitcast<float>(4286578688u))) {
                                     float e_shift = (grid_r - (-floorf((-(e_mp * (16.0f))))));
                                     float e_w = (((row_m == sk_bitcast<float>(2139095040u)) ? ((e_mp == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((e_mp - row_m)))) * ((7629.3945f) / ((float)vocab)));
+                                    e_total = (e_total + ((sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * (524288.0f)) * e_w));
                                     for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                         float e_at = (((float)g) - e_shift);
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
@@ -403,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                 e_m_total = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            unsigned int e_lim = ((unsigned int)(pp * ((float)e_m_total)));
+                            unsigned int e_lim = ((unsigned int)(pp * e_total));
                             unsigned int e_m_cum = e_m_before;
                             unsigned int e_m_first = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {

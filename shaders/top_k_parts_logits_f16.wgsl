@@ -178,7 +178,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if (((kw > (0.0f)) && (hg < (512.0f)))) {
                             // built by kernels::filter_top_p::histogram_part
                             var hist_old: u32 = 0u;
-                            hist_old = atomicAdd(&part_hist[u32(hg)], u32((kw * (524288.0f))));
+                            hist_old = atomicAdd(&part_hist[u32(hg)], u32(((kw * (524288.0f)) + (0.5f))));
                         }
                     }
                 }
@@ -284,11 +284,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 part_keys[g] = bitcast<u32>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
+                            var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
                                 var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > bitcast<f32>(4286578688u))) {
                                     var e_shift: f32 = (grid_r - (-floor((-(e_mp * (16.0f))))));
                                     var e_w: f32 = (select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * ((7629.3945f) / f32(params.vocab)));
+                                    e_total = (e_total + ((bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * (524288.0f)) * e_w));
                                     for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                         var e_at: f32 = (f32(g) - e_shift);
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
@@ -335,7 +337,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_m_total = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            var e_lim: u32 = u32((pp * f32(e_m_total)));
+                            var e_lim: u32 = u32((pp * e_total));
                             var e_m_cum: u32 = e_m_before;
                             var e_m_first: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {

@@ -47,7 +47,13 @@ pub(super) fn read_step(
 /// stores by index): `body(i, j, x)` with the column's index `i` from `col_lo`. Four a step
 /// where many workgroups share a multiprocessor; more where one workgroup reads a row alone and
 /// only its own reads in flight hide the latency.
-pub(super) fn for_each_read(b: &mut Block, input: Input, n: Expr, width: u8, body: impl Fn(&mut Block, Expr, u8, Expr)) {
+pub(super) fn for_each_read(
+    b: &mut Block,
+    input: Input,
+    n: Expr,
+    width: u8,
+    body: impl Fn(&mut Block, Expr, u8, Expr),
+) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.for_("i0", lid, n.clone(), bs.clone() * u(width as u32), |b, i0| {
         read_step(b, input, n.clone(), width, &|j| i0.clone() + bs.clone() * u(j), |_| {}, &body)
