@@ -186,7 +186,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         if (((kw > (0.0f)) && (hg < (512.0f)))) {
                             // built by kernels::filter_top_p::histogram_part
                             unsigned int hist_old = 0u;
-                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)((kw * (524288.0f)) + (0.5f))));
+                            const float sk_e5 = (((grid_r - hg) + (1.0f)) * (0.0625f));
+                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)((((sk_e5 == sk_bitcast<float>(2139095040u)) ? ((kz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((sk_e5 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((kz - sk_e5)))) * (524288.0f)) + (0.5f))));
                         }
                     }
                 }
@@ -321,6 +322,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             float grid_r = (-floorf((-(row_m * (16.0f)))));
+                            float e_total = (0.0f);
+                            for (unsigned int p = 0u; p < parts; p += 1u) {
+                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
+                                if ((e_mp > sk_bitcast<float>(4286578688u))) {
+                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((e_mp == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((e_mp - row_m))))));
+                                }
+                            }
+                            float e_unit = ((3500000000.0f) / e_total);
                             unsigned int e_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             unsigned int e_lo = min((threadIdx.x * e_per), 512u);
                             unsigned int e_hi = min((e_lo + e_per), 512u);
@@ -328,26 +337,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                                 part_keys[g] = sk_bitcast<unsigned int>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
-                            float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
                                 float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > sk_bitcast<float>(4286578688u))) {
                                     float e_shift = (grid_r - (-floorf((-(e_mp * (16.0f))))));
-                                    float e_w = (((row_m == sk_bitcast<float>(2139095040u)) ? ((e_mp == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((e_mp - row_m)))) * ((7629.3945f) / ((float)vocab)));
-                                    e_total = (e_total + ((sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * (524288.0f)) * e_w));
                                     for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                         float e_at = (((float)g) - e_shift);
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
-                                            part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + (((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            const unsigned int sk_e5 = (512u + g);
-                                            part_keys[sk_e5] = (part_keys[sk_e5] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            const unsigned int sk_e6 = (512u + g);
+                                            part_keys[sk_e6] = (part_keys[sk_e6] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
                             }
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                part_keys[g] = ((unsigned int)sk_bitcast<float>(part_keys[g]));
+                                const float sk_e7 = (((grid_r - ((float)g)) + (1.0f)) * (0.0625f));
+                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e7 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e7 - row_m))))) * e_unit));
                             }
                             unsigned int e_m_own = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
@@ -403,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                                 e_m_total = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            unsigned int e_lim = ((unsigned int)(pp * e_total));
+                            unsigned int e_lim = ((unsigned int)(pp * (3500000000.0f)));
                             unsigned int e_m_cum = e_m_before;
                             unsigned int e_m_first = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
@@ -498,8 +505,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e6 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e6)) && ((e_n_cum + e_n_x) > sk_e6))) {
+                                const unsigned int sk_e8 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e8)) && ((e_n_cum + e_n_x) > sk_e8))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -529,8 +536,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                                 e_n_bin = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e7 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e7 > 0u) ? sk_e7 : 1u));
+                            const unsigned int sk_e9 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e9 > 0u) ? sk_e9 : 1u));
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, 1u));
@@ -555,17 +562,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e8 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                    const float sk_e10 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e9 = sk_bf16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
+                    const float sk_e11 = sk_bf16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e10 = sk_bf16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                    const float sk_e12 = sk_bf16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e11 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
+                    const float sk_e13 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);

@@ -155,7 +155,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         if (((kw > (0.0f)) && (hg < (512.0f)))) {
                             // built by kernels::filter_top_p::histogram_part
                             unsigned int hist_old = 0u;
-                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)((kw * (524288.0f)) + (0.5f))));
+                            const float sk_e1 = sk_bitcast<float>((((unsigned int)((grid_r - hg) + (1.0f))) << 19u));
+                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)((((kz == sk_e1) ? (1.0f) : (kz / sk_e1)) * (524288.0f)) + (0.5f))));
                         }
                     }
                 }
@@ -290,6 +291,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             float grid_r = (-floorf((-((((float)(sk_bitcast<unsigned int>(row_m) >> 19u)) * (0.0625f)) * (16.0f)))));
+                            float e_total = (0.0f);
+                            for (unsigned int p = 0u; p < parts; p += 1u) {
+                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
+                                if ((e_mp > sk_bitcast<float>(4286578688u))) {
+                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * ((e_mp == row_m) ? (1.0f) : (e_mp / row_m))));
+                                }
+                            }
+                            float e_unit = ((3500000000.0f) / e_total);
                             unsigned int e_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             unsigned int e_lo = min((threadIdx.x * e_per), 512u);
                             unsigned int e_hi = min((e_lo + e_per), 512u);
@@ -297,26 +306,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 part_keys[g] = sk_bitcast<unsigned int>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
-                            float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
                                 float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > sk_bitcast<float>(4286578688u))) {
                                     float e_shift = (grid_r - (-floorf((-((((float)(sk_bitcast<unsigned int>(e_mp) >> 19u)) * (0.0625f)) * (16.0f))))));
-                                    float e_w = (((e_mp == row_m) ? (1.0f) : (e_mp / row_m)) * ((7629.3945f) / ((float)vocab)));
-                                    e_total = (e_total + ((sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * (524288.0f)) * e_w));
                                     for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                         float e_at = (((float)g) - e_shift);
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
-                                            part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + (((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            const unsigned int sk_e1 = (512u + g);
-                                            part_keys[sk_e1] = (part_keys[sk_e1] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            const unsigned int sk_e2 = (512u + g);
+                                            part_keys[sk_e2] = (part_keys[sk_e2] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
                             }
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                part_keys[g] = ((unsigned int)sk_bitcast<float>(part_keys[g]));
+                                const float sk_e3 = sk_bitcast<float>((((unsigned int)((grid_r - ((float)g)) + (1.0f))) << 19u));
+                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((sk_e3 == row_m) ? (1.0f) : (sk_e3 / row_m))) * e_unit));
                             }
                             unsigned int e_m_own = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
@@ -372,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 e_m_total = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            unsigned int e_lim = ((unsigned int)(pp * e_total));
+                            unsigned int e_lim = ((unsigned int)(pp * (3500000000.0f)));
                             unsigned int e_m_cum = e_m_before;
                             unsigned int e_m_first = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
@@ -467,8 +474,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e2 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e2)) && ((e_n_cum + e_n_x) > sk_e2))) {
+                                const unsigned int sk_e4 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e4)) && ((e_n_cum + e_n_x) > sk_e4))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -498,8 +505,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 e_n_bin = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e3 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e3 > 0u) ? sk_e3 : 1u));
+                            const unsigned int sk_e5 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e5 > 0u) ? sk_e5 : 1u));
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, 1u));

@@ -178,7 +178,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if (((kw > (0.0f)) && (hg < (512.0f)))) {
                             // built by kernels::filter_top_p::histogram_part
                             var hist_old: u32 = 0u;
-                            hist_old = atomicAdd(&part_hist[u32(hg)], u32(((kw * (524288.0f)) + (0.5f))));
+                            let sk_e5: f32 = (((grid_r - hg) + (1.0f)) * (0.0625f));
+                            hist_old = atomicAdd(&part_hist[u32(hg)], u32(((select(select(sk_exp((kz - sk_e5)), (0.0f), (sk_e5 == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (kz == bitcast<f32>(2139095040u))), (sk_e5 == bitcast<f32>(2139095040u))) * (524288.0f)) + (0.5f))));
                         }
                     }
                 }
@@ -277,6 +278,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             var grid_r: f32 = (-floor((-(row_m * (16.0f)))));
+                            var e_total: f32 = (0.0f);
+                            for (var p: u32 = 0u; p < parts; p = p + 1u) {
+                                var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
+                                if ((e_mp > bitcast<f32>(4286578688u))) {
+                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                }
+                            }
+                            var e_unit: f32 = ((3500000000.0f) / e_total);
                             var e_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
                             var e_lo: u32 = min((sk_lid * e_per), 512u);
                             var e_hi: u32 = min((e_lo + e_per), 512u);
@@ -284,26 +293,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 part_keys[g] = bitcast<u32>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
-                            var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
                                 var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > bitcast<f32>(4286578688u))) {
                                     var e_shift: f32 = (grid_r - (-floor((-(e_mp * (16.0f))))));
-                                    var e_w: f32 = (select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * ((7629.3945f) / f32(params.vocab)));
-                                    e_total = (e_total + ((bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * (524288.0f)) * e_w));
                                     for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                         var e_at: f32 = (f32(g) - e_shift);
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             var e_atu: u32 = u32(e_at);
-                                            part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + (f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))])) * e_w)));
-                                            let sk_e5: u32 = (512u + g);
-                                            part_keys[sk_e5] = (part_keys[sk_e5] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            let sk_e6: u32 = (512u + g);
+                                            part_keys[sk_e6] = (part_keys[sk_e6] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
                                         }
                                     }
                                 }
                             }
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
-                                part_keys[g] = u32(bitcast<f32>(part_keys[g]));
+                                let sk_e7: f32 = (((grid_r - f32(g)) + (1.0f)) * (0.0625f));
+                                part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select(select(sk_exp((sk_e7 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e7 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                             }
                             var e_m_own: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
@@ -337,7 +344,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_m_total = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            var e_lim: u32 = u32((pp * e_total));
+                            var e_lim: u32 = u32((pp * (3500000000.0f)));
                             var e_m_cum: u32 = e_m_before;
                             var e_m_first: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
@@ -398,8 +405,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_n_x: u32 = part_keys[(512u + g)];
-                                let sk_e6: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (e_n_cum <= sk_e6)) && ((e_n_cum + e_n_x) > sk_e6))) {
+                                let sk_e8: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (e_n_cum <= sk_e8)) && ((e_n_cum + e_n_x) > sk_e8))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
@@ -417,8 +424,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_bin = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            let sk_e7: u32 = max(e_m_bin, e_n_bin);
-                            var e_cut: u32 = (512u - select(1u, sk_e7, (sk_e7 > 0u)));
+                            let sk_e9: u32 = max(e_m_bin, e_n_bin);
+                            var e_cut: u32 = (512u - select(1u, sk_e9, (sk_e9 > 0u)));
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, 1u)));
@@ -443,17 +450,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e8: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
-                    var zx0: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                    let sk_e10: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
+                    var zx0: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e9: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols)))));
-                    var zx1: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+                    let sk_e11: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols)))));
+                    var zx1: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e10: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols)))));
-                    var zx2: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                    let sk_e12: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols)))));
+                    var zx2: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e11: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
-                    var zx3: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
+                    let sk_e13: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
+                    var zx3: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         var z: f32 = (zx0 / temp);

@@ -9,12 +9,14 @@
 //! 1. `top_k_parts_*` (the first read, [`histogram_part`]): besides its maximum `m_p` and sum,
 //!    each part weighs its columns (already in workgroup memory) into [`BINS`] bins of
 //!    `1 / BIN_SCALE` in `z`, on a grid that is the same for every part (bin
-//!    `ceil(m_p S) - floor(z S)`), with fixed-point masses `exp(z - m_p) 2^HIST_BITS` and
-//!    counts (u32 workgroup atomics), and writes them into its slot. The row's part that arrives last
-//!    ([`estimate_cut`]) shifts the parts' histograms by whole bins and weighs them by
-//!    `exp(m_p - max)` into the row's; the bin where its mass from the top crosses `top_p` of
-//!    its total is where the cut should lie. The row's state gets that bin and its neighbours
-//!    ([`RANGE`]): an estimate, float weights, which the rest checks.
+//!    `ceil(m_p S) - floor(z S)`), with fixed-point masses `exp(z - e) 2^HIST_BITS`, rounded,
+//!    `e` the bin's upper edge (so a token deep in the tail keeps 19 bits), and counts (u32
+//!    workgroup atomics), and writes them into its slot. The row's part that arrives last
+//!    ([`estimate_cut`]) shifts the parts' histograms by whole bins into the row's and weighs
+//!    each bin by `exp(e - max)`, scaled so the row's mass (from the parts' float sums, which
+//!    the bins' 32 units do not all hold) is [`ESTIMATE_UNITS`]; the bin where the mass from the
+//!    top crosses `top_p` of the row's is where the cut should lie. The row's state gets that
+//!    bin and its neighbours ([`RANGE`]): an estimate, float weights, which the rest checks.
 //! 2. `top_p_cut_*` (the second read, [`cut_part`]): each token of a part is above the range, in
 //!    it (listed in the part's slot) or below; the part sums the filter kernels' exact
 //!    fixed-point masses (`w 2^40`) of each class, races its tokens above the range (kept, if the
@@ -52,6 +54,9 @@ use crate::tuning::Workgroup;
 /// cut never lies there in a row of fewer than 2^24 tokens).
 pub const BINS: u32 = 512;
 const BIN_SCALE: f32 = 16.0;
+/// What the row's mass weighs in the cut's estimate, in u32: room under 2^32 for the bins'
+/// rounding (each within 2^-19 of its tokens) and for what the parts' float sums miss.
+const ESTIMATE_UNITS: f32 = 3.5e9;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
 /// Words of a part's histogram: the bins' masses, then their counts, two u16 a word (a part's
@@ -134,6 +139,11 @@ fn grid_bin(r: Expr, z: Expr) -> Expr {
     r - floor(z * f(BIN_SCALE))
 }
 
+/// The `k` of [`values::bin_edge`] for bin `g` on the grid of origin `r`.
+fn edge_index(r: Expr, g: Expr) -> Expr {
+    r - g + f(1.0)
+}
+
 /// The first read of a part of a top-p row (`top_p_cut`): its columns into workgroup memory,
 /// its maximum and sum, and its histogram (see the module's step 1), into its slot; the row's
 /// last part to arrive estimates the cut.
@@ -146,11 +156,13 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let m = load_part(b, input, n.clone());
     let r = b.let_("grid_r", Ty::F32, grid_origin(input, m.clone()));
     let s = sum_part(b, input, n.clone(), m.clone(), &|b, v, w| {
-        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, v)));
+        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, v.clone())));
         b.if_(w.clone().gt(f(0.0)).and(g.clone().lt(f(BINS as f32))), |b| {
-            // Rounded, not truncated: a part's thousands of small weights would each lose up
-            // to a unit, all the same way.
-            let mass = (w * f((1u32 << HIST_BITS) as f32) + f(0.5)).cast(Ty::U32);
+            // Against the bin's upper edge, not the part's maximum: a tail of thousands of
+            // tokens under 2^-19 of the maximum each would round to a unit or to nothing.
+            let edge = values::bin_edge(input, edge_index(r.clone(), g.clone()));
+            let we = values::weight(input, v, edge);
+            let mass = (we * f((1u32 << HIST_BITS) as f32) + f(0.5)).cast(Ty::U32);
             b.atomic_add(HIST, g.cast(Ty::U32), mass, "hist_old");
         });
     });
@@ -201,8 +213,20 @@ fn estimate_cut(b: &mut Block, input: Input) {
         finite,
         |b| {
             let r = b.let_("grid_r", Ty::F32, grid_origin(input, mx.clone()));
-            // The estimate in u32, its total within 2^32 (the row's mass is at most its length).
-            let unit = f(4.0e9 / (1u64 << HIST_BITS) as f32) / param("vocab").cast(Ty::F32);
+            // The row's mass from the parts' float sums (every invocation alike): the bins miss
+            // the weights past their 32 units and those that round to nothing.
+            let total = b.let_("e_total", Ty::F32, f(0.0));
+            b.for_("p", u(0), var("parts"), u(1), |b, p| {
+                let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
+                b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                    let sum = load(SCRATCH, slot_word(var("row_slot"), p, u(1))).bitcast(Ty::F32);
+                    b.set("e_total", total.clone() + sum * values::weight(input, mp, mx.clone()));
+                });
+            });
+            // The estimate in u32, scaled so the row's mass is `ESTIMATE_UNITS`: by the mass,
+            // not by the row's length, so a cut deep in a long tail (top-p 0.99 on Zipf rows at
+            // T 0.6: bins of 4e-4 of the mass) keeps its bins apart.
+            let unit = b.let_("e_unit", Ty::F32, f(ESTIMATE_UNITS) / total.clone());
             let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
             let g0 = b.let_("e_lo", Ty::U32, (lid.clone() * per.clone()).min(u(BINS)));
             let g1 = b.let_("e_hi", Ty::U32, (g0.clone() + per).min(u(BINS)));
@@ -211,26 +235,17 @@ fn estimate_cut(b: &mut Block, input: Input) {
                 b.store_shared(KEYS, g.clone(), f(0.0).bitcast(Ty::U32));
                 b.store_shared(KEYS, u(BINS) + g, u(0));
             });
-            // The row's mass from the parts' float sums, in the bins' units (every invocation
-            // alike): the bins miss the weights that round to 0 and those past their 32 units,
-            // which on a long tail (Zipf rows at T 0.8: thousands of tokens under 2^-19 of a
-            // part's largest) would put top-p 0.95's cut bins too early.
-            let total = b.let_("e_total", Ty::F32, f(0.0));
             b.for_("p", u(0), var("parts"), u(1), |b, p| {
                 let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
                 b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
                     let shift = b.let_("e_shift", Ty::F32, r.clone() - grid_origin(input, mp.clone()));
-                    let weight = b.let_("e_w", Ty::F32, values::weight(input, mp, mx.clone()) * unit.clone());
-                    let sum = load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(1))).bitcast(Ty::F32);
-                    b.set("e_total", total.clone() + sum * f((1u32 << HIST_BITS) as f32) * weight.clone());
                     b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
                         let at = b.let_("e_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
                         b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(BINS as f32))), |b| {
                             let at = b.let_("e_atu", Ty::U32, at.cast(Ty::U32));
                             let hist =
                                 |k: Expr| load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + k));
-                            let e = load_shared(KEYS, g.clone()).bitcast(Ty::F32)
-                                + hist(at.clone()).cast(Ty::F32) * weight.clone();
+                            let e = load_shared(KEYS, g.clone()).bitcast(Ty::F32) + hist(at.clone()).cast(Ty::F32);
                             b.store_shared(KEYS, g.clone(), e.bitcast(Ty::U32));
                             let n = (hist(u(BINS) + (at.clone() >> u(1))) >> ((at & u(1)) * u(16))) & u(0xffff);
                             b.store_shared(KEYS, u(BINS) + g.clone(), load_shared(KEYS, u(BINS) + g) + n);
@@ -238,13 +253,16 @@ fn estimate_cut(b: &mut Block, input: Input) {
                     });
                 });
             });
+            // Each bin's masses are at its upper edge, the same value in every part's grid.
             b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
-                let v = load_shared(KEYS, g.clone()).bitcast(Ty::F32).cast(Ty::U32);
+                let edge = values::bin_edge(input, edge_index(r.clone(), g.clone().cast(Ty::F32)));
+                let at_edge = load_shared(KEYS, g.clone()).bitcast(Ty::F32) * f(1.0 / (1u32 << HIST_BITS) as f32);
+                let v = (at_edge * values::weight(input, edge, mx.clone()) * unit.clone()).cast(Ty::U32);
                 b.store_shared(KEYS, g, v);
             });
             let range = (g0, g1);
             let by_mass = crossing(b, "e_m", 0, range.clone(), var("pp").lt(f(1.0)), &|b, _| {
-                b.let_("e_lim", Ty::U32, (var("pp") * total.clone()).cast(Ty::U32))
+                b.let_("e_lim", Ty::U32, (var("pp") * f(ESTIMATE_UNITS)).cast(Ty::U32))
             });
             // The bin of the top-k's last token: the count before it at most `kk - 1`.
             let by_count = crossing(b, "e_n", BINS, range, var("kk").lt(param("vocab")), &|_, _| var("kk") - u(1));

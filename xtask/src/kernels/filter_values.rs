@@ -125,6 +125,16 @@ pub(super) fn bin_value(input: Input, v: Expr) -> Expr {
     }
 }
 
+/// The value (`z` or `p`) at the upper edge of the bin whose [`bin_value`]s lie in
+/// `[(k - 1) / 16, k / 16)`, `k` an integer as f32: what a top-p histogram weighs the bin's
+/// tokens against, so that each weighs at least `2^(-1/16)` of its unit whatever its depth.
+pub(super) fn bin_edge(input: Input, k: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => k * f(1.0 / 16.0),
+        Input::Probs => (k.cast(Ty::U32) << u(19)).bitcast(Ty::F32),
+    }
+}
+
 /// The Philox race's score of the column with value `v` and noise word `bits`: `z + Gumbel`, or
 /// `p / Exponential` (the plain path's races).
 pub(super) fn philox_score(input: Input, v: Expr, bits: Expr) -> Expr {
