@@ -382,11 +382,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                             unsigned int e_lim = ((unsigned int)(pp * (3500000000.0f)));
                             unsigned int e_m_cum = e_m_before;
                             unsigned int e_m_first = 0u;
+                            unsigned int e_m_near_start = 0u;
+                            unsigned int e_m_near_end = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_m_x = part_keys[(0u + g)];
                                 if ((((pp < (1.0f)) && (e_m_cum <= e_lim)) && ((e_m_cum + e_m_x) > e_lim))) {
                                     e_m_first = max(e_m_first, (512u - g));
+                                    e_m_near_start = (((e_lim - e_m_cum) <= 854492u) ? 1u : 0u);
+                                    e_m_near_end = ((((e_m_cum + e_m_x) - e_lim) <= 854492u) ? 1u : 0u);
                                 }
                                 e_m_cum = (e_m_cum + e_m_x);
                             }
@@ -413,6 +417,56 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 }
                                 __syncthreads();
                                 e_m_bin = sk_red_u32[32];
+                                __syncthreads();
+                            }
+                            unsigned int e_m_bin_start = 0u;
+                            {
+                                unsigned int sk_v = e_m_near_start;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                e_m_bin_start = sk_red_u32[32];
+                                __syncthreads();
+                            }
+                            unsigned int e_m_bin_end = 0u;
+                            {
+                                unsigned int sk_v = e_m_near_end;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                e_m_bin_end = sk_red_u32[32];
                                 __syncthreads();
                             }
                             unsigned int e_n_own = 0u;
@@ -471,12 +525,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                             }
                             unsigned int e_n_cum = e_n_before;
                             unsigned int e_n_first = 0u;
+                            unsigned int e_n_near_start = 0u;
+                            unsigned int e_n_near_end = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
                                 const unsigned int sk_e4 = (kk - 1u);
                                 if ((((kk < vocab) && (e_n_cum <= sk_e4)) && ((e_n_cum + e_n_x) > sk_e4))) {
                                     e_n_first = max(e_n_first, (512u - g));
+                                    e_n_near_start = ((((kk - 1u) - e_n_cum) <= 0u) ? 1u : 0u);
+                                    e_n_near_end = ((((e_n_cum + e_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
                             }
@@ -505,12 +563,64 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 e_n_bin = sk_red_u32[32];
                                 __syncthreads();
                             }
+                            unsigned int e_n_bin_start = 0u;
+                            {
+                                unsigned int sk_v = e_n_near_start;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                e_n_bin_start = sk_red_u32[32];
+                                __syncthreads();
+                            }
+                            unsigned int e_n_bin_end = 0u;
+                            {
+                                unsigned int sk_v = e_n_near_end;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                e_n_bin_end = sk_red_u32[32];
+                                __syncthreads();
+                            }
                             const unsigned int sk_e5 = max(e_m_bin, e_n_bin);
                             unsigned int e_cut = (512u - ((sk_e5 > 0u) ? sk_e5 : 1u));
+                            unsigned int e_above = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_start : 1u);
+                            unsigned int e_below = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_end : 1u);
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
-                                partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, 1u));
-                                partials[((((row_slot * parts) + 0u) * 805u) + 775u)] = (e_cut + 1u);
+                                partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, e_above));
+                                partials[((((row_slot * parts) + 0u) * 805u) + 775u)] = (e_cut + e_below);
                                 partials[((((row_slot * parts) + 0u) * 805u) + 776u)] = sk_bitcast<unsigned int>(grid_r);
                                 partials[((((row_slot * parts) + 0u) * 805u) + 777u)] = sk_bitcast<unsigned int>(row_m);
                             }

@@ -343,11 +343,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var e_lim: u32 = u32((pp * (3500000000.0f)));
                             var e_m_cum: u32 = e_m_before;
                             var e_m_first: u32 = 0u;
+                            var e_m_near_start: u32 = 0u;
+                            var e_m_near_end: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_m_x: u32 = part_keys[(0u + g)];
                                 if ((((pp < (1.0f)) && (e_m_cum <= e_lim)) && ((e_m_cum + e_m_x) > e_lim))) {
                                     e_m_first = max(e_m_first, (512u - g));
+                                    e_m_near_start = select(0u, 1u, ((e_lim - e_m_cum) <= 854492u));
+                                    e_m_near_end = select(0u, 1u, (((e_m_cum + e_m_x) - e_lim) <= 854492u));
                                 }
                                 e_m_cum = (e_m_cum + e_m_x);
                             }
@@ -362,6 +366,32 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     workgroupBarrier();
                                 }
                                 e_m_bin = sk_red_u32[0];
+                                workgroupBarrier();
+                            }
+                            var e_m_bin_start: u32 = 0u;
+                            {
+                                sk_red_u32[sk_lid] = e_m_near_start;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                    if (sk_lid < sk_s) {
+                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                                    }
+                                    workgroupBarrier();
+                                }
+                                e_m_bin_start = sk_red_u32[0];
+                                workgroupBarrier();
+                            }
+                            var e_m_bin_end: u32 = 0u;
+                            {
+                                sk_red_u32[sk_lid] = e_m_near_end;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                    if (sk_lid < sk_s) {
+                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                                    }
+                                    workgroupBarrier();
+                                }
+                                e_m_bin_end = sk_red_u32[0];
                                 workgroupBarrier();
                             }
                             var e_n_own: u32 = 0u;
@@ -398,12 +428,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var e_n_cum: u32 = e_n_before;
                             var e_n_first: u32 = 0u;
+                            var e_n_near_start: u32 = 0u;
+                            var e_n_near_end: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_n_x: u32 = part_keys[(512u + g)];
                                 let sk_e8: u32 = (kk - 1u);
                                 if ((((kk < params.vocab) && (e_n_cum <= sk_e8)) && ((e_n_cum + e_n_x) > sk_e8))) {
                                     e_n_first = max(e_n_first, (512u - g));
+                                    e_n_near_start = select(0u, 1u, (((kk - 1u) - e_n_cum) <= 0u));
+                                    e_n_near_end = select(0u, 1u, (((e_n_cum + e_n_x) - (kk - 1u)) <= 0u));
                                 }
                                 e_n_cum = (e_n_cum + e_n_x);
                             }
@@ -420,12 +454,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_bin = sk_red_u32[0];
                                 workgroupBarrier();
                             }
+                            var e_n_bin_start: u32 = 0u;
+                            {
+                                sk_red_u32[sk_lid] = e_n_near_start;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                    if (sk_lid < sk_s) {
+                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                                    }
+                                    workgroupBarrier();
+                                }
+                                e_n_bin_start = sk_red_u32[0];
+                                workgroupBarrier();
+                            }
+                            var e_n_bin_end: u32 = 0u;
+                            {
+                                sk_red_u32[sk_lid] = e_n_near_end;
+                                workgroupBarrier();
+                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                    if (sk_lid < sk_s) {
+                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                                    }
+                                    workgroupBarrier();
+                                }
+                                e_n_bin_end = sk_red_u32[0];
+                                workgroupBarrier();
+                            }
                             let sk_e9: u32 = max(e_m_bin, e_n_bin);
                             var e_cut: u32 = (512u - select(1u, sk_e9, (sk_e9 > 0u)));
+                            var e_above: u32 = select(1u, e_m_bin_start, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
+                            var e_below: u32 = select(1u, e_m_bin_end, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, 1u)));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 775u)], (e_cut + 1u));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, e_above)));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 775u)], (e_cut + e_below));
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 776u)], bitcast<u32>(grid_r));
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 777u)], bitcast<u32>(row_m));
                             }

@@ -776,11 +776,12 @@ pub fn joint_cuts_near_the_estimate_read_twice<B: Backend>(b: &B) {
 /// times as their path does, the filter kernel's passes after it being rare: joint top-k 20 +
 /// top-p 0.95 (Qwen3's, SGLang's order) and top-k 50 + top-p 0.9 once, or twice where the
 /// estimated row mass cannot place the cut (at most 8 rows in 128); top-k first once; top-p 0.9
-/// and 0.95 alone twice, all but at most 2 rows in 128; top-p 0.99 twice at T 0.6 and 0.8 (at
-/// T 1.0 its cut lies among some 20,000 tokens of the tail, more than the parts list, and it
-/// takes the filter kernel's passes). Reads are counted, not timed. Before the merge's exact
-/// read and the cut's estimate from the parts' sums, scaled by the row's mass, 55 of 128 top-p
-/// 0.95 rows at T 0.8 and 45 of 64 top-p 0.99 rows of 151936 at T 0.6 took eight reads.
+/// and 0.95 alone twice, all but at most 2 rows in 128; top-p 0.99 twice at T 0.6 and 0.8, and
+/// at T 1.0 on all but 20 rows (where the limit lies near a bin's edge, the cut's two bins hold
+/// more tail tokens than the parts list). Reads are counted, not timed. Before the merge's
+/// exact read and the cut's estimate from the parts' sums, scaled by the row's mass, with one
+/// bin where the limit is far from its edges, 55 of 128 top-p 0.95 rows at T 0.8 took eight
+/// reads, and every top-p 0.99 row at T 1.0 ten.
 pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
     let mut rng = Rng::new(1101);
     let (batch, vocab) = (128, 32768);
@@ -791,7 +792,7 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
     // past the path's reads, temperatures)
     type Setting = (&'static str, fn(f32, u64) -> RowParams, u32, bool, usize, &'static [f32]);
     const ALL: &[f32] = &[0.6, 0.8, 1.0];
-    let settings: [Setting; 6] = [
+    let settings: [Setting; 7] = [
         (
             "joint top-k 20 + top-p 0.95",
             |t, s| RowParams::new(t, s, 1).with_top_k(20).with_top_p(0.95),
@@ -812,6 +813,7 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
         ("top-p 0.9", |t, s| RowParams::new(t, s, 1).with_top_p(0.9), 2, false, 2, ALL),
         ("top-p 0.95", |t, s| RowParams::new(t, s, 1).with_top_p(0.95), 2, false, 2, ALL),
         ("top-p 0.99", |t, s| RowParams::new(t, s, 1).with_top_p(0.99), 2, false, 2, &[0.6, 0.8]),
+        ("top-p 0.99", |t, s| RowParams::new(t, s, 1).with_top_p(0.99), 2, false, 20, &[1.0]),
     ];
     for (name, row, reads, joint, allowed, temperatures) in settings {
         for &t in temperatures {

@@ -16,7 +16,8 @@
 //!    each bin by `exp(e - max)`, scaled so the row's mass (from the parts' float sums, which
 //!    the bins' 32 units do not all hold) is [`ESTIMATE_UNITS`]; the bin where the mass from the
 //!    top crosses `top_p` of the row's is where the cut should lie. The row's state gets that
-//!    bin and its neighbours ([`RANGE`]): an estimate, float weights, which the rest checks.
+//!    bin, and the neighbour on a side whose edge the limit lies within [`ESTIMATE_MARGIN`] of
+//!    (a top-k's bin, both, [`RANGE`]): an estimate, float weights, which the rest checks.
 //! 2. `top_p_cut_*` (the second read, [`cut_part`]): each token of a part is above the range, in
 //!    it (listed in the part's slot) or below; the part sums the filter kernels' exact
 //!    fixed-point masses (`w 2^40`) of each class, races its tokens above the range (kept, if the
@@ -57,6 +58,11 @@ const BIN_SCALE: f32 = 16.0;
 /// What the row's mass weighs in the cut's estimate, in u32: room under 2^32 for the bins'
 /// rounding (each within 2^-19 of its tokens) and for what the parts' float sums miss.
 const ESTIMATE_UNITS: f32 = 3.5e9;
+/// How near (a share of the row's mass) the limit may lie to a bin's edge before the cut's range
+/// takes the neighbouring bin too: 50 times a bound on the estimate's error (the bins' rounding
+/// to 2^-20 of their tokens, the float sums and exponentials, 5e-6 together). An estimate off
+/// by more only costs the filter kernel's passes: the merge checks where the cut lies.
+const ESTIMATE_MARGIN: f32 = 1.0 / 4096.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
 /// Words of a part's histogram: the bins' masses, then their counts, two u16 a word (a part's
@@ -261,17 +267,26 @@ fn estimate_cut(b: &mut Block, input: Input) {
                 b.store_shared(KEYS, g, v);
             });
             let range = (g0, g1);
-            let by_mass = crossing(b, "e_m", 0, range.clone(), var("pp").lt(f(1.0)), &|b, _| {
+            let margin = u((ESTIMATE_UNITS * ESTIMATE_MARGIN) as u32);
+            let (by_mass, start, end) = crossing(b, "e_m", 0, range.clone(), var("pp").lt(f(1.0)), margin, &|b, _| {
                 b.let_("e_lim", Ty::U32, (var("pp") * f(ESTIMATE_UNITS)).cast(Ty::U32))
             });
             // The bin of the top-k's last token: the count before it at most `kk - 1`.
-            let by_count = crossing(b, "e_n", BINS, range, var("kk").lt(param("vocab")), &|_, _| var("kk") - u(1));
-            let first = by_mass.max(by_count);
+            let by_count =
+                crossing(b, "e_n", BINS, range, var("kk").lt(param("vocab")), u(0), &|_, _| var("kk") - u(1)).0;
+            let first = by_mass.clone().max(by_count.clone());
             let bin = b.let_("e_cut", Ty::U32, u(BINS) - select(first.clone().gt(u(0)), first, u(1)));
+            // Where the mass places the cut, the neighbour on a side is listed only where the
+            // limit lies within the estimate's margin of that side: one bin, not three, in most
+            // rows (top-p 0.99 on Zipf rows at T 1.0: 7,000 tokens where three bins held 20,000,
+            // more than the parts list).
+            let by_mass_first = by_mass.clone().gt(u(0)).and(by_mass.ge(by_count));
+            let above = b.let_("e_above", Ty::U32, select(by_mass_first.clone(), start, u(RANGE)));
+            let below = b.let_("e_below", Ty::U32, select(by_mass_first, end, u(RANGE)));
             b.if_(lid.clone().eq_(u(0)), |b| {
                 b.store(SCRATCH, state(tail::GO), u(1));
-                b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(u(RANGE)));
-                b.store(SCRATCH, state(tail::HI), bin + u(RANGE));
+                b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(above));
+                b.store(SCRATCH, state(tail::HI), bin + below);
                 b.store(SCRATCH, state(tail::R), r.bitcast(Ty::U32));
                 b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
             });
@@ -283,15 +298,17 @@ fn estimate_cut(b: &mut Block, input: Input) {
 /// After [`estimate_cut`] summed the row's histogram into the part's workgroup array of keys,
 /// its bins' values (u32) at `at + g`, each invocation the bins `range.0..range.1`: where
 /// `gate` holds, the first bin whose values summed from the top pass `limit(total)`, as
-/// `BINS - bin` (0 for none; the largest over the workgroup is the first bin), returned.
+/// `BINS - bin` (0 for none; the largest over the workgroup is the first bin), returned with
+/// whether the limit lies within `margin` of that bin's start and of its end (1 or 0 each).
 fn crossing(
     b: &mut Block,
     name: &str,
     at: u32,
     range: (Expr, Expr),
     gate: Expr,
+    margin: Expr,
     limit: &dyn Fn(&mut Block, Expr) -> Expr,
-) -> Expr {
+) -> (Expr, Expr, Expr) {
     let v = |s: &str| format!("{name}_{s}");
     let bin = |g: Expr| load_shared(KEYS, u(at) + g);
     b.let_(&v("own"), Ty::U32, u(0));
@@ -301,14 +318,23 @@ fn crossing(
     let lim = limit(b, total);
     b.let_(&v("cum"), Ty::U32, before);
     b.let_(&v("first"), Ty::U32, u(0));
+    b.let_(&v("near_start"), Ty::U32, u(0));
+    b.let_(&v("near_end"), Ty::U32, u(0));
     b.for_("g", range.0, range.1, u(1), |b, g| {
         let x = b.let_(&v("x"), Ty::U32, bin(g.clone()));
         let cum = var(&v("cum"));
         let passes = gate.clone().and(cum.clone().le(lim.clone())).and((cum.clone() + x.clone()).gt(lim.clone()));
-        b.if_(passes, |b| b.set(&v("first"), var(&v("first")).max(u(BINS) - g)));
-        b.set(&v("cum"), cum + x);
+        b.if_(passes, |b| {
+            b.set(&v("first"), var(&v("first")).max(u(BINS) - g));
+            b.set(&v("near_start"), select((lim.clone() - cum.clone()).le(margin.clone()), u(1), u(0)));
+            b.set(&v("near_end"), select((cum.clone() + x - lim.clone()).le(margin.clone()), u(1), u(0)));
+        });
+        b.set(&v("cum"), cum + var(&v("x")));
     });
-    b.reduce(ReduceOp::Max, Ty::U32, var(&v("first")), &v("bin"))
+    let first = b.reduce(ReduceOp::Max, Ty::U32, var(&v("first")), &v("bin"));
+    let near_start = b.reduce(ReduceOp::Max, Ty::U32, var(&v("near_start")), &v("bin_start"));
+    let near_end = b.reduce(ReduceOp::Max, Ty::U32, var(&v("near_end")), &v("bin_end"));
+    (first, near_start, near_end)
 }
 
 /// Writes this workgroup's winners (`best{suffix}`, `best{suffix}64`, after their block
