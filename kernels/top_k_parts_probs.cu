@@ -291,14 +291,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             float grid_r = (-floorf((-((((float)(sk_bitcast<unsigned int>(row_m) >> 19u)) * (0.0625f)) * (16.0f)))));
-                            float e_total = (0.0f);
-                            for (unsigned int p = 0u; p < parts; p += 1u) {
-                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
-                                if ((e_mp > sk_bitcast<float>(4286578688u))) {
-                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * ((e_mp == row_m) ? (1.0f) : (e_mp / row_m))));
-                                }
-                            }
-                            float e_unit = ((3500000000.0f) / e_total);
                             unsigned int e_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             unsigned int e_lo = min((threadIdx.x * e_per), 512u);
                             unsigned int e_hi = min((e_lo + e_per), 512u);
@@ -306,9 +298,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 part_keys[g] = sk_bitcast<unsigned int>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
+                            float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
                                 float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > sk_bitcast<float>(4286578688u))) {
+                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * ((e_mp == row_m) ? (1.0f) : (e_mp / row_m))));
                                     float e_shift = (grid_r - (-floorf((-((((float)(sk_bitcast<unsigned int>(e_mp) >> 19u)) * (0.0625f)) * (16.0f))))));
                                     for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                         float e_at = (((float)g) - e_shift);
@@ -321,6 +315,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                     }
                                 }
                             }
+                            float e_unit = ((3500000000.0f) / e_total);
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 const float sk_e3 = sk_bitcast<float>((((unsigned int)((grid_r - ((float)g)) + (1.0f))) << 19u));
                                 part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((sk_e3 == row_m) ? (1.0f) : (sk_e3 / row_m))) * e_unit));

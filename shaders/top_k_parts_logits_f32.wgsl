@@ -274,14 +274,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             var grid_r: f32 = (-floor((-(row_m * (16.0f)))));
-                            var e_total: f32 = (0.0f);
-                            for (var p: u32 = 0u; p < parts; p = p + 1u) {
-                                var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
-                                if ((e_mp > bitcast<f32>(4286578688u))) {
-                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
-                                }
-                            }
-                            var e_unit: f32 = ((3500000000.0f) / e_total);
                             var e_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
                             var e_lo: u32 = min((sk_lid * e_per), 512u);
                             var e_hi: u32 = min((e_lo + e_per), 512u);
@@ -289,9 +281,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 part_keys[g] = bitcast<u32>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
+                            var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
                                 var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > bitcast<f32>(4286578688u))) {
+                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                     var e_shift: f32 = (grid_r - (-floor((-(e_mp * (16.0f))))));
                                     for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                         var e_at: f32 = (f32(g) - e_shift);
@@ -304,6 +298,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
+                            var e_unit: f32 = ((3500000000.0f) / e_total);
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 let sk_e7: f32 = (((grid_r - f32(g)) + (1.0f)) * (0.0625f));
                                 part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select(select(sk_exp((sk_e7 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e7 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));

@@ -246,14 +246,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             var grid_r: f32 = (-floor((-((f32((bitcast<u32>(row_m) >> 19u)) * (0.0625f)) * (16.0f)))));
-                            var e_total: f32 = (0.0f);
-                            for (var p: u32 = 0u; p < parts; p = p + 1u) {
-                                var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
-                                if ((e_mp > bitcast<f32>(4286578688u))) {
-                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * select((e_mp / row_m), (1.0f), (e_mp == row_m))));
-                                }
-                            }
-                            var e_unit: f32 = ((3500000000.0f) / e_total);
                             var e_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
                             var e_lo: u32 = min((sk_lid * e_per), 512u);
                             var e_hi: u32 = min((e_lo + e_per), 512u);
@@ -261,9 +253,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 part_keys[g] = bitcast<u32>((0.0f));
                                 part_keys[(512u + g)] = 0u;
                             }
+                            var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
                                 var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
                                 if ((e_mp > bitcast<f32>(4286578688u))) {
+                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * select((e_mp / row_m), (1.0f), (e_mp == row_m))));
                                     var e_shift: f32 = (grid_r - (-floor((-((f32((bitcast<u32>(e_mp) >> 19u)) * (0.0625f)) * (16.0f))))));
                                     for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                         var e_at: f32 = (f32(g) - e_shift);
@@ -276,6 +270,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                             }
+                            var e_unit: f32 = ((3500000000.0f) / e_total);
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 let sk_e3: f32 = bitcast<f32>((u32(((grid_r - f32(g)) + (1.0f))) << 19u));
                                 part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select((sk_e3 / row_m), (1.0f), (sk_e3 == row_m))) * e_unit));

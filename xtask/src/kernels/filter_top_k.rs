@@ -561,7 +561,7 @@ fn merge_row(b: &mut Block, input: Input) {
         let lo = b.let_("lim_lo", Ty::F32, target.clone() * f(1.0 - MASS_MARGIN));
         let hi = b.let_("lim_hi", Ty::F32, target * f(1.0 + MASS_MARGIN));
         // Rank `r`'s mass before it, and whether top-k and min-p keep it (`base_r`).
-        let ranked = |b: &mut Block, r: Expr| {
+        let rank_kept = |b: &mut Block, r: Expr| {
             let w = b.let_("wr", Ty::F32, values::weight(input, key_value(get(S_KEY, r.clone())), mx.clone()));
             let before = b.let_("br", Ty::U64, get64(S_BEFORE, r.clone()));
             let base = b.let_("base_r", Ty::Bool, w.clone().gt(f(0.0)).and(r.lt(var("kk"))).and(w.ge(var("mp"))));
@@ -570,7 +570,7 @@ fn merge_row(b: &mut Block, input: Input) {
         b.let_("n_lo", Ty::U32, u(0));
         b.let_("n_unsure", Ty::U32, u(0));
         b.for_("r", lid.clone(), n_sel.clone(), bs.clone(), |b, r| {
-            let (base, before) = ranked(b, r);
+            let (base, before) = rank_kept(b, r);
             let bf = b.let_("bf", Ty::F32, call(FIXED_F32, vec![before.clone()]));
             let exact = before.le(lim.clone());
             let keep_lo = b.let_(
@@ -592,7 +592,7 @@ fn merge_row(b: &mut Block, input: Input) {
             let lim = b.let_("lim_row", Ty::U64, call(FRACTION, vec![var("pp"), exact]));
             b.set("n_lo", u(0));
             b.for_("r", lid.clone(), n_sel.clone(), bs.clone(), |b, r| {
-                let (base, before) = ranked(b, r);
+                let (base, before) = rank_kept(b, r);
                 b.if_(base.and(before.le(lim.clone())), |b| b.set("n_lo", var("n_lo") + u(1)));
             });
             let kept = b.reduce(ReduceOp::Sum, Ty::U32, var("n_lo"), "kept_exact");

@@ -219,20 +219,6 @@ fn estimate_cut(b: &mut Block, input: Input) {
         finite,
         |b| {
             let r = b.let_("grid_r", Ty::F32, grid_origin(input, mx.clone()));
-            // The row's mass from the parts' float sums (every invocation alike): the bins miss
-            // the weights past their 32 units and those that round to nothing.
-            let total = b.let_("e_total", Ty::F32, f(0.0));
-            b.for_("p", u(0), var("parts"), u(1), |b, p| {
-                let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
-                b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                    let sum = load(SCRATCH, slot_word(var("row_slot"), p, u(1))).bitcast(Ty::F32);
-                    b.set("e_total", total.clone() + sum * values::weight(input, mp, mx.clone()));
-                });
-            });
-            // The estimate in u32, scaled so the row's mass is `ESTIMATE_UNITS`: by the mass,
-            // not by the row's length, so a cut deep in a long tail (top-p 0.99 on Zipf rows at
-            // T 0.6: bins of 4e-4 of the mass) keeps its bins apart.
-            let unit = b.let_("e_unit", Ty::F32, f(ESTIMATE_UNITS) / total.clone());
             let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
             let g0 = b.let_("e_lo", Ty::U32, (lid.clone() * per.clone()).min(u(BINS)));
             let g1 = b.let_("e_hi", Ty::U32, (g0.clone() + per).min(u(BINS)));
@@ -241,9 +227,14 @@ fn estimate_cut(b: &mut Block, input: Input) {
                 b.store_shared(KEYS, g.clone(), f(0.0).bitcast(Ty::U32));
                 b.store_shared(KEYS, u(BINS) + g, u(0));
             });
+            // The row's mass from the parts' float sums (every invocation alike): the bins miss
+            // the weights past their 32 units and those that round to nothing.
+            let total = b.let_("e_total", Ty::F32, f(0.0));
             b.for_("p", u(0), var("parts"), u(1), |b, p| {
                 let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
                 b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
+                    let sum = load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(1))).bitcast(Ty::F32);
+                    b.set("e_total", total.clone() + sum * values::weight(input, mp.clone(), mx.clone()));
                     let shift = b.let_("e_shift", Ty::F32, r.clone() - grid_origin(input, mp.clone()));
                     b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
                         let at = b.let_("e_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
@@ -259,6 +250,10 @@ fn estimate_cut(b: &mut Block, input: Input) {
                     });
                 });
             });
+            // The estimate in u32, scaled so the row's mass is `ESTIMATE_UNITS`: by the mass,
+            // not by the row's length, so a cut deep in a long tail (top-p 0.99 on Zipf rows at
+            // T 0.6: bins of 4e-4 of the mass) keeps its bins apart.
+            let unit = b.let_("e_unit", Ty::F32, f(ESTIMATE_UNITS) / total);
             // Each bin's masses are at its upper edge, the same value in every part's grid.
             b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
                 let edge = values::bin_edge(input, edge_index(r.clone(), g.clone().cast(Ty::F32)));

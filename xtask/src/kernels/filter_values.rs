@@ -127,7 +127,8 @@ pub(super) fn bin_value(input: Input, v: Expr) -> Expr {
 
 /// The value (`z` or `p`) at the upper edge of the bin whose [`bin_value`]s lie in
 /// `[(k - 1) / 16, k / 16)`, `k` an integer as f32: what a top-p histogram weighs the bin's
-/// tokens against, so that each weighs at least `2^(-1/16)` of its unit whatever its depth.
+/// tokens against, so that each weighs at least `e^(-1/16)` (from logits) or 16/17 (from
+/// probabilities) of its unit whatever its depth.
 pub(super) fn bin_edge(input: Input, k: Expr) -> Expr {
     match input {
         Input::Logits(_) => k * f(1.0 / 16.0),
