@@ -10,8 +10,16 @@
 //! not be newer than the driver, which refuses PTX from a newer compiler: cudarc looks for
 //! `libnvrtc.so.13` and then `libnvrtc.so.12`, and [`CudaBackend::from_stream`] checks the pair
 //! ([`Error::CudaVersions`] names both).
+//!
+//! A `sample` call's seeded and filter launches touch none of the rows its plain launch samples,
+//! so they run on a second stream of the backend's own, forked from the caller's stream after
+//! the plain launch is queued and joined back before the call returns ([`SideStream`]). A batch
+//! of plain rows with one top-p row then lasts about as long as the plain launch or the top-p
+//! row's three dependent launches, whichever is longer, not their sum. The side stream is made
+//! with the driver's calls, not as a cudarc stream, so cudarc's per-buffer event tracking (on
+//! in a context with several cudarc streams) stays as the engine set it.
 
-use super::launch::{Device, Launch, Scratch, Split};
+use super::launch::{Device, Launch, Scratch, Share, Split};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::job::Visit;
 use crate::backend::{Backend, Job};
@@ -19,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::kernels::KernelSource;
 use crate::types::Element;
 use arrayvec::ArrayVec;
+use cudarc::driver::sys::{CUevent, CUevent_flags, CUevent_wait_flags, CUstream};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
     PinnedHostSlice,
@@ -98,9 +107,12 @@ pub struct CudaBackend {
     /// Workgroups a launch aims at: the blocks the device holds resident at once.
     target_groups: u32,
     /// The scratch of split and staged launches and the split rows' arrival counters (see
-    /// [`Scratch`]), behind the lock that keeps one call's launches adjacent on the stream, so
-    /// no other call's launches land between two stages.
-    scratch: Mutex<Scratch<CudaSlice<u32>>>,
+    /// [`Scratch`]), the caller's stream's and the side stream's, behind the lock that keeps one
+    /// call's launches adjacent on the streams, so no other call's launches land between two
+    /// stages.
+    scratch: Mutex<[Scratch<CudaSlice<u32>>; 2]>,
+    /// The second stream a call's seeded and filter launches run on.
+    side: SideStream,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Page-locked host memory the per-step writes go through (see [`Staging`]).
     staging: Mutex<Staging>,
@@ -240,13 +252,17 @@ impl CudaBackend {
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
             .map_err(cuda_error)?;
         let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
-        let scratch = Mutex::new(Scratch {
-            partials: stream.alloc_zeros(1).map_err(cuda_error)?,
-            counters: stream.alloc_zeros(1).map_err(cuda_error)?,
-        });
+        let scratch = || -> Result<_> {
+            Ok(Scratch {
+                partials: stream.alloc_zeros(1).map_err(cuda_error)?,
+                counters: stream.alloc_zeros(1).map_err(cuda_error)?,
+            })
+        };
+        let scratch = Mutex::new([scratch()?, scratch()?]);
+        let side = SideStream::new(ctx)?;
         let functions = Mutex::default();
         let staging = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, blocks, target_groups, scratch, functions, staging, driver })
+        Ok(CudaBackend { stream, name, arch, blocks, target_groups, scratch, side, functions, staging, driver })
     }
 
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
@@ -267,7 +283,8 @@ impl CudaBackend {
         CudaAliasMut(unsafe { Aliased::new(&self.stream, ptr, len) }, PhantomData)
     }
 
-    /// The stream every launch goes to.
+    /// The stream every call is ordered on: a call's launches are queued on it, or on the
+    /// backend's side stream between a fork from it and a join back to it.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -409,6 +426,75 @@ impl Staging {
     }
 }
 
+/// The backend's second stream (see the module's doc) and the two events that order it: `forked`
+/// on the caller's stream before a call's first side launch, which the side stream waits for,
+/// and `joined` on the side stream after its last, which the caller's stream waits for. Made
+/// once, with the backend: a call records and waits, and creates nothing.
+struct SideStream {
+    ctx: Arc<CudaContext>,
+    stream: CUstream,
+    forked: CUevent,
+    joined: CUevent,
+}
+
+// SAFETY: the handles are the driver's, usable from any thread that has bound their context,
+// as every use here does first; the backend uses them only while it holds its scratch lock.
+unsafe impl Send for SideStream {}
+unsafe impl Sync for SideStream {}
+
+impl SideStream {
+    /// A non-blocking stream at the context's greatest priority: the side stream's launches are
+    /// short and depend on each other, so their few blocks go ahead of the plain launch's
+    /// waiting ones.
+    fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
+        use cudarc::driver::result::{event, stream};
+        ctx.bind_to_thread().map_err(cuda_error)?;
+        let (_least, greatest) = stream::get_priority_range().map_err(cuda_error)?;
+        let untimed = CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let (forked, joined) =
+            (event::create(untimed).map_err(cuda_error)?, event::create(untimed).map_err(cuda_error)?);
+        let stream = stream::create_with_priority(stream::StreamKind::NonBlocking, greatest).map_err(cuda_error)?;
+        Ok(SideStream { ctx: ctx.clone(), stream, forked, joined })
+    }
+
+    /// The side stream waits for what `main` has queued so far.
+    fn fork(&self, main: CUstream) -> Result<()> {
+        Self::order(self.forked, main, self.stream)
+    }
+
+    /// `main` waits for what the side stream has queued so far.
+    fn join(&self, main: CUstream) -> Result<()> {
+        Self::order(self.joined, self.stream, main)
+    }
+
+    /// `after` waits for what `before` has queued so far, through `event`.
+    fn order(event: CUevent, before: CUstream, after: CUstream) -> Result<()> {
+        use cudarc::driver::result::{event as ev, stream};
+        // SAFETY: the event and both streams are live (the side stream's and events until the
+        // backend drops, the caller's for as long as the backend holds it) and belong to the
+        // context bound by the caller.
+        unsafe {
+            ev::record(event, before).map_err(cuda_error)?;
+            stream::wait_event(after, event, CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT).map_err(cuda_error)
+        }
+    }
+}
+
+impl Drop for SideStream {
+    fn drop(&mut self) {
+        use cudarc::driver::result::{event, stream};
+        // Errors are dropped: the context may already be tearing down.
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: made in `new`, destroyed once, here; the driver frees the stream once the work
+        // queued on it is done.
+        unsafe {
+            let _ = event::destroy(self.forked);
+            let _ = event::destroy(self.joined);
+            let _ = stream::destroy(self.stream);
+        }
+    }
+}
+
 /// Takes cudarc's guard of each buffer a job uses on the stream and drops it at once. Before
 /// the launches, taking it makes the stream wait for other streams' writes (and, for what the
 /// job writes, their reads); after them, dropping it records this stream's use.
@@ -424,30 +510,67 @@ impl Visit<CudaBackend> for Track<'_> {
 }
 
 impl CudaBackend {
-    /// The job's launches, in order on the stream, with the scratch they share.
+    /// The job's launches, in order on the caller's stream, those marked `side` in order on
+    /// the side stream (forked before the first of them, joined after the last), each stream's
+    /// with its own scratch.
     fn launch_job(&self, job: &Job<'_, Self>) -> Result<()> {
         let mut scratch = self.scratch.lock().map_err(|_| cuda_error("scratch lock poisoned"))?;
         let zeros = |_: &str, words| self.stream.alloc_zeros(words).map_err(cuda_error);
-        scratch.fit(job, self.target_groups, self.blocks.fitted, true, CudaSlice::len, zeros)?;
-        let partials = <Self as Device>::handle(&scratch.partials);
-        let counters = <Self as Device>::handle(&scratch.counters);
+        let (target_groups, block) = (self.target_groups, self.blocks.fitted);
+        let [first, rest] = &mut *scratch;
+        // Only `sample` has launches for the side stream.
+        let shares = match job {
+            Job::Sample { .. } => [Share::First, Share::Rest],
+            _ => [Share::All, Share::Rest],
+        };
+        first.fit(job, target_groups, block, true, shares[0], CudaSlice::len, zeros)?;
+        if shares[0] == Share::First {
+            rest.fit(job, target_groups, block, true, shares[1], CudaSlice::len, zeros)?;
+        }
+        let handles = |s: &Scratch<CudaSlice<u32>>| Scratch {
+            partials: <Self as Device>::handle(&s.partials),
+            counters: <Self as Device>::handle(&s.counters),
+        };
+        let caller = handles(first);
         let split = Split {
-            target_groups: self.target_groups,
-            block: self.blocks.fitted,
-            partials,
-            counters,
+            target_groups,
+            block,
+            partials: caller.partials,
+            counters: caller.counters,
             split_filters: true,
             portable: false,
+            side: Some(handles(rest)),
         };
+        self.stream.context().bind_to_thread().map_err(cuda_error)?;
+        let main = self.stream.cu_stream();
+        let mut forked = false;
+        let mut launched = Ok(());
         for launch in Launch::plan(job, &split)? {
-            self.launch(launch)?;
+            let stream = if launch.side {
+                if !forked {
+                    self.side.fork(main)?;
+                    forked = true;
+                }
+                self.side.stream
+            } else {
+                main
+            };
+            launched = self.launch(launch, stream);
+            if launched.is_err() {
+                break;
+            }
         }
-        Ok(())
+        // Joined even after a failed launch, so the caller's stream orders what was queued.
+        if forked {
+            self.side.join(main)?;
+        }
+        launched
     }
 
-    /// Launches with the driver's `cuLaunchKernel` and the arguments on the stack: cudarc's
-    /// launch builder collects them in vectors, allocations a decode loop would make per launch.
-    fn launch(&self, launch: Launch<u64>) -> Result<()> {
+    /// Launches on `stream` with the driver's `cuLaunchKernel` and the arguments on the stack:
+    /// cudarc's launch builder collects them in vectors, allocations a decode loop would make
+    /// per launch.
+    fn launch(&self, launch: Launch<u64>, stream: CUstream) -> Result<()> {
         let function = self.function(launch.kernel)?;
         // A null pointer for an output the kernel is told (by its flags) not to write.
         let pointers: ArrayVec<u64, { crate::generated::MAX_BUFFERS }> =
@@ -462,7 +585,6 @@ impl CudaBackend {
             .collect();
         let block = self.blocks.of(launch.kernel);
         let grid = launch.work.groups(block, i32::MAX as u32);
-        self.stream.context().bind_to_thread().map_err(cuda_error)?;
         // SAFETY: the arguments match the generated signature and outlive the call (the driver
         // copies them at launch), and every buffer was checked to cover the shape before this
         // job was built.
@@ -472,7 +594,7 @@ impl CudaBackend {
                 (grid, 1, 1),
                 (block, 1, 1),
                 0,
-                self.stream.cu_stream(),
+                stream,
                 &mut args,
             )
         }

@@ -41,6 +41,8 @@ pub(crate) struct Launch<H> {
     pub params: [u32; 4],
     /// Rows (one workgroup each), or items for the per-item Philox kernel.
     pub work: Work,
+    /// Whether it may run on a side stream beside the call's first launch ([`Split::side`]).
+    pub side: bool,
 }
 
 impl<H: Copy> Launch<H> {
@@ -48,7 +50,7 @@ impl<H: Copy> Launch<H> {
     fn new(id: KernelId, params: [u32; 4], work: Work) -> Self {
         let kernel = id.source();
         let buffers = kernel.bindings.iter().map(|_| None).collect();
-        Launch { kernel, buffers, bound: 0, stray: None, params, work }
+        Launch { kernel, buffers, bound: 0, stray: None, params, work, side: false }
     }
 
     /// Binds `buffer` (`None`: an output the kernel is told not to write) to the kernel's
@@ -135,6 +137,11 @@ pub(crate) struct Split<H> {
     /// of workgroup memory): then the filtered rows of a call with row lists (whose host
     /// refused seeded rows) take the portable filter kernel, each row whole.
     pub portable: bool,
+    /// The scratch of a second stream, where the backend has one (CUDA): a `sample` call's
+    /// seeded and filter launches bind it and run there, beside the plain launch, whose rows
+    /// they never touch. A batch with one top-p row then waits for the longer of the two chains,
+    /// not for their sum (`docs/cost-model.md`).
+    pub side: Option<Scratch<H>>,
 }
 
 /// The filter kernels of a device without float64, 64-bit integers or 32 KiB of workgroup
@@ -217,18 +224,36 @@ fn off_path_parts<B: Backend + ?Sized>(
     }
 }
 
+/// Which of a job's launches a scratch serves: all of them, or, where a `sample` call's seeded
+/// and filter launches run on a side stream ([`Split::side`]), the first launch's or the rest's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Share {
+    All,
+    First,
+    Rest,
+}
+
 /// The u32 of scratch a job needs: a record per part of a split launch (never more parts in
-/// all than `target_groups`), or a slot per (row, part) of a staged one. The backends keep one
-/// buffer and grow it to the largest job they have run.
-fn scratch_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32, split_filters: bool) -> usize {
-    let records = target_groups.max(1) as usize * PART_WORDS;
+/// all than `target_groups`), or a slot per (row, part) of a staged one, of the launches
+/// `share` names. The backends keep one buffer and grow it to the largest job they have run.
+fn scratch_words<B: Backend + ?Sized>(
+    job: &Job<'_, B>,
+    target_groups: u32,
+    block: u32,
+    split_filters: bool,
+    share: Share,
+) -> usize {
+    let records = if share == Share::Rest { 0 } else { target_groups.max(1) as usize * PART_WORDS };
+    if share == Share::First {
+        return records;
+    }
     let slots = |plan: Option<(usize, u32)>| match plan {
         Some((rows, parts)) if parts > 1 => rows * parts as usize,
         _ => 0,
     };
     let slots = slots(off_path_parts(job, target_groups, block, split_filters));
     let one_read = filter_rows(job).map_or(0, |(shape, rows)| one_read_words(rows, shape.vocab).unwrap_or(0));
-    records.max(slots * SLOT_WORDS).max(one_read)
+    records.max(slots * SLOT_WORDS).max(one_read).max(1)
 }
 
 /// Parts per row of the one-read top-k path: every part at most `TOP_K_PART_COLS` columns, so
@@ -253,14 +278,20 @@ fn one_read_words(rows: usize, vocab: usize) -> Option<usize> {
 /// kernel from logits splits every row by its length ([`seeded_parts`]), so as many as it has,
 /// and keeps its parts' records after them (it binds no `partials`, to stay within eight
 /// storage buffers); the one-read path's parts count themselves in on one per filtered row.
-fn counter_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32) -> usize {
+/// Of the launches `share` names.
+fn counter_words<B: Backend + ?Sized>(job: &Job<'_, B>, target_groups: u32, block: u32, share: Share) -> usize {
+    let split = if share == Share::Rest { 0 } else { target_groups as usize / 2 };
+    if share == Share::First {
+        return split.max(1);
+    }
     let seeded = seeded_split_rows(job, block).map_or(0, |(rows, parts)| rows + rows * parts as usize * PART_WORDS);
     let filtered = filter_rows(job).map_or(0, |(_, rows)| rows);
-    (target_groups as usize / 2).max(seeded).max(filtered).max(1)
+    split.max(seeded).max(filtered).max(1)
 }
 
 /// A backend's scratch of split and staged launches, kept from call to call and grown to the
 /// largest job run so far.
+#[derive(Clone, Copy)]
 pub(crate) struct Scratch<T> {
     /// The part records and slots ([`scratch_words`]).
     pub partials: T,
@@ -271,22 +302,25 @@ pub(crate) struct Scratch<T> {
 }
 
 impl<T> Scratch<T> {
-    /// Replaces either buffer that holds fewer u32 (`len`) than `job` needs with a new one
-    /// from `zeros(name, words)`, which must be zeroed (the counters' one clearing).
+    /// Replaces either buffer that holds fewer u32 (`len`) than the launches of `job` that
+    /// `share` names need with a new one from `zeros(name, words)`, which must be zeroed (the
+    /// counters' one clearing).
+    #[allow(clippy::too_many_arguments)]
     pub fn fit<B: Backend + ?Sized>(
         &mut self,
         job: &Job<'_, B>,
         target_groups: u32,
         block: u32,
         split_filters: bool,
+        share: Share,
         len: impl Fn(&T) -> usize,
         mut zeros: impl FnMut(&str, usize) -> Result<T>,
     ) -> Result<()> {
-        let need = scratch_words(job, target_groups, block, split_filters);
+        let need = scratch_words(job, target_groups, block, split_filters, share);
         if len(&self.partials) < need {
             self.partials = zeros("scratch", need)?;
         }
-        let need = counter_words(job, target_groups, block);
+        let need = counter_words(job, target_groups, block, share);
         if len(&self.counters) < need {
             self.counters = zeros("counters", need)?;
         }
@@ -381,6 +415,17 @@ impl<'a, H: Copy> Launch<H> {
                 let filter = sampling::<B, 2>(filter, *shape, inputs, out, FLAG_FILTERED_ONLY, true);
                 let filtered = listed.map_or(shape.batch, |l| l.filtered.1);
                 let mut plan = split_rows(first, *shape, split);
+                // The launches after the plain one bind the side stream's scratch where there is
+                // one, and are marked to run there (below).
+                let on_side = split.side.is_some();
+                let side_split;
+                let split = match split.side {
+                    Some(side) => {
+                        side_split = Split { partials: side.partials, counters: side.counters, side: None, ..*split };
+                        &side_split
+                    }
+                    None => split,
+                };
                 let seeded_rows = listed.map_or(shape.batch, |l| l.seeded.1);
                 let seeded = seeded.with_list(listed.map(|l| handle(l.seeded)));
                 if seeded_rows > 0 {
@@ -398,19 +443,23 @@ impl<'a, H: Copy> Launch<H> {
                     for list in [l.filtered, l.off_path].into_iter().filter(|&(_, n)| n > 0) {
                         plan.push(portable.clone().with_list(Some(handle(list))));
                     }
-                    return plan.into_iter().map(Launch::checked).collect();
+                } else {
+                    let cut = listed.is_none_or(|l| l.top_p_cut);
+                    let on_path = filter.clone().with_list(listed.map(|l| handle(l.filtered)));
+                    if filtered > 0 {
+                        plan.extend(on_path.on_path(filtered, shape.vocab, cut, split));
+                    }
+                    // The rows the path does not take: the filter kernels' own plan over their
+                    // list.
+                    if let (Some(l), Some((rows, parts))) =
+                        (listed, off_path_parts(job, split.target_groups, split.block, split.split_filters))
+                    {
+                        let off_path = filter.with_list(Some(handle(l.off_path)));
+                        plan.extend(off_path.staged(rows, parts, split));
+                    }
                 }
-                let cut = listed.is_none_or(|l| l.top_p_cut);
-                let on_path = filter.clone().with_list(listed.map(|l| handle(l.filtered)));
-                if filtered > 0 {
-                    plan.extend(on_path.on_path(filtered, shape.vocab, cut, split));
-                }
-                // The rows the path does not take: the filter kernels' own plan over their list.
-                if let (Some(l), Some((rows, parts))) =
-                    (listed, off_path_parts(job, split.target_groups, split.block, split.split_filters))
-                {
-                    let off_path = filter.with_list(Some(handle(l.off_path)));
-                    plan.extend(off_path.staged(rows, parts, split));
+                if on_side {
+                    plan.iter_mut().skip(1).for_each(|l| l.side = true);
                 }
                 plan
             }
@@ -698,7 +747,7 @@ mod tests {
             // Whole and split rows, and a portable device's plan.
             for (target_groups, split_filters, portable) in [(1, false, false), (4096, true, false), (1, false, true)] {
                 let (partials, counters) = (usize::MAX, usize::MAX - 1);
-                let split = Split { target_groups, block: 32, partials, counters, split_filters, portable };
+                let split = Split { target_groups, block: 32, partials, counters, split_filters, portable, side: None };
                 let plan = Launch::plan(&job, &split)?;
                 assert!(!plan.is_empty());
             }
@@ -764,8 +813,15 @@ mod tests {
         let shape = Shape::dense(1, 151_936);
         let (x, rows) = (vec![0.0f32; shape.elements()], vec![RowParams::new(0.8, 1, 0)]);
         let (mut t, mut lp) = (vec![0u32; 1], vec![0.0f32; 1]);
-        let split =
-            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
+        let split = Split {
+            target_groups: 396,
+            block: 512,
+            partials: 1,
+            counters: 2,
+            split_filters: true,
+            portable: false,
+            side: None,
+        };
         let want = parts(1, shape.vocab, 396, 512);
         assert!(want > 1, "the row must be split for this test to mean anything");
         for job in 0..3 {
@@ -786,7 +842,7 @@ mod tests {
         // Every row that splits has a counter.
         let most_rows = (1..=396).filter(|&rows| parts(rows, shape.vocab, 396, 512) > 1).max().unwrap();
         let job: Job<'_, Planner> = Job::Greedy { shape, logits: Logits::F32(&x), out: Output::new(&mut t) };
-        let counters = counter_words(&job, 396, 512);
+        let counters = counter_words(&job, 396, 512, Share::All);
         assert!(most_rows <= counters, "{most_rows} split rows, {counters} counters");
     }
 
@@ -799,8 +855,15 @@ mod tests {
         let x = vec![0.0f32; shape.elements()];
         let rows = vec![RowParams::seeded(0.8, 1, 0); shape.batch];
         let (mut t, list) = (vec![0u32; shape.batch], vec![0u32; shape.batch]);
-        let split =
-            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
+        let split = Split {
+            target_groups: 396,
+            block: 512,
+            partials: 1,
+            counters: 2,
+            split_filters: true,
+            portable: false,
+            side: None,
+        };
         let want = seeded_parts(shape.vocab, 512);
         assert!(want > 1, "the rows must be split for this test to mean anything");
         for listed in [false, true] {
@@ -829,7 +892,7 @@ mod tests {
             assert!(matches!(launch.work, Work::Rows(n) if n == 300 * want), "{:?}", launch.work);
             assert_eq!(launch.bound(Binding::Partials), None, "the records lie beside the counters");
             assert_eq!(launch.bound(Binding::Counters), Some(2));
-            let (counters, records) = (counter_words(&job, 396, 512), 300 * want as usize * PART_WORDS);
+            let (counters, records) = (counter_words(&job, 396, 512, Share::All), 300 * want as usize * PART_WORDS);
             assert!(counters >= 300 + records, "300 split rows and {records} record words, {counters} u32");
         }
     }
@@ -842,8 +905,15 @@ mod tests {
         let x = vec![0.0f32; shape.elements()];
         let rows = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); 4];
         let mut t = vec![0u32; 4];
-        let split =
-            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
+        let split = Split {
+            target_groups: 396,
+            block: 512,
+            partials: 1,
+            counters: 2,
+            split_filters: true,
+            portable: false,
+            side: None,
+        };
         use KernelId::*;
         for (input, want) in [
             (Input::Logits(Logits::F32(&x)), [TopKPartsLogitsF32, TopPCutLogitsF32, TopKMergeLogitsF32]),
@@ -865,8 +935,15 @@ mod tests {
         let shape = Shape::dense(4, 151_936);
         let x = vec![0.0f32; shape.elements()];
         let (mut t, list) = (vec![0u32; 4], vec![0u32; 4]);
-        let split =
-            Split { target_groups: 396, block: 512, partials: 1, counters: 2, split_filters: true, portable: false };
+        let split = Split {
+            target_groups: 396,
+            block: 512,
+            partials: 1,
+            counters: 2,
+            split_filters: true,
+            portable: false,
+            side: None,
+        };
         for (row, launches, filter) in [
             (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), 2, KernelId::TopKMergeLogitsF32),
             (RowParams::new(0.8, 1, 0).with_min_p(0.05), 2, KernelId::TopKMergeLogitsF32),
@@ -909,5 +986,54 @@ mod tests {
                 assert_eq!(plan[at - 1].bound(Binding::Counters), Some(2));
             }
         }
+    }
+
+    /// Where the backend has a side stream, a `sample` call's seeded and filter launches (all
+    /// after its plain launch) are marked for it and bind only its scratch, so the plain launch,
+    /// which binds only the caller's, can run beside them; without one, none is marked.
+    #[test]
+    fn launches_after_the_plain_one_take_the_side_streams_scratch() {
+        let shape = Shape::dense(4, 151_936);
+        let x = vec![0.0f32; shape.elements()];
+        let (mut t, list) = (vec![0u32; 4], vec![0u32; 4]);
+        let off_path = RowParams::new(0.8, 1, 0).with_top_k(1000).with_top_p(0.9).with_order(Order::TopKFirst);
+        let rows = vec![
+            RowParams::new(0.8, 1, 0),
+            RowParams::new(0.8, 1, 0).with_top_p(0.9),
+            off_path,
+            RowParams::seeded(1.0, 3, 0),
+        ];
+        let listed = RowLists { seeded: (&list, 1), filtered: (&list, 1), off_path: (&list, 1), top_p_cut: true };
+        let job: Job<'_, Planner> =
+            Job::Sample { shape, logits: Logits::F32(&x), rows: &rows, out: Output::new(&mut t), listed: Some(listed) };
+        let side = Scratch { partials: 3, counters: 4 };
+        let caller = Split {
+            target_groups: 396,
+            block: 512,
+            partials: 1,
+            counters: 2,
+            split_filters: true,
+            portable: false,
+            side: None,
+        };
+        let split = Split { side: Some(side), ..caller };
+        let plan = Launch::plan(&job, &split).unwrap();
+        let scratch = |l: &Launch<usize>| [Binding::Partials, Binding::Counters].map(|n| l.bound(n));
+        assert!(!plan[0].side);
+        assert_eq!(scratch(&plan[0]), [Some(1), Some(2)]);
+        // The seeded launch, the one-read path's three and the staged filter's stages.
+        assert!(plan.len() > 5, "{}", plan.len());
+        for l in &plan[1..] {
+            assert!(l.side, "{}", l.kernel.name);
+            assert!(
+                scratch(l).iter().all(|b| !matches!(b, Some(1 | 2))),
+                "{} binds the caller's scratch",
+                l.kernel.name
+            );
+        }
+        let bound: Vec<_> = plan[1..].iter().flat_map(scratch).flatten().collect();
+        assert!(bound.contains(&3) && bound.contains(&4), "{bound:?}");
+        let plan = Launch::plan(&job, &caller).unwrap();
+        assert!(plan.iter().all(|l| !l.side));
     }
 }

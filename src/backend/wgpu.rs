@@ -1,7 +1,7 @@
 //! The wgpu backend: the generated WGSL on any adapter wgpu finds (Vulkan, Metal, DX12, and
 //! Mesa's lavapipe on a CPU).
 
-use super::launch::{Device, Launch, Plan, Scratch, Split, MAX_LAUNCHES, PORTABLE_FILTERS};
+use super::launch::{Device, Launch, Plan, Scratch, Share, Split, MAX_LAUNCHES, PORTABLE_FILTERS};
 use super::timing::{Clock, LaunchTime};
 use crate::backend::{Backend, Job};
 use crate::error::{Error, Result};
@@ -658,9 +658,10 @@ impl Backend for WgpuBackend {
             |b: &wgpu::Buffer| b.size() as usize / 4,
             |name: &str, words| Ok(scratch_buffer(&self.device, name, words)),
         );
-        scratch.fit(&job, target_groups, block, split_filters, len, zeros)?;
+        scratch.fit(&job, target_groups, block, split_filters, Share::All, len, zeros)?;
         let (partials, counters) = (Bound::whole(&scratch.partials), Bound::whole(&scratch.counters));
-        let split = Split { target_groups, block, partials, counters, split_filters, portable: self.portable };
+        let split =
+            Split { target_groups, block, partials, counters, split_filters, portable: self.portable, side: None };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)
     }

@@ -224,8 +224,12 @@ impl Bound {
 }
 
 /// One launch, modelled.
+#[derive(Debug)]
 pub struct Modelled {
     pub us: f64,
+    /// Of which the device's time it takes from a launch beside it on another stream: its bytes
+    /// through DRAM or L2, or its SMs' time in the share of the device's blocks it holds.
+    pub busy_us: f64,
     pub bound: Bound,
     /// SMs with work, of the device's.
     pub busy_sms: u32,
@@ -333,10 +337,16 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     } else {
         Bound::Latency
     };
-    Modelled { us: work.max(hw.launch_us.value), bound, busy_sms: l.groups.min(sms) }
+    let held = (l.groups as f64 / (sms * k.resident.max(1)) as f64).min(1.0);
+    let busy_us = mem_us.max(sm_us * held);
+    Modelled { us: work.max(hw.launch_us.value), busy_us, bound, busy_sms: l.groups.min(sms) }
 }
 
-/// A call: the fixed overhead, then each launch.
+/// A call: the fixed overhead, then each launch. The host issues a launch every launch interval;
+/// a launch starts once issued and once the one before it on its stream has ended, and lasts at
+/// least the interval. On one stream that is the sum of the launches. Launches on the side stream
+/// ([`Launch::side`]) run beside those on the caller's, but share the device: the call lasts at
+/// least the sum of each launch's bytes, or where it holds the SMs, of their time.
 pub fn call(
     hw: &Hardware,
     launches: &[(Launch, &Kernel)],
@@ -353,7 +363,14 @@ pub fn call(
             launch(hw, k, l, total_input, if reread { Cache::Reread } else { cache })
         })
         .collect();
-    let us = hw.first_launch_us.value - hw.launch_us.value + each.iter().map(|m| m.us).sum::<f64>();
+    let first = hw.first_launch_us.value - hw.launch_us.value;
+    let (mut main, mut side) = (first, first);
+    for (i, ((l, _), m)) in launches.iter().zip(&each).enumerate() {
+        let issued = first + i as f64 * hw.launch_us.value;
+        let end = if l.side { &mut side } else { &mut main };
+        *end = end.max(issued) + m.us;
+    }
+    let us = main.max(side).max(first + each.iter().map(|m| m.busy_us).sum::<f64>());
     // The bound under which most of the call's time is spent (a launch's floor counts as launches).
     let mut spent: Vec<(Bound, f64)> = Vec::new();
     for m in &each {
@@ -403,6 +420,7 @@ mod tests {
             read,
             written,
             rereads,
+            side: false,
         }
     }
 
@@ -424,5 +442,27 @@ mod tests {
         let spills = us(&[read(false, 38.9e6, 64), read(true, 0.0, 64)], 64);
         let flagless = us(&[read(false, 38.9e6, 64), read(false, 0.0, 64)], 64);
         assert_eq!(spills[1], flagless[1]);
+    }
+
+    /// A short launch on the side stream beside a long one on the caller's adds only its bytes
+    /// to the call; on the caller's stream it adds its own time. The figures are the model's own
+    /// launches, so the oracle is the sum, not a constant.
+    #[test]
+    fn a_side_launch_overlaps_the_callers() {
+        let k = streaming();
+        let time = |launches: &[Launch]| {
+            let pairs: Vec<(Launch, &Kernel)> = launches.iter().map(|l| (l.clone(), &k)).collect();
+            call(&H200, &pairs, 128.0 * 151936.0 * 4.0, Cache::Warm)
+        };
+        // 128 rows (78 MB, past L2): tens of µs from DRAM, beside one row's part.
+        let long = read(false, 0.0, 128);
+        let short = Launch { groups: 38, columns: 4096, read: 151936.0 * 4.0, ..read(false, 0.0, 1) };
+        let (alone, _, each) = time(std::slice::from_ref(&long));
+        assert!(each[0].us > 4.0 * H200.launch_us.value, "{each:?}");
+        let (serial, _, each) = time(&[long.clone(), short.clone()]);
+        assert!((serial - alone - each[1].us).abs() < 1e-9, "{serial} {alone} {each:?}");
+        // Beside it, only what it takes of the device both share.
+        let (beside, _, _) = time(&[long, Launch { side: true, ..short }]);
+        assert!(beside <= alone + each[1].busy_us + 1e-9 && beside < serial - 2.0, "{beside} {alone} {each:?}");
     }
 }

@@ -131,6 +131,9 @@ pub struct Launch {
     /// The launch reads again what an earlier launch of the same call read (softmax's second
     /// launch, the top-p cut after the parts): a cold call finds it in L2 when it still fits.
     pub rereads: bool,
+    /// The launch runs on the CUDA backend's side stream (`src/backend/cuda.rs`): a `sample`
+    /// call's seeded and filter launches, beside its plain launch on the caller's stream.
+    pub side: bool,
 }
 
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
@@ -172,6 +175,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         read: passes as f64 * row_bytes * batch as f64,
         written,
         rereads: false,
+        side: false,
     };
     let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
@@ -183,6 +187,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         read: if reads { row_bytes * batch as f64 } else { 0.0 },
         written: 0.0,
         rereads: false,
+        side: false,
     };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
@@ -198,6 +203,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 read: 0.0,
                 written: 0.0,
                 rereads: false,
+                side: false,
             });
         }
         v
@@ -210,6 +216,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         read: 0.0,
         written: 0.0,
         rereads: false,
+        side: false,
     };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
@@ -281,6 +288,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                         read: row * batch as f64,
                         written: if stage == 1 { written } else { 0.0 },
                         rereads: stage == 1,
+                        side: false,
                     })
                     .collect(),
             }
@@ -295,9 +303,10 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             if era == Era::Current {
                 // `Backend::sample` without row lists: the seeded and filter launches span the
-                // batch and each plain row leaves them at once.
+                // batch and each plain row leaves them at once, on the side stream.
                 v.push(seeded(true));
                 v.extend(one_read("", 0, true, &logits, row));
+                v.iter_mut().skip(1).for_each(|l| l.side = true);
             }
             v
         }
@@ -315,8 +324,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         Call::RenormProbs => vec![whole("renorm_probs".into(), TOP_P_PASSES + 1, vocab as f64 * 4.0 * batch as f64)],
         // The plain kernel over the batch (the listed rows leave it at once); the seeded list is
         // empty, so no seeded launch; with a top-p row, the one-read path over the filtered
-        // rows' list: the parts and the cut over that row's parts, each part read once in
-        // each, then the merge over it (with none, no launch of it).
+        // rows' list on the side stream: the parts and the cut over that row's parts, each part
+        // read once in each, then the merge over it (with none, no launch of it).
         Call::Step(top_p) => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             let p = vocab.div_ceil(TOP_K_PART_COLS);
@@ -328,11 +337,12 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 read: row,
                 written: 0.0,
                 rereads,
+                side: true,
             };
             if top_p > 0 {
                 v.push(one_row(format!("top_k_parts_logits_{dtype}"), false));
                 v.push(one_row(format!("top_p_cut_logits_{dtype}"), true));
-                v.push(idle(format!("top_k_merge_logits_{dtype}"), 1));
+                v.push(Launch { side: true, ..idle(format!("top_k_merge_logits_{dtype}"), 1) });
             }
             v
         }
