@@ -411,8 +411,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                                 unsigned int e_m_x = part_keys[(0u + g)];
                                 if ((((pp < (1.0f)) && (e_m_cum <= e_lim)) && ((e_m_cum + e_m_x) > e_lim))) {
                                     e_m_first = max(e_m_first, (512u - g));
-                                    e_m_near_start = (((e_lim - e_m_cum) <= 854492u) ? 1u : 0u);
-                                    e_m_near_end = ((((e_m_cum + e_m_x) - e_lim) <= 854492u) ? 1u : 0u);
+                                    e_m_near_start = (((e_lim - e_m_cum) <= 53405u) ? 1u : 0u);
+                                    e_m_near_end = ((((e_m_cum + e_m_x) - e_lim) <= 53405u) ? 1u : 0u);
                                 }
                                 e_m_cum = (e_m_cum + e_m_x);
                             }

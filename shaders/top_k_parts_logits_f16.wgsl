@@ -349,8 +349,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var e_m_x: u32 = part_keys[(0u + g)];
                                 if ((((pp < (1.0f)) && (e_m_cum <= e_lim)) && ((e_m_cum + e_m_x) > e_lim))) {
                                     e_m_first = max(e_m_first, (512u - g));
-                                    e_m_near_start = select(0u, 1u, ((e_lim - e_m_cum) <= 854492u));
-                                    e_m_near_end = select(0u, 1u, (((e_m_cum + e_m_x) - e_lim) <= 854492u));
+                                    e_m_near_start = select(0u, 1u, ((e_lim - e_m_cum) <= 53405u));
+                                    e_m_near_end = select(0u, 1u, (((e_m_cum + e_m_x) - e_lim) <= 53405u));
                                 }
                                 e_m_cum = (e_m_cum + e_m_x);
                             }
