@@ -3055,8 +3055,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             __syncthreads();
                             bool joint_p = ((pp < (1.0f)) && (!k_first));
                             unsigned long long lim_k = ((pp < (1.0f)) ? sk_fraction(pp, top_k_mass) : 18446744073709551615ull);
-                            float lim_lo = ((pp * row_s) * (0.9998779f));
-                            float lim_hi = ((pp * row_s) * (1.0001221f));
+                            float lim_lo = ((pp * row_s) * (0.9999695f));
+                            float lim_hi = ((pp * row_s) * (1.0000305f));
                             unsigned int n_lo = 0u;
                             unsigned int n_unsure = 0u;
                             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {

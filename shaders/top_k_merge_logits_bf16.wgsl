@@ -2911,8 +2911,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             workgroupBarrier();
                             var joint_p: bool = ((pp < (1.0f)) && (!k_first));
                             var lim_k: u64 = select(18446744073709551615lu, sk_fraction(pp, top_k_mass), (pp < (1.0f)));
-                            var lim_lo: f32 = ((pp * row_s) * (0.9998779f));
-                            var lim_hi: f32 = ((pp * row_s) * (1.0001221f));
+                            var lim_lo: f32 = ((pp * row_s) * (0.9999695f));
+                            var lim_hi: f32 = ((pp * row_s) * (1.0000305f));
                             var n_lo: u32 = 0u;
                             var n_unsure: u32 = 0u;
                             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {

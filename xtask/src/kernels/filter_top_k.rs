@@ -75,17 +75,20 @@ pub(super) const AREA_WORDS: u32 = {
         histogram
     }
 };
-/// Relative margin on the estimated row mass within which joint top-p must give one set: 26
+/// Relative margin on the estimated row mass within which joint top-p must give one set: 6.5
 /// times a bound on the estimate's error against the exact fixed-point mass (4.7e-6). The
 /// exponentials' arguments `z - m` round to 2^-24 of themselves, at most 13 units from the
 /// maximum on average under the weights (a token further off weighs under e^-13 / n): 1.6e-6
 /// for the two ways round; three exponentials within 4 ulp, 7e-7; the parts' sums (16 terms an
 /// invocation, then 8 levels of the block's tree) and the merge's (a part an invocation, 9
 /// levels), 2e-6; the products, `top_p` and the conversions, 3e-7; truncations to 2^-40 of the
-/// largest weight (1), 1.4e-7 for 151936 tokens. Was 2^-10, which left many rows unsure (the
-/// merge's second read): on Zipf rows at T 0.6, top-k 50 and top-p 0.9, 40% of them, 6% now
-/// (a numpy simulation of the rule).
-const MASS_MARGIN: f32 = 1.0 / 8192.0;
+/// largest weight (1), 1.4e-7 for 151936 tokens. Unlike the top-p cut's margin, this one keeps
+/// the set exact (a row outside it is not checked again), so it keeps a wide factor over the
+/// bound. Was 2^-10, which left many rows unsure (the merge's second read): on Zipf rows at T
+/// 0.6, top-k 50 and top-p 0.9, 40% of them (a numpy simulation of the rule); then 2^-13, 26
+/// times the bound: 18 of 1344 joint rows on lavapipe (top-k 20, 40 and 50 with top-p 0.95, 0.8
+/// and 0.9 at T 0.6 to 1.0, Zipf rows of 32768 and 151936); now 5.
+const MASS_MARGIN: f32 = 1.0 / 32768.0;
 pub(super) const SCRATCH: &str = "partials";
 pub(super) const KEYS: &str = "part_keys";
 /// The merge's arrays of `CAP + 1` words each, in the filter kernel's list (`filters::LIST`),
