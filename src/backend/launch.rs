@@ -762,6 +762,20 @@ mod tests {
         }
     }
 
+    /// A device as large as an H200 (132 SMs, three blocks of 512 each) with one stream: the
+    /// part records at handle 1, the counters at 2.
+    fn h200_split() -> Split<usize> {
+        Split {
+            target_groups: 396,
+            block: 512,
+            partials: 1,
+            counters: 2,
+            split_filters: true,
+            portable: false,
+            side: None,
+        }
+    }
+
     #[test]
     fn every_launch_binds_exactly_what_its_kernel_declares() {
         let b = Planner;
@@ -813,15 +827,7 @@ mod tests {
         let shape = Shape::dense(1, 151_936);
         let (x, rows) = (vec![0.0f32; shape.elements()], vec![RowParams::new(0.8, 1, 0)]);
         let (mut t, mut lp) = (vec![0u32; 1], vec![0.0f32; 1]);
-        let split = Split {
-            target_groups: 396,
-            block: 512,
-            partials: 1,
-            counters: 2,
-            split_filters: true,
-            portable: false,
-            side: None,
-        };
+        let split = h200_split();
         let want = parts(1, shape.vocab, 396, 512);
         assert!(want > 1, "the row must be split for this test to mean anything");
         for job in 0..3 {
@@ -855,15 +861,7 @@ mod tests {
         let x = vec![0.0f32; shape.elements()];
         let rows = vec![RowParams::seeded(0.8, 1, 0); shape.batch];
         let (mut t, list) = (vec![0u32; shape.batch], vec![0u32; shape.batch]);
-        let split = Split {
-            target_groups: 396,
-            block: 512,
-            partials: 1,
-            counters: 2,
-            split_filters: true,
-            portable: false,
-            side: None,
-        };
+        let split = h200_split();
         let want = seeded_parts(shape.vocab, 512);
         assert!(want > 1, "the rows must be split for this test to mean anything");
         for listed in [false, true] {
@@ -905,15 +903,7 @@ mod tests {
         let x = vec![0.0f32; shape.elements()];
         let rows = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); 4];
         let mut t = vec![0u32; 4];
-        let split = Split {
-            target_groups: 396,
-            block: 512,
-            partials: 1,
-            counters: 2,
-            split_filters: true,
-            portable: false,
-            side: None,
-        };
+        let split = h200_split();
         use KernelId::*;
         for (input, want) in [
             (Input::Logits(Logits::F32(&x)), [TopKPartsLogitsF32, TopPCutLogitsF32, TopKMergeLogitsF32]),
@@ -935,15 +925,7 @@ mod tests {
         let shape = Shape::dense(4, 151_936);
         let x = vec![0.0f32; shape.elements()];
         let (mut t, list) = (vec![0u32; 4], vec![0u32; 4]);
-        let split = Split {
-            target_groups: 396,
-            block: 512,
-            partials: 1,
-            counters: 2,
-            split_filters: true,
-            portable: false,
-            side: None,
-        };
+        let split = h200_split();
         for (row, launches, filter) in [
             (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), 2, KernelId::TopKMergeLogitsF32),
             (RowParams::new(0.8, 1, 0).with_min_p(0.05), 2, KernelId::TopKMergeLogitsF32),
@@ -1007,15 +989,7 @@ mod tests {
         let job: Job<'_, Planner> =
             Job::Sample { shape, logits: Logits::F32(&x), rows: &rows, out: Output::new(&mut t), listed: Some(listed) };
         let side = Scratch { partials: 3, counters: 4 };
-        let caller = Split {
-            target_groups: 396,
-            block: 512,
-            partials: 1,
-            counters: 2,
-            split_filters: true,
-            portable: false,
-            side: None,
-        };
+        let caller = h200_split();
         let split = Split { side: Some(side), ..caller };
         let plan = Launch::plan(&job, &split).unwrap();
         let scratch = |l: &Launch<usize>| [Binding::Partials, Binding::Counters].map(|n| l.bound(n));
