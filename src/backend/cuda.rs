@@ -13,7 +13,7 @@
 //!
 //! A `sample` call's seeded and filter launches touch none of the rows its plain launch samples,
 //! so they run on a second stream of the backend's own, forked from the caller's stream after
-//! the plain launch is queued and joined back before the call returns ([`SideStream`]). A batch
+//! the plain launch is queued and joined back before the call returns (`SideStream`). A batch
 //! of plain rows with one top-p row then lasts about as long as the plain launch or the top-p
 //! row's three dependent launches, whichever is longer, not their sum. The side stream is made
 //! with the driver's calls, not as a cudarc stream, so cudarc's per-buffer event tracking (on
