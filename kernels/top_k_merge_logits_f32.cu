@@ -3530,6 +3530,187 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 }
                                 one_read_done = true;
                             }
+                            bool undecided = (!decided);
+                            if ((undecided && capped)) {
+                                unsigned int mo_left = 0u;
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    const unsigned int sk_e96 = (((slot * parts) + p) * 805u);
+                                    unsigned int mo_lk = max(partials[(sk_e96 + 3u)], partials[(sk_e96 + 4u)]);
+                                    const float sk_e99 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                    const float sk_e97 = ((sk_e99 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                                    const float sk_e98 = (sk_e99 - row_m);
+                                    const bool sk_e100 = (row_m == sk_bitcast<float>(4286578688u));
+                                    const bool sk_e101 = (row_m == sk_bitcast<float>(2139095040u));
+                                    if (((mo_lk != 0u) && (((sk_e101 ? sk_e97 : (sk_e100 ? (0.0f) : sk_exp(sk_e98))) > (0.0f)) && ((sk_e101 ? sk_e97 : (sk_e100 ? (0.0f) : sk_exp(sk_e98))) >= mp)))) {
+                                        mo_left = 1u;
+                                    }
+                                }
+                                unsigned int mo_uncovered = 0u;
+                                {
+                                    unsigned int sk_v = mo_left;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = ov > sk_v ? ov : sk_v;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u32[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    mo_uncovered = sk_red_u32[32];
+                                    __syncthreads();
+                                }
+                                const unsigned int sk_e102 = (row * 12u);
+                                if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e102 + 1u)] == 1u) && (rows[(sk_e102 + 6u)] == 1u))))) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    float best = sk_bitcast<float>(4286578688u);
+                                    unsigned int best_i = 4294967295u;
+                                    double best64 = sk_bitcast<double>(18442240474082181120ull);
+                                    unsigned int best64_i = 4294967295u;
+                                    bool mo_seeded = (rows[((row * 12u) + 1u)] == 1u);
+                                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
+                                    for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int mo_p = (i / 257u);
+                                        unsigned int mo_s = (i - (mo_p * 257u));
+                                        if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
+                                            const unsigned int sk_e103 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                            float mo_z = sk_bitcast<float>((((sk_e103 & 2147483648u) != 0u) ? (sk_e103 ^ 2147483648u) : (sk_e103 ^ 4294967295u)));
+                                            const float sk_e104 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
+                                            if (((sk_e104 > (0.0f)) && (sk_e104 >= mp))) {
+                                                unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
+                                                if (mo_seeded) {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    double s64 = ((double)(mo_z - row_m));
+                                                    if (noisy) {
+                                                        // built by kernels::seeded::score64
+                                                        const unsigned int sk_e105 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e105 + 8u)], rows[(sk_e105 + 9u)], rows[(sk_e105 + 10u)], mo_col)));
+                                                    }
+                                                    if (((s64 > best64) || ((s64 == best64) && (mo_col < best64_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best64 = s64;
+                                                        best64_i = mo_col;
+                                                    }
+                                                } else {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    uint4 w4 = sk_philox(make_uint4(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    const unsigned int sk_e106 = (mo_col & 3u);
+                                                    float score = (mo_z + sk_gumbel(((sk_e106 == 3u) ? ((w4).w) : ((sk_e106 == 2u) ? ((w4).z) : ((sk_e106 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                    if (((score > best) || ((score == best) && (mo_col < best_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best = score;
+                                                        best_i = mo_col;
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    float ow_win = (0.0f);
+                                    unsigned int ow_tok32 = 0u;
+                                    {
+                                        float sk_v = best;
+                                        unsigned int sk_i = best_i;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_am_f32[threadIdx.x >> 5] = sk_v;
+                                            sk_am_i[threadIdx.x >> 5] = sk_i;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 32u) {
+                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                            }
+                                            if (threadIdx.x == 0u) {
+                                                sk_am_f32[32] = sk_v;
+                                                sk_am_i[32] = sk_i;
+                                            }
+                                        }
+                                        __syncthreads();
+                                        ow_win = sk_am_f32[32];
+                                        ow_tok32 = sk_am_i[32];
+                                        __syncthreads();
+                                    }
+                                    double ow_win64 = (0.0);
+                                    unsigned int ow_tok64 = 0u;
+                                    {
+                                        double sk_v = best64;
+                                        unsigned int sk_i = best64_i;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_am_f64[threadIdx.x >> 5] = sk_v;
+                                            sk_am_i[threadIdx.x >> 5] = sk_i;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 32u) {
+                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                            }
+                                            if (threadIdx.x == 0u) {
+                                                sk_am_f64[32] = sk_v;
+                                                sk_am_i[32] = sk_i;
+                                            }
+                                        }
+                                        __syncthreads();
+                                        ow_win64 = sk_am_f64[32];
+                                        ow_tok64 = sk_am_i[32];
+                                        __syncthreads();
+                                    }
+                                    unsigned int ow_tok = (mo_seeded ? ow_tok64 : ow_tok32);
+                                    bool ow_valid = (ow_tok < vocab);
+                                    unsigned int ow_at = (ow_valid ? ow_tok : 0u);
+                                    if ((threadIdx.x == 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        tokens[row] = (ow_valid ? ow_tok : 0u);
+                                        if (((flags & 2u) != 0u)) {
+                                            status[row] = (ow_valid ? 1u : 0u);
+                                        }
+                                    }
+                                    if (((flags & 1u) != 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        const float sk_e107 = x[(base + ow_at)];
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e107) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e107);
+                                        float ow_v = (ow_v_x / temp);
+                                        if ((threadIdx.x == 0u)) {
+                                            logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
+                                        }
+                                    }
+                                    if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                                        // built by kernels::filter_top_k::finish_race
+                                        passes[row] = reads_before;
+                                    }
+                                    one_read_done = true;
+                                }
+                            }
                         }
                     }
                 }
@@ -3545,17 +3726,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e96 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
+                        const float sk_e108 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e108) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e108);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e97 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
+                        const float sk_e109 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e98 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
+                        const float sk_e110 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e110) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e110);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e99 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
+                        const float sk_e111 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);
@@ -3622,8 +3803,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e100 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e100 : (sk_e100 - sel_a));
+                    const unsigned int sk_e112 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e112 : (sk_e112 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3661,17 +3842,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                 // built by kernels::filter_values::for_each_read
                                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                const float sk_e101 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
+                                const float sk_e113 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113);
                                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                const float sk_e102 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e102) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e102);
+                                const float sk_e114 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e114) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e114);
                                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                const float sk_e103 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
+                                const float sk_e115 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e115) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e115);
                                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                const float sk_e104 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104);
+                                const float sk_e116 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e116) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e116);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -3767,8 +3948,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e105 = x[(base + col)];
-                            float lx = (((sk_bitcast<unsigned int>(sk_e105) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e105);
+                            const float sk_e117 = x[(base + col)];
+                            float lx = (((sk_bitcast<unsigned int>(sk_e117) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e117);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3814,8 +3995,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filters::sweep_list
                             unsigned int col = listed_cols[at];
-                            const float sk_e106 = x[(base + col)];
-                            float lx = (((sk_bitcast<unsigned int>(sk_e106) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e106);
+                            const float sk_e118 = x[(base + col)];
+                            float lx = (((sk_bitcast<unsigned int>(sk_e118) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e118);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                             unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3855,8 +4036,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e107 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e107 == (sel_n + min(sel_tn, 64u))) || (!((sk_e107 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e119 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e119 == (sel_n + min(sel_tn, 64u))) || (!((sk_e119 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3927,8 +4108,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e108 = x[(base + col)];
-                                float lx = (((sk_bitcast<unsigned int>(sk_e108) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e108);
+                                const float sk_e120 = x[(base + col)];
+                                float lx = (((sk_bitcast<unsigned int>(sk_e120) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e120);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3998,17 +4179,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e109 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109);
+                                        const float sk_e121 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e121) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e121);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e110 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e110) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e110);
+                                        const float sk_e122 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e122) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e122);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e111 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
+                                        const float sk_e123 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e123) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e123);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e112 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e112) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e112);
+                                        const float sk_e124 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e124) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e124);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4254,17 +4435,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const float sk_e113 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113);
+                                        const float sk_e125 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e125) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e125);
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const float sk_e114 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e114) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e114);
+                                        const float sk_e126 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e126) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e126);
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const float sk_e115 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e115) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e115);
+                                        const float sk_e127 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e127) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e127);
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const float sk_e116 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e116) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e116);
+                                        const float sk_e128 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e128) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e128);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -4883,8 +5064,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e117 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e117 ? tn64 : (((lim - sel_m) / (sk_e117 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e129 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e129 ? tn64 : (((lim - sel_m) / (sk_e129 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4902,8 +5083,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e118 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e118 ? tn64 : (((lim - sel_m) / (sk_e118 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e130 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e130 ? tn64 : (((lim - sel_m) / (sk_e130 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4927,17 +5108,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e119 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e119) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e119);
+                                        const float sk_e131 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e131);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e120 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e120) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e120);
+                                        const float sk_e132 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e132) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e132);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e121 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e121) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e121);
+                                        const float sk_e133 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e133) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e133);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e122 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e122) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e122);
+                                        const float sk_e134 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e134) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e134);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -5052,8 +5233,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                 bool rank_done = false;
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
-                const unsigned int sk_e123 = (row * 12u);
-                if ((((rows[(sk_e123 + 1u)] == 1u) && (rows[(sk_e123 + 6u)] == 1u)) && filtered)) {
+                const unsigned int sk_e135 = (row * 12u);
+                if ((((rows[(sk_e135 + 1u)] == 1u) && (rows[(sk_e135 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -5070,17 +5251,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e124 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e124) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e124);
+                                const float sk_e136 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e136) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e136);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e125 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e125) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e125);
+                                const float sk_e137 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e137) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e137);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e126 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e126) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e126);
+                                const float sk_e138 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e127 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e127) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e127);
+                                const float sk_e139 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e139) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e139);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -5264,13 +5445,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_rank::race_ranks
-                            const unsigned int sk_e128 = listed_cols[r];
-                            float rk_v = sk_bitcast<float>((((sk_e128 & 2147483648u) != 0u) ? (sk_e128 ^ 2147483648u) : (sk_e128 ^ 4294967295u)));
+                            const unsigned int sk_e140 = listed_cols[r];
+                            float rk_v = sk_bitcast<float>((((sk_e140 & 2147483648u) != 0u) ? (sk_e140 ^ 2147483648u) : (sk_e140 ^ 4294967295u)));
                             double s64 = ((double)rk_v);
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                const unsigned int sk_e129 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e129 + 8u)], rows[(sk_e129 + 9u)], rows[(sk_e129 + 10u)], r)));
+                                const unsigned int sk_e141 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e141 + 8u)], rows[(sk_e141 + 9u)], rows[(sk_e141 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5362,17 +5543,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e130 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e130) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e130);
+                                        const float sk_e142 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e131 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e131);
+                                        const float sk_e143 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e143) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e143);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e132 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e132) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e132);
+                                        const float sk_e144 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e133 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e133) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e133);
+                                        const float sk_e145 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             unsigned int col = (col_lo + li0);
@@ -5469,17 +5650,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e134 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e134) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e134);
+                                    const float sk_e146 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e135 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e135) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e135);
+                                    const float sk_e147 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e147) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e147);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e136 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e136) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e136);
+                                    const float sk_e148 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e137 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e137) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e137);
+                                    const float sk_e149 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
                                     if ((li0 < sweep_n)) {
                                         // built by kernels::filter_values::read_step
                                         unsigned int col = (col_lo + li0);
@@ -5601,17 +5782,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e138 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138);
+                                const float sk_e150 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e139 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e139) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e139);
+                                const float sk_e151 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e140 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e140) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e140);
+                                const float sk_e152 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e141 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e141) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e141);
+                                const float sk_e153 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e153) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e153);
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     unsigned int col = (col_lo + li0);
@@ -5643,8 +5824,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e142 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e142 + 8u)], rows[(sk_e142 + 9u)], rows[(sk_e142 + 10u)], col)));
+                                            const unsigned int sk_e154 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e154 + 8u)], rows[(sk_e154 + 9u)], rows[(sk_e154 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5684,8 +5865,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e143 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e143 + 8u)], rows[(sk_e143 + 9u)], rows[(sk_e143 + 10u)], col)));
+                                            const unsigned int sk_e155 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e155 + 8u)], rows[(sk_e155 + 9u)], rows[(sk_e155 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5725,8 +5906,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e144 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e144 + 8u)], rows[(sk_e144 + 9u)], rows[(sk_e144 + 10u)], col)));
+                                            const unsigned int sk_e156 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e156 + 8u)], rows[(sk_e156 + 9u)], rows[(sk_e156 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5766,8 +5947,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         double s64 = ((double)ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e145 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e145 + 8u)], rows[(sk_e145 + 9u)], rows[(sk_e145 + 10u)], col)));
+                                            const unsigned int sk_e157 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e157 + 8u)], rows[(sk_e157 + 9u)], rows[(sk_e157 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5796,17 +5977,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                 unsigned int li0 = (c0 + 0u);
-                                const float sk_e146 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
+                                const float sk_e158 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
                                 unsigned int li1 = (c0 + 1u);
-                                const float sk_e147 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e147) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e147);
+                                const float sk_e159 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
                                 unsigned int li2 = (c0 + 2u);
-                                const float sk_e148 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
+                                const float sk_e160 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
                                 unsigned int li3 = (c0 + 3u);
-                                const float sk_e149 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
+                                const float sk_e161 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
                                 if (noisy) {
                                     // built by kernels::filters::race_sweep
                                     w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -5839,8 +6020,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e150 = sk_gumbel((w).x);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e150 : (zv + sk_e150)) : zv);
+                                        const float sk_e162 = sk_gumbel((w).x);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e162 : (zv + sk_e162)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5876,8 +6057,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e151 = sk_gumbel((w).y);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e151 : (zv + sk_e151)) : zv);
+                                        const float sk_e163 = sk_gumbel((w).y);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e163 : (zv + sk_e163)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5913,8 +6094,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e152 = sk_gumbel((w).z);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e152 : (zv + sk_e152)) : zv);
+                                        const float sk_e164 = sk_gumbel((w).z);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e164 : (zv + sk_e164)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5950,8 +6131,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        const float sk_e153 = sk_gumbel((w).w);
-                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e153 : (zv + sk_e153)) : zv);
+                                        const float sk_e165 = sk_gumbel((w).w);
+                                        float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e165 : (zv + sk_e165)) : zv);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -6068,8 +6249,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     // built by kernels::abi::write_results_as
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e154 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e154) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e154) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e166 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -3484,6 +3484,183 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                                 one_read_done = true;
                             }
+                            bool undecided = (!decided);
+                            if ((undecided && capped)) {
+                                unsigned int mo_left = 0u;
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    const unsigned int sk_e77 = (((slot * parts) + p) * 805u);
+                                    unsigned int mo_lk = max(partials[(sk_e77 + 3u)], partials[(sk_e77 + 4u)]);
+                                    const float sk_e79 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                    const float sk_e78 = ((sk_e79 == row_m) ? (1.0f) : (sk_e79 / row_m));
+                                    if (((mo_lk != 0u) && ((sk_e78 > (0.0f)) && (sk_e78 >= mp)))) {
+                                        mo_left = 1u;
+                                    }
+                                }
+                                unsigned int mo_uncovered = 0u;
+                                {
+                                    unsigned int sk_v = mo_left;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if ((threadIdx.x & 31u) == 0u) {
+                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                    }
+                                    __syncthreads();
+                                    if (threadIdx.x < 32u) {
+                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            sk_v = ov > sk_v ? ov : sk_v;
+                                        }
+                                        if (threadIdx.x == 0u) {
+                                            sk_red_u32[32] = sk_v;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    mo_uncovered = sk_red_u32[32];
+                                    __syncthreads();
+                                }
+                                const unsigned int sk_e80 = (row * 12u);
+                                if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e80 + 1u)] == 1u) && (rows[(sk_e80 + 6u)] == 1u))))) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    float best = sk_bitcast<float>(4286578688u);
+                                    unsigned int best_i = 4294967295u;
+                                    double best64 = sk_bitcast<double>(18442240474082181120ull);
+                                    unsigned int best64_i = 4294967295u;
+                                    bool mo_seeded = (rows[((row * 12u) + 1u)] == 1u);
+                                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
+                                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
+                                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
+                                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
+                                    for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int mo_p = (i / 257u);
+                                        unsigned int mo_s = (i - (mo_p * 257u));
+                                        if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
+                                            const unsigned int sk_e81 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                            float mo_z = sk_bitcast<float>((((sk_e81 & 2147483648u) != 0u) ? (sk_e81 ^ 2147483648u) : (sk_e81 ^ 4294967295u)));
+                                            const float sk_e82 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
+                                            if (((sk_e82 > (0.0f)) && (sk_e82 >= mp))) {
+                                                unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
+                                                if (mo_seeded) {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    double s64 = sk_log64(((double)mo_z));
+                                                    if (noisy) {
+                                                        // built by kernels::seeded::score64
+                                                        const unsigned int sk_e83 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], mo_col)));
+                                                    }
+                                                    if (((s64 > best64) || ((s64 == best64) && (mo_col < best64_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best64 = s64;
+                                                        best64_i = mo_col;
+                                                    }
+                                                } else {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    uint4 w4 = sk_philox(make_uint4(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    const unsigned int sk_e84 = (mo_col & 3u);
+                                                    float score = (mo_z / sk_exponential(((sk_e84 == 3u) ? ((w4).w) : ((sk_e84 == 2u) ? ((w4).z) : ((sk_e84 == 1u) ? ((w4).y) : ((w4).x))))));
+                                                    if (((score > best) || ((score == best) && (mo_col < best_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best = score;
+                                                        best_i = mo_col;
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    float ow_win = (0.0f);
+                                    unsigned int ow_tok32 = 0u;
+                                    {
+                                        float sk_v = best;
+                                        unsigned int sk_i = best_i;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_am_f32[threadIdx.x >> 5] = sk_v;
+                                            sk_am_i[threadIdx.x >> 5] = sk_i;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 32u) {
+                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                            }
+                                            if (threadIdx.x == 0u) {
+                                                sk_am_f32[32] = sk_v;
+                                                sk_am_i[32] = sk_i;
+                                            }
+                                        }
+                                        __syncthreads();
+                                        ow_win = sk_am_f32[32];
+                                        ow_tok32 = sk_am_i[32];
+                                        __syncthreads();
+                                    }
+                                    double ow_win64 = (0.0);
+                                    unsigned int ow_tok64 = 0u;
+                                    {
+                                        double sk_v = best64;
+                                        unsigned int sk_i = best64_i;
+                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                        }
+                                        if ((threadIdx.x & 31u) == 0u) {
+                                            sk_am_f64[threadIdx.x >> 5] = sk_v;
+                                            sk_am_i[threadIdx.x >> 5] = sk_i;
+                                        }
+                                        __syncthreads();
+                                        if (threadIdx.x < 32u) {
+                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+                                            }
+                                            if (threadIdx.x == 0u) {
+                                                sk_am_f64[32] = sk_v;
+                                                sk_am_i[32] = sk_i;
+                                            }
+                                        }
+                                        __syncthreads();
+                                        ow_win64 = sk_am_f64[32];
+                                        ow_tok64 = sk_am_i[32];
+                                        __syncthreads();
+                                    }
+                                    unsigned int ow_tok = (mo_seeded ? ow_tok64 : ow_tok32);
+                                    bool ow_valid = (ow_tok < vocab);
+                                    unsigned int ow_at = (ow_valid ? ow_tok : 0u);
+                                    if ((threadIdx.x == 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        tokens[row] = (ow_valid ? ow_tok : 0u);
+                                        if (((flags & 2u) != 0u)) {
+                                            status[row] = (ow_valid ? 1u : 0u);
+                                        }
+                                    }
+                                    if (((flags & 1u) != 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        float ow_v_x = x[(base + ow_at)];
+                                        float ow_v = (((ow_v_x > (0.0f)) && (ow_v_x < sk_bitcast<float>(2139095040u))) ? ow_v_x : (0.0f));
+                                        if ((threadIdx.x == 0u)) {
+                                            logprobs[row] = (ow_valid ? ((ow_v > (0.0f)) ? sk_log(ow_v) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                                        }
+                                    }
+                                    if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
+                                        // built by kernels::filter_top_k::finish_race
+                                        passes[row] = reads_before;
+                                    }
+                                    one_read_done = true;
+                                }
+                            }
                         }
                     }
                 }
@@ -3584,8 +3761,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                     // built by kernels::filters::find_set
                     bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e77 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e77 : (sk_e77 - sel_a));
+                    const unsigned int sk_e85 = (stage - 1u);
+                    unsigned int digit_pass = (in_a ? sk_e85 : (sk_e85 - sel_a));
                     unsigned int shift = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3811,8 +3988,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            const unsigned int sk_e78 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e78 == (sel_n + min(sel_tn, 64u))) || (!((sk_e78 < kk) && ((mass_before + mt) <= lim)))))) {
+                            const unsigned int sk_e86 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e86 == (sel_n + min(sel_tn, 64u))) || (!((sk_e86 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4830,8 +5007,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             // built by kernels::filters::select_step
                             unsigned long long tn64 = ((unsigned long long)sel_tn);
                             unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                            const bool sk_e79 = (tie_v == 0ull);
-                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e79 ? tn64 : (((lim - sel_m) / (sk_e79 ? 1ull : tie_v)) + 1ull))));
+                            const bool sk_e87 = (tie_v == 0ull);
+                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e87 ? tn64 : (((lim - sel_m) / (sk_e87 ? 1ull : tie_v)) + 1ull))));
                             lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4849,8 +5026,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     // built by kernels::filters::set_bounds
                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                    const bool sk_e80 = (tie_v == 0ull);
-                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e80 ? tn64 : (((lim - sel_m) / (sk_e80 ? 1ull : tie_v)) + 1ull))));
+                    const bool sk_e88 = (tie_v == 0ull);
+                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e88 ? tn64 : (((lim - sel_m) / (sk_e88 ? 1ull : tie_v)) + 1ull))));
                     s_ties = ties;
                 }
                 unsigned int tie_rank = 0u;
@@ -4995,8 +5172,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 bool rank_done = false;
                 bool rank_over = false;
                 unsigned int rank_col = 4294967295u;
-                const unsigned int sk_e81 = (row * 12u);
-                if ((((rows[(sk_e81 + 1u)] == 1u) && (rows[(sk_e81 + 6u)] == 1u)) && filtered)) {
+                const unsigned int sk_e89 = (row * 12u);
+                if ((((rows[(sk_e89 + 1u)] == 1u) && (rows[(sk_e89 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -5203,13 +5380,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         unsigned int bestrk64_i = 4294967295u;
                         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_rank::race_ranks
-                            const unsigned int sk_e82 = listed_cols[r];
-                            float rk_v = sk_bitcast<float>((((sk_e82 & 2147483648u) != 0u) ? (sk_e82 ^ 2147483648u) : (sk_e82 ^ 4294967295u)));
+                            const unsigned int sk_e90 = listed_cols[r];
+                            float rk_v = sk_bitcast<float>((((sk_e90 & 2147483648u) != 0u) ? (sk_e90 ^ 2147483648u) : (sk_e90 ^ 4294967295u)));
                             double s64 = sk_log64(((double)rk_v));
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                const unsigned int sk_e83 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], r)));
+                                const unsigned int sk_e91 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e91 + 8u)], rows[(sk_e91 + 9u)], rows[(sk_e91 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5570,8 +5747,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e84 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e84 + 8u)], rows[(sk_e84 + 9u)], rows[(sk_e84 + 10u)], col)));
+                                            const unsigned int sk_e92 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e92 + 8u)], rows[(sk_e92 + 9u)], rows[(sk_e92 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5611,8 +5788,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e85 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e85 + 8u)], rows[(sk_e85 + 9u)], rows[(sk_e85 + 10u)], col)));
+                                            const unsigned int sk_e93 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5652,8 +5829,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e86 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e86 + 8u)], rows[(sk_e86 + 9u)], rows[(sk_e86 + 10u)], col)));
+                                            const unsigned int sk_e94 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e94 + 8u)], rows[(sk_e94 + 9u)], rows[(sk_e94 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5693,8 +5870,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         double s64 = sk_log64(((double)zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            const unsigned int sk_e87 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e87 + 8u)], rows[(sk_e87 + 9u)], rows[(sk_e87 + 10u)], col)));
+                                            const unsigned int sk_e95 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e95 + 8u)], rows[(sk_e95 + 9u)], rows[(sk_e95 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5986,8 +6163,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((threadIdx.x == 0u)) {
-                        const float sk_e88 = x[(base + tok_at)];
-                        logprobs[row] = (valid ? ((sk_e88 > (0.0f)) ? sk_log(sk_e88) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                        const float sk_e96 = x[(base + tok_at)];
+                        logprobs[row] = (valid ? ((sk_e96 > (0.0f)) ? sk_log(sk_e96) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                     }
                 }
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

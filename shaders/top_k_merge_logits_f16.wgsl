@@ -3322,6 +3322,151 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 one_read_done = true;
                             }
+                            var undecided: bool = (!decided);
+                            if ((undecided && capped)) {
+                                var mo_left: u32 = 0u;
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    let sk_e96: u32 = (((slot * parts) + p) * 805u);
+                                    var mo_lk: u32 = max(partials[(sk_e96 + 3u)], partials[(sk_e96 + 4u)]);
+                                    let sk_e99: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                    let sk_e97: f32 = select((0.0f), (1.0f), (sk_e99 == bitcast<f32>(2139095040u)));
+                                    let sk_e98: f32 = (sk_e99 - row_m);
+                                    let sk_e100: bool = (row_m == bitcast<f32>(4286578688u));
+                                    let sk_e101: bool = (row_m == bitcast<f32>(2139095040u));
+                                    if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e98), (0.0f), sk_e100), sk_e97, sk_e101) > (0.0f)) && (select(select(sk_exp(sk_e98), (0.0f), sk_e100), sk_e97, sk_e101) >= mp)))) {
+                                        mo_left = 1u;
+                                    }
+                                }
+                                var mo_uncovered: u32 = 0u;
+                                {
+                                    sk_red_u32[sk_lid] = mo_left;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    mo_uncovered = sk_red_u32[0];
+                                    workgroupBarrier();
+                                }
+                                let sk_e102: u32 = (row * 12u);
+                                if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e102 + 1u)] == 1u) && (rows[(sk_e102 + 6u)] == 1u))))) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    var best: f32 = bitcast<f32>(4286578688u);
+                                    var best_i: u32 = 4294967295u;
+                                    var best64: f64 = bitcast<f64>(18442240474082181120lu);
+                                    var best64_i: u32 = 4294967295u;
+                                    var mo_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
+                                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
+                                    for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
+                                        var mo_p: u32 = (i / 257u);
+                                        var mo_s: u32 = (i - (mo_p * 257u));
+                                        if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
+                                            let sk_e103: u32 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                            var mo_z: f32 = bitcast<f32>(select((sk_e103 ^ 4294967295u), (sk_e103 ^ 2147483648u), ((sk_e103 & 2147483648u) != 0u)));
+                                            let sk_e104: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                            if (((sk_e104 > (0.0f)) && (sk_e104 >= mp))) {
+                                                var mo_col: u32 = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
+                                                if (mo_seeded) {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    var s64: f64 = f64((mo_z - row_m));
+                                                    if (noisy) {
+                                                        // built by kernels::seeded::score64
+                                                        let sk_e105: u32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e105 + 8u)], rows[(sk_e105 + 9u)], rows[(sk_e105 + 10u)], mo_col)));
+                                                    }
+                                                    if (((s64 > best64) || ((s64 == best64) && (mo_col < best64_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best64 = s64;
+                                                        best64_i = mo_col;
+                                                    }
+                                                } else {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    let sk_e106: u32 = (mo_col & 3u);
+                                                    var score: f32 = (mo_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e106 == 1u)), w4[2], (sk_e106 == 2u)), w4[3], (sk_e106 == 3u))));
+                                                    if (((score > best) || ((score == best) && (mo_col < best_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best = score;
+                                                        best_i = mo_col;
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    var ow_win: f32 = (0.0f);
+                                    var ow_tok32: u32 = 0u;
+                                    {
+                                        sk_am_f32[sk_lid] = best;
+                                        sk_am_i[sk_lid] = best_i;
+                                        workgroupBarrier();
+                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                            if (sk_lid < sk_s) {
+                                                let ov = sk_am_f32[sk_lid + sk_s];
+                                                let oi = sk_am_i[sk_lid + sk_s];
+                                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                                    sk_am_f32[sk_lid] = ov;
+                                                    sk_am_i[sk_lid] = oi;
+                                                }
+                                            }
+                                            workgroupBarrier();
+                                        }
+                                        ow_win = sk_am_f32[0];
+                                        ow_tok32 = sk_am_i[0];
+                                        workgroupBarrier();
+                                    }
+                                    var ow_win64: f64 = (0.0lf);
+                                    var ow_tok64: u32 = 0u;
+                                    {
+                                        sk_am_f64[sk_lid] = best64;
+                                        sk_am_i[sk_lid] = best64_i;
+                                        workgroupBarrier();
+                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                            if (sk_lid < sk_s) {
+                                                let ov = sk_am_f64[sk_lid + sk_s];
+                                                let oi = sk_am_i[sk_lid + sk_s];
+                                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                                    sk_am_f64[sk_lid] = ov;
+                                                    sk_am_i[sk_lid] = oi;
+                                                }
+                                            }
+                                            workgroupBarrier();
+                                        }
+                                        ow_win64 = sk_am_f64[0];
+                                        ow_tok64 = sk_am_i[0];
+                                        workgroupBarrier();
+                                    }
+                                    var ow_tok: u32 = select(ow_tok32, ow_tok64, mo_seeded);
+                                    var ow_valid: bool = (ow_tok < params.vocab);
+                                    var ow_at: u32 = select(0u, ow_tok, ow_valid);
+                                    if ((sk_lid == 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        tokens[row] = select(0u, ow_tok, ow_valid);
+                                        if (((params.flags & 2u) != 0u)) {
+                                            status[row] = select(0u, 1u, ow_valid);
+                                        }
+                                    }
+                                    if (((params.flags & 1u) != 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        let sk_e107: f32 = sk_load_x((base + ow_at));
+                                        var ow_v_x: f32 = select(sk_e107, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e107) & 2147483647u) > 2139095040u));
+                                        var ow_v: f32 = (ow_v_x / temp);
+                                        if ((sk_lid == 0u)) {
+                                            logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
+                                        }
+                                    }
+                                    if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                        // built by kernels::filter_top_k::finish_race
+                                        passes[row] = reads_before;
+                                    }
+                                    one_read_done = true;
+                                }
+                            }
                         }
                     }
                 }
@@ -3337,17 +3482,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e96: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                        var zx0: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
+                        let sk_e108: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var zx0: f32 = select(sk_e108, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e108) & 2147483647u) > 2139095040u));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e97: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                        var zx1: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
+                        let sk_e109: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = select(sk_e109, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e109) & 2147483647u) > 2139095040u));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e98: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                        var zx2: f32 = select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u));
+                        let sk_e110: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = select(sk_e110, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e110) & 2147483647u) > 2139095040u));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e99: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                        var zx3: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
+                        let sk_e111: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);
@@ -3402,8 +3547,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e100: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e100 - sel_a), sk_e100, in_a);
+                    let sk_e112: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e112 - sel_a), sk_e112, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3431,17 +3576,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                 // built by kernels::filter_values::for_each_read
                                 var li0: u32 = (i0 + (BLOCK * 0u));
-                                let sk_e101: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
+                                let sk_e113: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (i0 + (BLOCK * 1u));
-                                let sk_e102: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e102, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e102) & 2147483647u) > 2139095040u));
+                                let sk_e114: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e114, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e114) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (i0 + (BLOCK * 2u));
-                                let sk_e103: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
+                                let sk_e115: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e115, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e115) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (i0 + (BLOCK * 3u));
-                                let sk_e104: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u));
+                                let sk_e116: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e116, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e116) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -3537,8 +3682,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e105: f32 = sk_load_x((base + col));
-                            var lx: f32 = select(sk_e105, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e105) & 2147483647u) > 2139095040u));
+                            let sk_e117: f32 = sk_load_x((base + col));
+                            var lx: f32 = select(sk_e117, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e117) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3574,8 +3719,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                             // built by kernels::filters::sweep_list
                             var col: u32 = listed_cols[at];
-                            let sk_e106: f32 = sk_load_x((base + col));
-                            var lx: f32 = select(sk_e106, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e106) & 2147483647u) > 2139095040u));
+                            let sk_e118: f32 = sk_load_x((base + col));
+                            var lx: f32 = select(sk_e118, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e118) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                             var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3615,8 +3760,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e107: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e107 == (sel_n + min(sel_tn, 64u))) || (!((sk_e107 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e119: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e119 == (sel_n + min(sel_tn, 64u))) || (!((sk_e119 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -3653,8 +3798,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e108: f32 = sk_load_x((base + col));
-                                var lx: f32 = select(sk_e108, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e108) & 2147483647u) > 2139095040u));
+                                let sk_e120: f32 = sk_load_x((base + col));
+                                var lx: f32 = select(sk_e120, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e120) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3686,17 +3831,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e109: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e109, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e109) & 2147483647u) > 2139095040u));
+                                        let sk_e121: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e121, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e121) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e110: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e110, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e110) & 2147483647u) > 2139095040u));
+                                        let sk_e122: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e122, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e122) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e111: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
+                                        let sk_e123: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e123, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e123) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e112: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e112, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e112) & 2147483647u) > 2139095040u));
+                                        let sk_e124: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e124, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e124) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -3790,17 +3935,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e113: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
+                                        let sk_e125: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e125, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e125) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e114: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e114, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e114) & 2147483647u) > 2139095040u));
+                                        let sk_e126: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e126, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e126) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e115: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e115, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e115) & 2147483647u) > 2139095040u));
+                                        let sk_e127: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e127, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e127) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e116: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e116, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e116) & 2147483647u) > 2139095040u));
+                                        let sk_e128: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e128, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e128) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4384,8 +4529,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e117: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e117)) + 1lu), tn64, sk_e117)));
+                            let sk_e129: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e129)) + 1lu), tn64, sk_e129)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4403,8 +4548,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e118: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e118)) + 1lu), tn64, sk_e118)));
+                    let sk_e130: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e130)) + 1lu), tn64, sk_e130)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4428,17 +4573,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e119: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e119, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e119) & 2147483647u) > 2139095040u));
+                                        let sk_e131: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e131, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e131) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e120: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e120, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e120) & 2147483647u) > 2139095040u));
+                                        let sk_e132: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e132, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e132) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e121: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e121, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e121) & 2147483647u) > 2139095040u));
+                                        let sk_e133: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e133, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e133) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e122: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e122, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e122) & 2147483647u) > 2139095040u));
+                                        let sk_e134: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e134, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e134) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4543,8 +4688,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var rank_done: bool = false;
                 var rank_over: bool = false;
                 var rank_col: u32 = 4294967295u;
-                let sk_e123: u32 = (row * 12u);
-                if ((((rows[(sk_e123 + 1u)] == 1u) && (rows[(sk_e123 + 6u)] == 1u)) && filtered)) {
+                let sk_e135: u32 = (row * 12u);
+                if ((((rows[(sk_e135 + 1u)] == 1u) && (rows[(sk_e135 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4561,17 +4706,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e124: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e124, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e124) & 2147483647u) > 2139095040u));
+                                let sk_e136: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e136, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e136) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e125: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e125, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e125) & 2147483647u) > 2139095040u));
+                                let sk_e137: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e137, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e137) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e126: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e126, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e126) & 2147483647u) > 2139095040u));
+                                let sk_e138: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e127: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e127, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e127) & 2147483647u) > 2139095040u));
+                                let sk_e139: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e139, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e139) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -4755,13 +4900,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var bestrk64_i: u32 = 4294967295u;
                         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                             // built by kernels::filter_rank::race_ranks
-                            let sk_e128: u32 = listed_cols[r];
-                            var rk_v: f32 = bitcast<f32>(select((sk_e128 ^ 4294967295u), (sk_e128 ^ 2147483648u), ((sk_e128 & 2147483648u) != 0u)));
+                            let sk_e140: u32 = listed_cols[r];
+                            var rk_v: f32 = bitcast<f32>(select((sk_e140 ^ 4294967295u), (sk_e140 ^ 2147483648u), ((sk_e140 & 2147483648u) != 0u)));
                             var s64: f64 = f64(rk_v);
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                let sk_e129: u32 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e129 + 8u)], rows[(sk_e129 + 9u)], rows[(sk_e129 + 10u)], r)));
+                                let sk_e141: u32 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e141 + 8u)], rows[(sk_e141 + 9u)], rows[(sk_e141 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -4837,17 +4982,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e130: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e130, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e130) & 2147483647u) > 2139095040u));
+                                        let sk_e142: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e142, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e142) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e131: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e131, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e131) & 2147483647u) > 2139095040u));
+                                        let sk_e143: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e143, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e143) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e132: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e132, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e132) & 2147483647u) > 2139095040u));
+                                        let sk_e144: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e144, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e144) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e133: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e133, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e133) & 2147483647u) > 2139095040u));
+                                        let sk_e145: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e145, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e145) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             // built by kernels::filter_values::read_step
                                             var col: u32 = (col_lo + li0);
@@ -4934,17 +5079,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e134: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e134, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e134) & 2147483647u) > 2139095040u));
+                                    let sk_e146: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e146, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e146) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e135: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e135, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e135) & 2147483647u) > 2139095040u));
+                                    let sk_e147: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e147, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e147) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e136: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e136, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e136) & 2147483647u) > 2139095040u));
+                                    let sk_e148: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e137: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e137, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e137) & 2147483647u) > 2139095040u));
+                                    let sk_e149: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         // built by kernels::filter_values::read_step
                                         var col: u32 = (col_lo + li0);
@@ -5054,17 +5199,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e138: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u));
+                                let sk_e150: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e150, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e150) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e139: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e139, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e139) & 2147483647u) > 2139095040u));
+                                let sk_e151: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e151, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e151) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e140: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e140, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e140) & 2147483647u) > 2139095040u));
+                                let sk_e152: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e141: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e141, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e141) & 2147483647u) > 2139095040u));
+                                let sk_e153: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e153, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e153) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
                                     // built by kernels::filter_values::read_step
                                     var col: u32 = (col_lo + li0);
@@ -5096,8 +5241,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e142: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e142 + 8u)], rows[(sk_e142 + 9u)], rows[(sk_e142 + 10u)], col)));
+                                            let sk_e154: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e154 + 8u)], rows[(sk_e154 + 9u)], rows[(sk_e154 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5137,8 +5282,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e143: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e143 + 8u)], rows[(sk_e143 + 9u)], rows[(sk_e143 + 10u)], col)));
+                                            let sk_e155: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e155 + 8u)], rows[(sk_e155 + 9u)], rows[(sk_e155 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5178,8 +5323,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e144: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e144 + 8u)], rows[(sk_e144 + 9u)], rows[(sk_e144 + 10u)], col)));
+                                            let sk_e156: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e156 + 8u)], rows[(sk_e156 + 9u)], rows[(sk_e156 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5219,8 +5364,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = f64(ov);
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e145: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e145 + 8u)], rows[(sk_e145 + 9u)], rows[(sk_e145 + 10u)], col)));
+                                            let sk_e157: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e157 + 8u)], rows[(sk_e157 + 9u)], rows[(sk_e157 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5249,17 +5394,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                 var li0: u32 = (c0 + 0u);
-                                let sk_e146: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                var zx0: f32 = select(sk_e146, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e146) & 2147483647u) > 2139095040u));
+                                let sk_e158: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                var zx0: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
                                 var li1: u32 = (c0 + 1u);
-                                let sk_e147: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                var zx1: f32 = select(sk_e147, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e147) & 2147483647u) > 2139095040u));
+                                let sk_e159: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                var zx1: f32 = select(sk_e159, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e159) & 2147483647u) > 2139095040u));
                                 var li2: u32 = (c0 + 2u);
-                                let sk_e148: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                var zx2: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
+                                let sk_e160: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                var zx2: f32 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
                                 var li3: u32 = (c0 + 3u);
-                                let sk_e149: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                var zx3: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
+                                let sk_e161: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                var zx3: f32 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
                                 if (noisy) {
                                     // built by kernels::filters::race_sweep
                                     w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -5292,8 +5437,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e150: f32 = sk_gumbel(w[0]);
-                                        var score: f32 = select(zv, select((zv + sk_e150), sk_e150, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e162: f32 = sk_gumbel(w[0]);
+                                        var score: f32 = select(zv, select((zv + sk_e162), sk_e162, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5329,8 +5474,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e151: f32 = sk_gumbel(w[1]);
-                                        var score: f32 = select(zv, select((zv + sk_e151), sk_e151, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e163: f32 = sk_gumbel(w[1]);
+                                        var score: f32 = select(zv, select((zv + sk_e163), sk_e163, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5366,8 +5511,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e152: f32 = sk_gumbel(w[2]);
-                                        var score: f32 = select(zv, select((zv + sk_e152), sk_e152, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e164: f32 = sk_gumbel(w[2]);
+                                        var score: f32 = select(zv, select((zv + sk_e164), sk_e164, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5403,8 +5548,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (kept) {
                                         // built by kernels::filters::race_sweep
-                                        let sk_e153: f32 = sk_gumbel(w[3]);
-                                        var score: f32 = select(zv, select((zv + sk_e153), sk_e153, (zv == bitcast<f32>(2139095040u))), noisy);
+                                        let sk_e165: f32 = sk_gumbel(w[3]);
+                                        var score: f32 = select(zv, select((zv + sk_e165), sk_e165, (zv == bitcast<f32>(2139095040u))), noisy);
                                         if (((score > best) || (best_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
                                             best = score;
@@ -5485,8 +5630,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::abi::write_results_as
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e154: f32 = sk_load_x((base + tok_at));
-                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e154, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e154) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                        let sk_e166: f32 = sk_load_x((base + tok_at));
+                        logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -3270,6 +3270,147 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 one_read_done = true;
                             }
+                            var undecided: bool = (!decided);
+                            if ((undecided && capped)) {
+                                var mo_left: u32 = 0u;
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    let sk_e77: u32 = (((slot * parts) + p) * 805u);
+                                    var mo_lk: u32 = max(partials[(sk_e77 + 3u)], partials[(sk_e77 + 4u)]);
+                                    let sk_e79: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                    let sk_e78: f32 = select((sk_e79 / row_m), (1.0f), (sk_e79 == row_m));
+                                    if (((mo_lk != 0u) && ((sk_e78 > (0.0f)) && (sk_e78 >= mp)))) {
+                                        mo_left = 1u;
+                                    }
+                                }
+                                var mo_uncovered: u32 = 0u;
+                                {
+                                    sk_red_u32[sk_lid] = mo_left;
+                                    workgroupBarrier();
+                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                        if (sk_lid < sk_s) {
+                                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+                                        }
+                                        workgroupBarrier();
+                                    }
+                                    mo_uncovered = sk_red_u32[0];
+                                    workgroupBarrier();
+                                }
+                                let sk_e80: u32 = (row * 12u);
+                                if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e80 + 1u)] == 1u) && (rows[(sk_e80 + 6u)] == 1u))))) {
+                                    // built by kernels::filter_top_k::min_p_over_parts
+                                    var best: f32 = bitcast<f32>(4286578688u);
+                                    var best_i: u32 = 4294967295u;
+                                    var best64: f64 = bitcast<f64>(18442240474082181120lu);
+                                    var best64_i: u32 = 4294967295u;
+                                    var mo_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
+                                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
+                                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
+                                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
+                                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
+                                    for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
+                                        var mo_p: u32 = (i / 257u);
+                                        var mo_s: u32 = (i - (mo_p * 257u));
+                                        if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
+                                            let sk_e81: u32 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                            var mo_z: f32 = bitcast<f32>(select((sk_e81 ^ 4294967295u), (sk_e81 ^ 2147483648u), ((sk_e81 & 2147483648u) != 0u)));
+                                            let sk_e82: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                                            if (((sk_e82 > (0.0f)) && (sk_e82 >= mp))) {
+                                                var mo_col: u32 = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
+                                                if (mo_seeded) {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    var s64: f64 = sk_log64(f64(mo_z));
+                                                    if (noisy) {
+                                                        // built by kernels::seeded::score64
+                                                        let sk_e83: u32 = (row * 12u);
+                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], mo_col)));
+                                                    }
+                                                    if (((s64 > best64) || ((s64 == best64) && (mo_col < best64_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best64 = s64;
+                                                        best64_i = mo_col;
+                                                    }
+                                                } else {
+                                                    // built by kernels::filter_top_k::race_one
+                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                                    let sk_e84: u32 = (mo_col & 3u);
+                                                    var score: f32 = (mo_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e84 == 1u)), w4[2], (sk_e84 == 2u)), w4[3], (sk_e84 == 3u))));
+                                                    if (((score > best) || ((score == best) && (mo_col < best_i)))) {
+                                                        // built by kernels::filter_top_k::keep_lower
+                                                        best = score;
+                                                        best_i = mo_col;
+                                                    }
+                                                }
+                                            }
+                                        }
+                                    }
+                                    var ow_win: f32 = (0.0f);
+                                    var ow_tok32: u32 = 0u;
+                                    {
+                                        sk_am_f32[sk_lid] = best;
+                                        sk_am_i[sk_lid] = best_i;
+                                        workgroupBarrier();
+                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                            if (sk_lid < sk_s) {
+                                                let ov = sk_am_f32[sk_lid + sk_s];
+                                                let oi = sk_am_i[sk_lid + sk_s];
+                                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                                    sk_am_f32[sk_lid] = ov;
+                                                    sk_am_i[sk_lid] = oi;
+                                                }
+                                            }
+                                            workgroupBarrier();
+                                        }
+                                        ow_win = sk_am_f32[0];
+                                        ow_tok32 = sk_am_i[0];
+                                        workgroupBarrier();
+                                    }
+                                    var ow_win64: f64 = (0.0lf);
+                                    var ow_tok64: u32 = 0u;
+                                    {
+                                        sk_am_f64[sk_lid] = best64;
+                                        sk_am_i[sk_lid] = best64_i;
+                                        workgroupBarrier();
+                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+                                            if (sk_lid < sk_s) {
+                                                let ov = sk_am_f64[sk_lid + sk_s];
+                                                let oi = sk_am_i[sk_lid + sk_s];
+                                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                                                    sk_am_f64[sk_lid] = ov;
+                                                    sk_am_i[sk_lid] = oi;
+                                                }
+                                            }
+                                            workgroupBarrier();
+                                        }
+                                        ow_win64 = sk_am_f64[0];
+                                        ow_tok64 = sk_am_i[0];
+                                        workgroupBarrier();
+                                    }
+                                    var ow_tok: u32 = select(ow_tok32, ow_tok64, mo_seeded);
+                                    var ow_valid: bool = (ow_tok < params.vocab);
+                                    var ow_at: u32 = select(0u, ow_tok, ow_valid);
+                                    if ((sk_lid == 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        tokens[row] = select(0u, ow_tok, ow_valid);
+                                        if (((params.flags & 2u) != 0u)) {
+                                            status[row] = select(0u, 1u, ow_valid);
+                                        }
+                                    }
+                                    if (((params.flags & 1u) != 0u)) {
+                                        // built by kernels::abi::write_results_as
+                                        var ow_v_x: f32 = x[(base + ow_at)];
+                                        var ow_v: f32 = select((0.0f), ow_v_x, ((ow_v_x > (0.0f)) && (ow_v_x < bitcast<f32>(2139095040u))));
+                                        if ((sk_lid == 0u)) {
+                                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(ow_v), (ow_v > (0.0f))), ow_valid);
+                                        }
+                                    }
+                                    if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
+                                        // built by kernels::filter_top_k::finish_race
+                                        passes[row] = reads_before;
+                                    }
+                                    one_read_done = true;
+                                }
+                            }
                         }
                     }
                 }
@@ -3358,8 +3499,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                     // built by kernels::filters::find_set
                     var in_a: bool = (stage <= sel_a);
-                    let sk_e77: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e77 - sel_a), sk_e77, in_a);
+                    let sk_e85: u32 = (stage - 1u);
+                    var digit_pass: u32 = select((sk_e85 - sel_a), sk_e85, in_a);
                     var shift: u32 = (28u - (digit_pass * 4u));
                     if ((digit_pass == 0u)) {
                         listed = false;
@@ -3565,8 +3706,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     mass_before = (mass_before + bucket_masses[v]);
                                 }
                             }
-                            let sk_e78: u32 = (before + 1u);
-                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e78 == (sel_n + min(sel_tn, 64u))) || (!((sk_e78 < kk) && ((mass_before + mt) <= lim)))))) {
+                            let sk_e86: u32 = (before + 1u);
+                            if ((((before < kk) && (mass_before <= lim)) && ((sk_e86 == (sel_n + min(sel_tn, 64u))) || (!((sk_e86 < kk) && ((mass_before + mt) <= lim)))))) {
                                 found_key = kt;
                                 found_col = ct;
                             }
@@ -4325,8 +4466,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filters::select_step
                             var tn64: u64 = u64(sel_tn);
                             var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e79: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e79)) + 1lu), tn64, sk_e79)));
+                            let sk_e87: bool = (tie_v == 0lu);
+                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e87)) + 1lu), tn64, sk_e87)));
                             lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
                             sel_key = 0u;
                             sel_mask = 0u;
@@ -4344,8 +4485,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filters::set_bounds
                     var tn64: u64 = u64(sel_tn);
                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                    let sk_e80: bool = (tie_v == 0lu);
-                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e80)) + 1lu), tn64, sk_e80)));
+                    let sk_e88: bool = (tie_v == 0lu);
+                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e88)) + 1lu), tn64, sk_e88)));
                     s_ties = ties;
                 }
                 var tie_rank: u32 = 0u;
@@ -4480,8 +4621,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var rank_done: bool = false;
                 var rank_over: bool = false;
                 var rank_col: u32 = 4294967295u;
-                let sk_e81: u32 = (row * 12u);
-                if ((((rows[(sk_e81 + 1u)] == 1u) && (rows[(sk_e81 + 6u)] == 1u)) && filtered)) {
+                let sk_e89: u32 = (row * 12u);
+                if ((((rows[(sk_e89 + 1u)] == 1u) && (rows[(sk_e89 + 6u)] == 1u)) && filtered)) {
                     // built by kernels::filter_rank::race
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_rank::gather
@@ -4688,13 +4829,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var bestrk64_i: u32 = 4294967295u;
                         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                             // built by kernels::filter_rank::race_ranks
-                            let sk_e82: u32 = listed_cols[r];
-                            var rk_v: f32 = bitcast<f32>(select((sk_e82 ^ 4294967295u), (sk_e82 ^ 2147483648u), ((sk_e82 & 2147483648u) != 0u)));
+                            let sk_e90: u32 = listed_cols[r];
+                            var rk_v: f32 = bitcast<f32>(select((sk_e90 ^ 4294967295u), (sk_e90 ^ 2147483648u), ((sk_e90 & 2147483648u) != 0u)));
                             var s64: f64 = sk_log64(f64(rk_v));
                             if (noisy) {
                                 // built by kernels::seeded::score64
-                                let sk_e83: u32 = (row * 12u);
-                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e83 + 8u)], rows[(sk_e83 + 9u)], rows[(sk_e83 + 10u)], r)));
+                                let sk_e91: u32 = (row * 12u);
+                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e91 + 8u)], rows[(sk_e91 + 9u)], rows[(sk_e91 + 10u)], r)));
                             }
                             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                 // built by kernels::filter_top_k::keep_lower
@@ -5017,8 +5158,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e84: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e84 + 8u)], rows[(sk_e84 + 9u)], rows[(sk_e84 + 10u)], col)));
+                                            let sk_e92: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e92 + 8u)], rows[(sk_e92 + 9u)], rows[(sk_e92 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5058,8 +5199,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e85: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e85 + 8u)], rows[(sk_e85 + 9u)], rows[(sk_e85 + 10u)], col)));
+                                            let sk_e93: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e93 + 8u)], rows[(sk_e93 + 9u)], rows[(sk_e93 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5099,8 +5240,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e86: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e86 + 8u)], rows[(sk_e86 + 9u)], rows[(sk_e86 + 10u)], col)));
+                                            let sk_e94: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e94 + 8u)], rows[(sk_e94 + 9u)], rows[(sk_e94 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5140,8 +5281,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var s64: f64 = sk_log64(f64(zv));
                                         if (noisy) {
                                             // built by kernels::seeded::score64
-                                            let sk_e87: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e87 + 8u)], rows[(sk_e87 + 9u)], rows[(sk_e87 + 10u)], col)));
+                                            let sk_e95: u32 = (row * 12u);
+                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e95 + 8u)], rows[(sk_e95 + 9u)], rows[(sk_e95 + 10u)], col)));
                                         }
                                         if (((s64 > best64) || (best64_i == 4294967295u))) {
                                             // built by kernels::filters::keep_best
@@ -5397,8 +5538,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
                     if ((sk_lid == 0u)) {
-                        let sk_e88: f32 = x[(base + tok_at)];
-                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e88), (sk_e88 > (0.0f))), valid);
+                        let sk_e96: f32 = x[(base + tok_at)];
+                        logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e96), (sk_e96 > (0.0f))), valid);
                     }
                 }
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -666,6 +666,58 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
     assert!(once > 0 && fell_back > 0 && capped_once > 0);
 }
 
+/// Min-p alone keeping more tokens than the row's 257 largest (Zipf rows of 151936 at T 1.5 and
+/// min-p 0.01 to 0.02: 400 to 1,100 tokens, tens a part) is decided from
+/// the union of the parts' own 257 largest: one read, the CPU oracle's tokens and
+/// log-probabilities, Philox and seeded rows. A flat row (every logit equal), which min-p keeps
+/// whole, cannot be: it takes the filter kernel's passes after the read, with the oracle's token.
+/// Before the union, every such row read three times.
+pub fn long_min_p_sets_read_once<B: Backend>(b: &B) {
+    let mut rng = Rng::new(1500);
+    let vocab = 151_936;
+    let shape = Shape::dense(9, vocab);
+    let mut x: Vec<f32> =
+        (0..shape.elements()).map(|_| (-1.1 * (1.0 + vocab as f64 * rng.unit()).ln()) as f32).collect();
+    let flat = shape.batch - 1;
+    x[flat * vocab..].iter_mut().for_each(|v| *v = 0.5);
+    let rows: Vec<RowParams> = (0..shape.batch)
+        .map(|r| {
+            let t = 1.5;
+            let row = if r % 3 == 2 { RowParams::seeded(t, 13, 3) } else { RowParams::new(t, rng.next_u64(), 3) };
+            row.with_min_p([0.01, 0.015, 0.02][r % 3])
+        })
+        .collect();
+    let cpu = sampling_kernels::CpuBackend;
+    let (mut want, mut want_lp) = (vec![0u32; shape.batch], vec![0.0f32; shape.batch]);
+    let out = Output::new(&mut want).with_logprobs(&mut want_lp);
+    cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, out).unwrap();
+    let (xb, rb) = (b.upload(&x).unwrap(), b.upload(&rows).unwrap());
+    let (mut t, mut lp) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<f32>(shape.batch).unwrap());
+    let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+    let out = Output::new(&mut t).with_logprobs(&mut lp).with_passes(&mut ps);
+    b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
+    let (t, lp, ps) = (b.download(&t).unwrap(), b.download(&lp).unwrap(), b.download(&ps).unwrap());
+    for r in 0..shape.batch {
+        let what = format!("row {r}, {:?}", rows[r]);
+        let (set, _) = oracle_set(&x, shape, r, &rows[r]);
+        let kept = set.iter().filter(|&&k| k).count();
+        if r == flat {
+            assert_eq!(kept, vocab, "{what}");
+            assert!(ps[r] > 1, "the flat row read once, {what}");
+        } else {
+            assert!(kept > ONE_READ_TOP_K + 1, "{kept} kept: the row must outgrow the candidates, {what}");
+            assert_eq!(ps[r], 1, "read {} times, {what}", ps[r]);
+        }
+        assert_eq!(t[r], want[r], "token {} where the CPU gives {}, {what}", t[r], want[r]);
+        assert!(
+            (lp[r] - want_lp[r]).abs() <= 1e-4 * want_lp[r].abs().max(1.0),
+            "log-probability {} against {}, {what}",
+            lp[r],
+            want_lp[r]
+        );
+    }
+}
+
 /// Rows whose top-p cut lies among thousands of tokens of distinct values (normal logits of
 /// spread 0.9 to 1.2 over ten parts of 4096: 2,500 to 3,200 tokens in the cut's three bins, more
 /// than the merge copies into workgroup memory, at most 357 a part) are selected where the parts
@@ -862,6 +914,7 @@ device_suites!(
     one_read_rows_read_once,
     dense_cut_ranges_read_twice,
     joint_cuts_near_the_estimate_read_twice,
-    model_like_rows_rarely_fall_back
+    model_like_rows_rarely_fall_back,
+    long_min_p_sets_read_once
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -50,8 +50,8 @@ pub const FILTERS: [(&str, u32); 5] = [
 
 /// The settings whose benchmark rows (Zipf at temperature 0.8) the one-read path decides: a
 /// launch that reads each part once and a merge over the candidates. Top-k at most
-/// `filter_top_k::CAP`, with or without top-p and min-p, always; min-p alone where its set is
-/// shorter than the candidates (10 to 30 tokens at 0.05).
+/// `filter_top_k::CAP`, with or without top-p and min-p, always; min-p alone where the parts'
+/// candidates hold its set (10 to 30 tokens at 0.05; up to `CAP + 1` a part).
 pub const ONE_READ: [&str; 4] = ["filter_top_k_50", "filter_min_p_0.05", "filter_qwen3_joint", "filter_qwen3_k_first"];
 /// The settings of the top-p cut (`filter_top_p.rs`): the parts read the row and bin it (a
 /// row's last part estimates the cut from the bins, no column work), the cut launch reads each

@@ -2,7 +2,9 @@
 //! with top-p and min-p, either order): Qwen3's top-k 20 + top-p 0.95, the common case. Rows of
 //! top-p, min-p or a larger top-k with no such top-k take it too ("capped", see
 //! [`one_read_row`]): min-p alone with `CAP + 1` candidates, which decide it where the set is
-//! shorter; the others through the top-p cut (`filter_top_p.rs`), a launch between these two.
+//! shorter, and otherwise the union of the parts' own `CAP + 1` largest
+//! ([`min_p_over_parts`]); the others through the top-p cut (`filter_top_p.rs`), a launch
+//! between these two.
 //!
 //! Two launches. `top_k_parts_*` splits each row into parts of at most [`PART_COLS`] columns,
 //! one workgroup each; a part reads its columns once into workgroup memory as order keys of
@@ -141,7 +143,8 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 /// A capped row (top-p, min-p or both, joint with any top-k above [`CAP`] or with none; or a
 /// top-k above [`CAP`] alone) keeps a prefix of the order. Min-p alone takes the `CAP + 1`
 /// largest, which decide it whenever its set is shorter than them: wherever the row has a clear
-/// maximum (Zipf rows at 0.8 keep 10 to 30 tokens at 0.05). The others take the cut, which
+/// maximum (Zipf rows at 0.8 keep 10 to 30 tokens at 0.05); a longer set, wherever the parts'
+/// own lists hold it ([`min_p_over_parts`]). The others take the cut, which
 /// finds where top-p or top-k ends from the histogram. Top-k first with a top-k above [`CAP`]
 /// and top-p needs the top-k mass before the cut, which neither gives, and is not capped.
 pub(super) fn one_read_row(b: &mut Block) -> Expr {
@@ -621,7 +624,7 @@ fn merge_row(b: &mut Block, input: Input) {
         let short = kept_n.clone().lt(n_sel.clone()).or(complete.clone());
         let cap_ok = var("capped").not().or(short);
         let decided = b.let_("decided", Ty::Bool, cut_ok.and(k_ok).and(cap_ok).and(var("unsure_n").eq_(u(0))));
-        b.if_(decided, |b| {
+        b.if_(decided.clone(), |b| {
             // The filter kernel's race inside the set: the same noise per column.
             // A row that hashes ranks (SGLang's) scores rank `r`'s hash and keeps the lowest
             // best rank; its column comes after.
@@ -648,6 +651,52 @@ fn merge_row(b: &mut Block, input: Input) {
             finish_race(b, input, (seeded, &column), mx.clone(), mass.clone(), var("reads_before"));
             b.set("one_read_done", boolean(true));
         });
+        let undecided = b.let_("undecided", Ty::Bool, decided.not());
+        b.if_(undecided.and(var("capped")), |b| min_p_over_parts(b, input, mx.clone(), mass.clone()));
+    });
+}
+
+/// Min-p alone whose set is longer than the row's `CAP + 1` largest (min-p 0.01 at T 1.5 on Zipf
+/// rows keeps about 1,000 tokens), where [`merge_row`] could not decide it: each part listed its
+/// own `CAP + 1` largest, so their union holds the set wherever no part left out a token min-p
+/// keeps (the largest key a part left out weighs under `min_p`). Then the race runs over the
+/// union's kept tokens, unranked, so a row that hashes ranks is not taken. Elsewhere nothing: the
+/// merge runs the filter kernel's body.
+fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let alone = var("pp").ge(f(1.0)).and(var("has_k").not()).and(var("mp").gt(f(0.0)));
+    let kept = |z: Expr| {
+        let w = values::weight(input, z, mx.clone());
+        w.clone().gt(f(0.0)).and(w.ge(var("mp")))
+    };
+    b.let_("mo_left", Ty::U32, u(0));
+    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
+        let left = load(SCRATCH, record(p.clone(), u(3))).max(load(SCRATCH, record(p, u(4))));
+        let left = b.let_("mo_lk", Ty::U32, left);
+        b.if_(left.clone().ne_(u(0)).and(kept(key_value(left))), |b| b.set("mo_left", u(1)));
+    });
+    let uncovered = b.reduce(ReduceOp::Max, Ty::U32, var("mo_left"), "mo_uncovered");
+    let covered = alone.and(uncovered.eq_(u(0))).and(row_is_ranked().not());
+    b.if_(covered, |b| {
+        declare_best(b);
+        let seeded = b.let_("mo_seeded", Ty::Bool, row_is_seeded());
+        let key = PhiloxKey::bound(b);
+        let want = u(CAP + 1);
+        b.for_("i", lid, var("parts") * want.clone(), bs, |b, i| {
+            let p = b.let_("mo_p", Ty::U32, i.clone() / want.clone());
+            let at = b.let_("mo_s", Ty::U32, i - p.clone() * want.clone());
+            b.if_(at.clone().lt(load(SCRATCH, record(p.clone(), u(2)))), |b| {
+                let word = record(p, u(HEAD_WORDS) + at * u(2));
+                let z = b.let_("mo_z", Ty::F32, key_value(load(SCRATCH, word.clone())));
+                b.if_(kept(z.clone()), |b| {
+                    let col = b.let_("mo_col", Ty::U32, load(SCRATCH, word + u(1)));
+                    let ov = values::order_value(input, z.clone(), mx.clone());
+                    race_one(b, input, "", (seeded.clone(), &key), col, z, ov);
+                });
+            });
+        });
+        finish_race(b, input, (seeded, &|t| t), mx.clone(), mass, var("reads_before"));
+        b.set("one_read_done", boolean(true));
     });
 }
 
