@@ -667,11 +667,11 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
 }
 
 /// Min-p alone keeping more tokens than the row's 257 largest (Zipf rows of 151936 at T 1.5 and
-/// min-p 0.01 to 0.02: 400 to 1,100 tokens, tens a part) is decided from
-/// the union of the parts' own 257 largest: one read, the CPU oracle's tokens and
-/// log-probabilities, Philox and seeded rows. A flat row (every logit equal), which min-p keeps
-/// whole, cannot be: it takes the filter kernel's passes after the read, with the oracle's token.
-/// Before the union, every such row read three times.
+/// min-p 0.01 to 0.02: 400 to 1,100 tokens, tens a part) is decided from the union of the parts'
+/// own 257 largest: one read, the CPU oracle's tokens and log-probabilities, from f32 logits and
+/// from the rows' probabilities, Philox and seeded rows. A flat row (every logit equal), which
+/// min-p keeps whole, cannot be: it takes the filter kernel's passes after the read, with the
+/// oracle's token. Before the union, every such row read three times.
 pub fn long_min_p_sets_read_once<B: Backend>(b: &B) {
     let mut rng = Rng::new(1500);
     let vocab = 151_936;
@@ -687,34 +687,44 @@ pub fn long_min_p_sets_read_once<B: Backend>(b: &B) {
             row.with_min_p([0.01, 0.015, 0.02][r % 3])
         })
         .collect();
-    let cpu = sampling_kernels::CpuBackend;
-    let (mut want, mut want_lp) = (vec![0u32; shape.batch], vec![0.0f32; shape.batch]);
-    let out = Output::new(&mut want).with_logprobs(&mut want_lp);
-    cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, out).unwrap();
-    let (xb, rb) = (b.upload(&x).unwrap(), b.upload(&rows).unwrap());
-    let (mut t, mut lp) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<f32>(shape.batch).unwrap());
-    let mut ps = b.zeros::<u32>(shape.batch).unwrap();
-    let out = Output::new(&mut t).with_logprobs(&mut lp).with_passes(&mut ps);
-    b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
-    let (t, lp, ps) = (b.download(&t).unwrap(), b.download(&lp).unwrap(), b.download(&ps).unwrap());
+    // The same rows as probabilities (the reference's softmax at each row's temperature, in
+    // f32), which the path reads the same way.
+    let mut probs = vec![0.0f32; shape.elements()];
     for r in 0..shape.batch {
-        let what = format!("row {r}, {:?}", rows[r]);
-        let (set, _) = oracle_set(&x, shape, r, &rows[r]);
-        let kept = set.iter().filter(|&&k| k).count();
-        if r == flat {
-            assert_eq!(kept, vocab, "{what}");
-            assert!(ps[r] > 1, "the flat row read once, {what}");
-        } else {
-            assert!(kept > ONE_READ_TOP_K + 1, "{kept} kept: the row must outgrow the candidates, {what}");
-            assert_eq!(ps[r], 1, "read {} times, {what}", ps[r]);
+        let values: Vec<f64> = x[r * vocab..][..vocab].iter().map(|&v| v as f64).collect();
+        for (j, p) in softmax(&values, &rows[r]).into_iter().enumerate() {
+            probs[r * vocab + j] = p as f32;
         }
-        assert_eq!(t[r], want[r], "token {} where the CPU gives {}, {what}", t[r], want[r]);
-        assert!(
-            (lp[r] - want_lp[r]).abs() <= 1e-4 * want_lp[r].abs().max(1.0),
-            "log-probability {} against {}, {what}",
-            lp[r],
-            want_lp[r]
-        );
+    }
+    let cpu = sampling_kernels::CpuBackend;
+    let rb = b.upload(&rows).unwrap();
+    let (xb, pb) = (b.upload(&x).unwrap(), b.upload(&probs).unwrap());
+    for (name, input, cpu_input) in [
+        ("f32 logits", Input::Logits(Logits::F32(&xb)), Input::Logits(Logits::F32(&x))),
+        ("probabilities", Input::Probs(&pb), Input::Probs(&probs)),
+    ] {
+        let (mut want, mut want_lp) = (vec![0u32; shape.batch], vec![0.0f32; shape.batch]);
+        cpu.sample_filtered(shape, cpu_input, &rows, Output::new(&mut want).with_logprobs(&mut want_lp)).unwrap();
+        let (mut t, mut lp) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<f32>(shape.batch).unwrap());
+        let mut ps = b.zeros::<u32>(shape.batch).unwrap();
+        let out = Output::new(&mut t).with_logprobs(&mut lp).with_passes(&mut ps);
+        b.sample_filtered(shape, input, &rb, out).unwrap();
+        let (t, lp, ps) = (b.download(&t).unwrap(), b.download(&lp).unwrap(), b.download(&ps).unwrap());
+        for r in 0..shape.batch {
+            let what = format!("{name} row {r}, {:?}", rows[r]);
+            let (set, _) = oracle_set(&x, shape, r, &rows[r]);
+            let kept = set.iter().filter(|&&k| k).count();
+            if r == flat {
+                assert_eq!(kept, vocab, "{what}");
+                assert!(ps[r] > 1, "the flat row read once, {what}");
+            } else {
+                assert!(kept > ONE_READ_TOP_K + 1, "{kept} kept: the row must outgrow the candidates, {what}");
+                assert_eq!(ps[r], 1, "read {} times, {what}", ps[r]);
+            }
+            assert_eq!(t[r], want[r], "token {} where the CPU gives {}, {what}", t[r], want[r]);
+            let close = (lp[r] - want_lp[r]).abs() <= 1e-4 * want_lp[r].abs().max(1.0);
+            assert!(close, "log-probability {} against {}, {what}", lp[r], want_lp[r]);
+        }
     }
 }
 
