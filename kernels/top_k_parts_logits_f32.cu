@@ -639,6 +639,82 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                             unsigned int e_cut = (512u - ((sk_e9 > 0u) ? sk_e9 : 1u));
                             unsigned int e_above = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_start : 1u);
                             unsigned int e_below = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_end : 1u);
+                            unsigned int ov_wide = 0u;
+                            unsigned int ov_one = 0u;
+                            for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::filter_top_p::overflows_with_neighbour
+                                float ov_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
+                                if ((ov_mp > sk_bitcast<float>(4286578688u))) {
+                                    float ov_shift = (grid_r - (-floorf((-(ov_mp * (16.0f))))));
+                                    unsigned int ov_n = 0u;
+                                    for (unsigned int g = (e_cut - min(e_cut, e_above)); g < ((e_cut + e_below) + 1u); g += 1u) {
+                                        float ov_at = (((float)g) - ov_shift);
+                                        if (((ov_at >= (0.0f)) && (ov_at < (512.0f)))) {
+                                            unsigned int ov_atu = ((unsigned int)ov_at);
+                                            unsigned int ov_c = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (517u + (ov_atu >> 1u)))]) >> ((ov_atu & 1u) * 16u)) & 65535u);
+                                            ov_n = (ov_n + ov_c);
+                                            if ((g == e_cut)) {
+                                                ov_one = max(ov_one, ov_c);
+                                            }
+                                        }
+                                    }
+                                    ov_wide = max(ov_wide, ov_n);
+                                }
+                            }
+                            unsigned int ov_wide_max = 0u;
+                            {
+                                unsigned int sk_v = ov_wide;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                ov_wide_max = sk_red_u32[32];
+                                __syncthreads();
+                            }
+                            unsigned int ov_one_max = 0u;
+                            {
+                                unsigned int sk_v = ov_one;
+                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                    sk_v = ov > sk_v ? ov : sk_v;
+                                }
+                                if ((threadIdx.x & 31u) == 0u) {
+                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
+                                }
+                                __syncthreads();
+                                if (threadIdx.x < 32u) {
+                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+                                        sk_v = ov > sk_v ? ov : sk_v;
+                                    }
+                                    if (threadIdx.x == 0u) {
+                                        sk_red_u32[32] = sk_v;
+                                    }
+                                }
+                                __syncthreads();
+                                ov_one_max = sk_red_u32[32];
+                                __syncthreads();
+                            }
+                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((ov_wide_max > 384u) && (ov_one_max <= 384u)))) {
+                                e_above = 0u;
+                                e_below = 0u;
+                            }
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, e_above));
