@@ -479,58 +479,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var e_cut: u32 = (512u - select(1u, sk_e9, (sk_e9 > 0u)));
                             var e_above: u32 = select(1u, e_m_bin_start, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
                             var e_below: u32 = select(1u, e_m_bin_end, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
-                            var ov_wide: u32 = 0u;
-                            var ov_one: u32 = 0u;
-                            for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                // built by kernels::filter_top_p::overflows_with_neighbour
-                                var ov_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
-                                if ((ov_mp > bitcast<f32>(4286578688u))) {
-                                    var ov_shift: f32 = (grid_r - (-floor((-(ov_mp * (16.0f))))));
-                                    var ov_n: u32 = 0u;
-                                    for (var g: u32 = (e_cut - min(e_cut, e_above)); g < ((e_cut + e_below) + 1u); g = g + 1u) {
-                                        var ov_at: f32 = (f32(g) - ov_shift);
-                                        if (((ov_at >= (0.0f)) && (ov_at < (512.0f)))) {
-                                            var ov_atu: u32 = u32(ov_at);
-                                            var ov_c: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (517u + (ov_atu >> 1u)))]) >> ((ov_atu & 1u) * 16u)) & 65535u);
-                                            ov_n = (ov_n + ov_c);
-                                            if ((g == e_cut)) {
-                                                ov_one = max(ov_one, ov_c);
-                                            }
-                                        }
-                                    }
-                                    ov_wide = max(ov_wide, ov_n);
-                                }
-                            }
-                            var ov_wide_max: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = ov_wide;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                ov_wide_max = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
-                            var ov_one_max: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = ov_one;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                ov_one_max = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
-                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((ov_wide_max > 384u) && (ov_one_max <= 384u)))) {
-                                e_above = 0u;
-                                e_below = 0u;
-                            }
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, e_above)));

@@ -282,15 +282,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
             // more than the parts list).
             let by_mass_first = by_mass.clone().gt(u(0)).and(by_mass.ge(by_count));
             let above = b.let_("e_above", Ty::U32, select(by_mass_first.clone(), start, u(RANGE)));
-            let below = b.let_("e_below", Ty::U32, select(by_mass_first.clone(), end, u(RANGE)));
-            // A neighbour that would overflow some part's list, where the one bin would not, is
-            // left out: the listed range would take the filter kernel's passes for certain, the
-            // one bin only where the estimate lies on the wrong side of the edge.
-            let spills = overflows_with_neighbour(b, input, (bin.clone(), above.clone(), below.clone()), r.clone());
-            b.if_(by_mass_first.and(spills), |b| {
-                b.set("e_above", u(0));
-                b.set("e_below", u(0));
-            });
+            let below = b.let_("e_below", Ty::U32, select(by_mass_first, end, u(RANGE)));
             b.if_(lid.clone().eq_(u(0)), |b| {
                 b.store(SCRATCH, state(tail::GO), u(1));
                 b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(above));
@@ -301,39 +293,6 @@ fn estimate_cut(b: &mut Block, input: Input) {
         },
         |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
     );
-}
-
-/// Whether the cut's range `bin - above ..= bin + below` (the row's grid of origin `r`) holds
-/// more tokens than [`PART_LIST`] in some part while `bin` alone does not, from the parts'
-/// histogram counts (uniform over the workgroup).
-fn overflows_with_neighbour(b: &mut Block, input: Input, (bin, above, below): (Expr, Expr, Expr), r: Expr) -> Expr {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    b.let_("ov_wide", Ty::U32, u(0));
-    b.let_("ov_one", Ty::U32, u(0));
-    b.for_("p", lid, var("parts"), bs, |b, p| {
-        let mp = b.let_("ov_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
-        b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
-            let shift = b.let_("ov_shift", Ty::F32, r.clone() - grid_origin(input, mp));
-            b.let_("ov_n", Ty::U32, u(0));
-            b.for_("g", bin.clone() - bin.clone().min(above), bin.clone() + below + u(1), u(1), |b, g| {
-                let at = b.let_("ov_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
-                b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(BINS as f32))), |b| {
-                    let at = b.let_("ov_atu", Ty::U32, at.cast(Ty::U32));
-                    let word = load(
-                        SCRATCH,
-                        slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS + BINS) + (at.clone() >> u(1))),
-                    );
-                    let n = b.let_("ov_c", Ty::U32, (word >> ((at & u(1)) * u(16))) & u(0xffff));
-                    b.set("ov_n", var("ov_n") + n.clone());
-                    b.if_(g.eq_(bin.clone()), |b| b.set("ov_one", var("ov_one").max(n)));
-                });
-            });
-            b.set("ov_wide", var("ov_wide").max(var("ov_n")));
-        });
-    });
-    let wide = b.reduce(ReduceOp::Max, Ty::U32, var("ov_wide"), "ov_wide_max");
-    let one = b.reduce(ReduceOp::Max, Ty::U32, var("ov_one"), "ov_one_max");
-    wide.gt(u(PART_LIST)).and(one.le(u(PART_LIST)))
 }
 
 /// After [`estimate_cut`] summed the row's histogram into the part's workgroup array of keys,
