@@ -519,13 +519,11 @@ impl CudaBackend {
         let (target_groups, block) = (self.target_groups, self.blocks.fitted);
         let [first, rest] = &mut *scratch;
         // Only `sample` has launches for the side stream.
-        let shares = match job {
-            Job::Sample { .. } => [Share::First, Share::Rest],
-            _ => [Share::All, Share::Rest],
-        };
-        first.fit(job, target_groups, block, true, shares[0], CudaSlice::len, zeros)?;
-        if shares[0] == Share::First {
-            rest.fit(job, target_groups, block, true, shares[1], CudaSlice::len, zeros)?;
+        let sample = matches!(job, Job::Sample { .. });
+        let share = if sample { Share::First } else { Share::All };
+        first.fit(job, target_groups, block, true, share, CudaSlice::len, zeros)?;
+        if sample {
+            rest.fit(job, target_groups, block, true, Share::Rest, CudaSlice::len, zeros)?;
         }
         let handles = |s: &Scratch<CudaSlice<u32>>| Scratch {
             partials: <Self as Device>::handle(&s.partials),
