@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::last_part_on
+                    // built by kernels::combine::count_in
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -287,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                     __syncthreads();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
+                    // built by kernels::combine::last_part
                     __threadfence();
                     {
                         // built by kernels::filter_top_p::histogram_part
@@ -651,6 +651,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                                 partials[((((row_slot * parts) + 0u) * 805u) + 775u)] = (e_cut + e_below);
                                 partials[((((row_slot * parts) + 0u) * 805u) + 776u)] = sk_bitcast<unsigned int>(grid_r);
                                 partials[((((row_slot * parts) + 0u) * 805u) + 777u)] = sk_bitcast<unsigned int>(row_m);
+                                partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
                             }
                         } else {
                             // built by kernels::filter_top_p::estimate_cut
@@ -660,6 +661,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                         }
                     }
                     if ((threadIdx.x == 0u)) {
+                        // built by kernels::combine::release
                         counters[row_slot] = 0u;
                     }
                 }

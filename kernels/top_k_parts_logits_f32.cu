@@ -250,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::last_part_on
+                    // built by kernels::combine::count_in
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -281,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     __syncthreads();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
+                    // built by kernels::combine::last_part
                     __threadfence();
                     {
                         // built by kernels::filter_top_p::histogram_part
@@ -645,6 +645,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                                 partials[((((row_slot * parts) + 0u) * 805u) + 775u)] = (e_cut + e_below);
                                 partials[((((row_slot * parts) + 0u) * 805u) + 776u)] = sk_bitcast<unsigned int>(grid_r);
                                 partials[((((row_slot * parts) + 0u) * 805u) + 777u)] = sk_bitcast<unsigned int>(row_m);
+                                partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
                             }
                         } else {
                             // built by kernels::filter_top_p::estimate_cut
@@ -654,6 +655,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((threadIdx.x == 0u)) {
+                        // built by kernels::combine::release
                         counters[row_slot] = 0u;
                     }
                 }

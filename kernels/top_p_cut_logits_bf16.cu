@@ -443,8 +443,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -530,8 +530,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -617,8 +617,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -704,8 +704,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_bf16(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);

@@ -408,8 +408,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -495,8 +495,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -582,8 +582,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -669,8 +669,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                                         unsigned int cut_at = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);

@@ -202,7 +202,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 var arrived: u32 = 0u;
                 if ((sk_lid == 0u)) {
-                    // built by kernels::combine::last_part_on
+                    // built by kernels::combine::count_in
                     var before: u32 = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -221,7 +221,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
+                    // built by kernels::combine::last_part
                     storageBarrier();
                     {
                         // built by kernels::filter_top_p::histogram_part
@@ -457,6 +457,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 775u)], (e_cut + e_below));
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 776u)], bitcast<u32>(grid_r));
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 777u)], bitcast<u32>(row_m));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 0u);
                             }
                         } else {
                             // built by kernels::filter_top_p::estimate_cut
@@ -466,6 +467,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((sk_lid == 0u)) {
+                        // built by kernels::combine::release
                         atomicStore(&counters[row_slot], 0u);
                     }
                 }

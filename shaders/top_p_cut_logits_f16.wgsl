@@ -467,8 +467,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var cut_at: u32 = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -554,8 +554,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var cut_at: u32 = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -641,8 +641,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var cut_at: u32 = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);
@@ -728,8 +728,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var cut_at: u32 = 0u;
                                         cut_at = atomicAdd(&cut_listing[0u], 1u);
                                         if ((cut_at < 384u)) {
-                                            partials[((slot * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((slot * 805u) + (6u + (cut_at * 2u)))] = col;
+                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
                                         }
                                     } else {
                                         m_below = (m_below + cmv);

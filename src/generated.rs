@@ -28,11 +28,12 @@ pub const FLAG_STATUS: u32 = 2;
 
 /// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter
 /// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a
-/// list (filter and seeded kernels).
+/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch.
 pub const FLAG_PASSES: u32 = 4;
 pub const FLAG_FILTERED_ONLY: u32 = 8;
 pub const FLAG_SEEDED_ONLY: u32 = 16;
 pub const FLAG_ROW_LIST: u32 = 32;
+pub const FLAG_CUT_HERE: u32 = 64;
 
 /// Word indices of the row record that the layout of `RowParams` is checked against.
 pub const WORD_TEMPERATURE: usize = 0;
@@ -170,13 +171,13 @@ pub enum KernelId {
     TopKPartsLogitsBf16,
     /// `top_k_parts_probs`: top-k (at most CAP), one read of the row: each part's k + 1 candidates, maximum and sum (a top-p row's histogram, and its last part the cut's estimate)
     TopKPartsProbs,
-    /// `top_k_merge_logits_f32`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_merge_logits_f32`: top-k after top_k_parts (and top-p rows after top_p_cut, or with FLAG_CUT_HERE the cut too): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsF32,
-    /// `top_k_merge_logits_f16`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_merge_logits_f16`: top-k after top_k_parts (and top-p rows after top_p_cut, or with FLAG_CUT_HERE the cut too): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsF16,
-    /// `top_k_merge_logits_bf16`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_merge_logits_bf16`: top-k after top_k_parts (and top-p rows after top_p_cut, or with FLAG_CUT_HERE the cut too): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeLogitsBf16,
-    /// `top_k_merge_probs`: top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the parts' candidates or listed range, else the filter kernel's
+    /// `top_k_merge_probs`: top-k after top_k_parts (and top-p rows after top_p_cut, or with FLAG_CUT_HERE the cut too): the set and the race from the parts' candidates or listed range, else the filter kernel's
     TopKMergeProbs,
     /// `top_p_cut_logits_f32`: top-p rows without a small top-k, after top_k_parts: each part's second read, its classes and winners
     TopPCutLogitsF32,
@@ -204,7 +205,7 @@ pub enum Binding {
     Rows,
     /// `probs`
     Probs,
-    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16, top_k_parts_probs)
+    /// `partials` (atomic u32 in greedy_f32, greedy_f16, greedy_bf16, race_logits_f32, race_logits_f16, race_logits_bf16, race_probs, sample_f32, sample_f16, sample_bf16, top_k_parts_logits_f32, top_k_parts_logits_f16, top_k_parts_logits_bf16, top_k_parts_probs, top_k_merge_logits_f32, top_k_merge_logits_f16, top_k_merge_logits_bf16, top_k_merge_probs)
     Partials,
     /// `tokens`
     Tokens,
@@ -853,7 +854,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26756,
+        workgroup_bytes: 26760,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF16,
@@ -866,7 +867,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26756,
+        workgroup_bytes: 26760,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsBf16,
@@ -879,7 +880,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26756,
+        workgroup_bytes: 26760,
     },
     KernelSource {
         id: KernelId::TopKMergeProbs,
@@ -892,7 +893,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26756,
+        workgroup_bytes: 26760,
     },
     KernelSource {
         id: KernelId::TopPCutLogitsF32,

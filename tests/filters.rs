@@ -901,6 +901,65 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
     }
 }
 
+/// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
+/// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
+/// has its own launch where they do not (12 such rows: 96 parts, more than a wgpu adapter's 64
+/// or a T4's 40 SMs; an H200's 132 take both in the merge's), so the two plans must give each
+/// row the same token, log-probability, status and reads, and the CPU oracle's token. Zipf rows
+/// (as the benchmark's) under top-p alone, joint, top-k first, min-p, a top-k of 1000 (which the
+/// cut's counts place), a seeded row, and a flat row (every logit equal: its cut's range holds
+/// one value).
+pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
+    let mut rng = Rng::new(2024);
+    let (batch, vocab) = (12, 32768);
+    let shape = Shape::dense(batch, vocab);
+    let mut x: Vec<f32> =
+        (0..shape.elements()).map(|_| (-1.1 * (1.0 + vocab as f64 * rng.unit()).ln()) as f32).collect();
+    let flat = 10;
+    x[flat * vocab..][..vocab].fill(0.5);
+    let rows: Vec<RowParams> = (0..batch as u64)
+        .map(|r| match r {
+            0 => RowParams::new(0.8, r, 1).with_top_p(0.9),
+            1 => RowParams::new(1.0, r, 1).with_top_p(0.95),
+            2 => RowParams::new(1.0, r, 1).with_top_p(0.99),
+            3 => RowParams::new(0.6, r, 1).with_top_k(20).with_top_p(0.95),
+            4 => RowParams::new(1.0, r, 1).with_top_k(50),
+            5 => RowParams::new(1.0, r, 1).with_min_p(0.05),
+            6 => RowParams::new(0.8, r, 1).with_top_k(1000),
+            7 => RowParams::new(1.0, r, 1).with_top_k(1000).with_top_p(0.9),
+            8 => RowParams::seeded(0.8, r, 1).with_top_p(0.9),
+            9 => RowParams::new(0.8, r, 1).with_top_k(50).with_top_p(0.9).with_order(Order::TopKFirst),
+            10 => RowParams::new(1.0, r, 1).with_top_p(0.9),
+            _ => RowParams::new(1.0, r, 1).with_top_k(1000),
+        })
+        .collect();
+    let run = |shape: Shape, x: &[f32], rows: &[RowParams]| {
+        let (xb, rb) = (b.upload(x).unwrap(), b.upload(rows).unwrap());
+        let n = shape.batch;
+        let (mut t, mut lp) = (b.zeros::<u32>(n).unwrap(), b.zeros::<f32>(n).unwrap());
+        let (mut st, mut ps) = (b.zeros::<u32>(n).unwrap(), b.zeros::<u32>(n).unwrap());
+        let out = Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps);
+        b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
+        let d = |v: &B::Buffer<u32>| b.download(v).unwrap();
+        (d(&t), b.download(&lp).unwrap(), d(&st), d(&ps))
+    };
+    let together = run(shape, &x, &rows);
+    let mut want = vec![0u32; batch];
+    sampling_kernels::CpuBackend
+        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
+        .unwrap();
+    for r in 0..batch {
+        let alone = run(Shape::dense(1, vocab), &x[r * vocab..][..vocab], &rows[r..=r]);
+        let what = format!("row {r}, {:?}: batch {together:?}, alone {alone:?}", rows[r]);
+        assert_eq!((alone.0[0], alone.2[0], alone.3[0]), (together.0[r], together.2[r], together.3[r]), "{what}");
+        assert_eq!(alone.1[0].to_bits(), together.1[r].to_bits(), "log-probability, {what}");
+        assert_eq!(together.0[r], want[r], "the CPU oracle gives {}, {what}", want[r]);
+        if r != flat && rows[r].takes_top_p_cut(vocab) {
+            assert_eq!(together.3[r], 2, "a row of the cut read more than twice, {what}");
+        }
+    }
+}
+
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_split_rows_match_whole_rows() {
@@ -925,6 +984,7 @@ device_suites!(
     dense_cut_ranges_read_twice,
     joint_cuts_near_the_estimate_read_twice,
     model_like_rows_rarely_fall_back,
-    long_min_p_sets_read_once
+    long_min_p_sets_read_once,
+    rows_sample_alike_alone_and_in_a_batch
 );
 suite!(cpu, crate::common::cpu, joint_and_top_k_first_differ, no_filter_is_the_plain_race, draws_follow_the_set);

@@ -106,6 +106,9 @@ pub struct CudaBackend {
     blocks: Blocks,
     /// Workgroups a launch aims at: the blocks the device holds resident at once.
     target_groups: u32,
+    /// Multiprocessors: the most parts a merge launch that also does the top-p cut spreads
+    /// over (`launch::Split::cut_here_groups`).
+    sms: u32,
     /// The scratch of split and staged launches and the split rows' arrival counters (see
     /// [`Scratch`]), the caller's stream's and the side stream's, behind the lock that keeps one
     /// call's launches adjacent on the streams, so no other call's launches land between two
@@ -262,7 +265,8 @@ impl CudaBackend {
         let side = SideStream::new(ctx)?;
         let functions = Mutex::default();
         let staging = Mutex::default();
-        Ok(CudaBackend { stream, name, arch, blocks, target_groups, scratch, side, functions, staging, driver })
+        let sms = sms.max(1) as u32;
+        Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, driver })
     }
 
     /// `view` (for example `slice.slice(offset..offset + len)`) as a buffer the sampling calls
@@ -538,6 +542,7 @@ impl CudaBackend {
             split_filters: true,
             portable: false,
             side: Some(handles(rest)),
+            cut_here_groups: self.sms,
         };
         self.stream.context().bind_to_thread().map_err(cuda_error)?;
         let main = self.stream.cu_stream();

@@ -8,8 +8,8 @@ use crate::types::{Element, Shape};
 use arrayvec::ArrayVec;
 
 use crate::generated::{
-    FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS, MAX_BUFFERS,
-    MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS, TOP_K_SLOT_WORDS,
+    FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_LOGPROBS, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY, FLAG_STATUS,
+    MAX_BUFFERS, MAX_STAGES, PARTS_SHIFT, PART_WORDS, SLOT_WORDS, STAGE_SHIFT, TOP_K_PART_COLS, TOP_K_SLOT_WORDS,
 };
 
 /// A backend whose buffers have a raw handle that a launch can bind.
@@ -142,6 +142,11 @@ pub(crate) struct Split<H> {
     /// they never touch. A batch with one top-p row then waits for the longer of the two chains,
     /// not for their sum (`docs/cost-model.md`).
     pub side: Option<Scratch<H>>,
+    /// The most workgroups of a one-read merge launch that is also the top-p cut's
+    /// (`FLAG_CUT_HERE`): about the multiprocessors, where each part has one to itself, so the
+    /// cut's read runs as fast in the merge's workgroups (one a multiprocessor, by its registers)
+    /// as in the cut kernel's, and the call saves a launch. Beyond, the cut kernel's own launch.
+    pub cut_here_groups: u32,
 }
 
 /// The filter kernels of a device without float64, 64-bit integers or 32 KiB of workgroup
@@ -532,7 +537,9 @@ impl<'a, H: Copy> Launch<H> {
     /// the row's counter); with `cut`, the top-p cut (`filter_top_p.rs`) over `rows x parts`,
     /// each part's second read; then the merge, one workgroup per row, which takes the filter
     /// kernel's place (it binds what that kernel does, then the scratch, and runs its body on the
-    /// rows the candidates or the cut do not decide). `None` for any other launch.
+    /// rows the candidates or the cut do not decide). Where the cut's parts number at most
+    /// [`Split::cut_here_groups`], the merge launch does the cut too (`FLAG_CUT_HERE`, over
+    /// `rows x parts`): two launches. `None` for any other launch.
     fn one_read(self, rows: usize, vocab: usize, cut: bool, split: &Split<H>) -> Option<Plan<H>> {
         use KernelId::*;
         let (parts_id, merge_id, cut_id) = match self.kernel.id {
@@ -561,7 +568,12 @@ impl<'a, H: Copy> Launch<H> {
         };
         let mut first = over_parts(parts_id);
         first.bind(Binding::Counters, Some(split.counters));
-        let cut = cut.then(|| over_parts(cut_id));
+        let here = cut && rows as u64 * parts as u64 <= split.cut_here_groups as u64;
+        let cut = (cut && !here).then(|| over_parts(cut_id));
+        if here {
+            merge.params[3] |= FLAG_CUT_HERE;
+            merge.work = Work::Rows(rows as u32 * parts);
+        }
         Some(std::iter::once(first).chain(cut).chain([merge]).collect())
     }
 
@@ -744,10 +756,21 @@ mod tests {
             CpuBackend::len(buf)
         }
         fn run(&self, job: Job<'_, Self>) -> Result<()> {
-            // Whole and split rows, and a portable device's plan.
-            for (target_groups, split_filters, portable) in [(1, false, false), (4096, true, false), (1, false, true)] {
+            // Whole and split rows (with the merge launch doing the cut where it may), and a
+            // portable device's plan.
+            let plans = [(1, false, false, 0), (4096, true, false, 4096), (1, false, true, 0)];
+            for (target_groups, split_filters, portable, cut_here_groups) in plans {
                 let (partials, counters) = (usize::MAX, usize::MAX - 1);
-                let split = Split { target_groups, block: 32, partials, counters, split_filters, portable, side: None };
+                let split = Split {
+                    target_groups,
+                    block: 32,
+                    partials,
+                    counters,
+                    split_filters,
+                    portable,
+                    side: None,
+                    cut_here_groups,
+                };
                 let plan = Launch::plan(&job, &split)?;
                 assert!(!plan.is_empty());
             }
@@ -773,6 +796,7 @@ mod tests {
             split_filters: true,
             portable: false,
             side: None,
+            cut_here_groups: 132,
         }
     }
 
@@ -929,9 +953,9 @@ mod tests {
         for (row, launches, filter) in [
             (RowParams::new(0.8, 1, 0).with_top_k(20).with_top_p(0.95), 2, KernelId::TopKMergeLogitsF32),
             (RowParams::new(0.8, 1, 0).with_min_p(0.05), 2, KernelId::TopKMergeLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_p(0.9), 3, KernelId::TopKMergeLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_p(0.9).with_top_k(1000), 3, KernelId::TopKMergeLogitsF32),
-            (RowParams::new(0.8, 1, 0).with_top_k(1000), 3, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9), 2, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_p(0.9).with_top_k(1000), 2, KernelId::TopKMergeLogitsF32),
+            (RowParams::new(0.8, 1, 0).with_top_k(1000), 2, KernelId::TopKMergeLogitsF32),
             (
                 RowParams::new(0.8, 1, 0).with_top_k(1000).with_top_p(0.9).with_order(Order::TopKFirst),
                 19,
@@ -940,8 +964,7 @@ mod tests {
         ] {
             let one_read = row.takes_one_read(shape.vocab);
             let top_p_cut = row.takes_top_p_cut(shape.vocab);
-            assert_eq!(one_read, launches <= 3);
-            assert_eq!(top_p_cut, launches == 3);
+            assert_eq!(one_read, launches <= 2);
             let rows = vec![RowParams::new(0.8, 1, 0), row, RowParams::greedy(), RowParams::new(1.0, 2, 0)];
             let (on, off) = if one_read { (1, 0) } else { (0, 1) };
             let listed = RowLists { seeded: (&list, 0), filtered: (&list, on), off_path: (&list, off), top_p_cut };
@@ -959,13 +982,16 @@ mod tests {
             let seeded = plan.iter().filter(|l| l.kernel.id == KernelId::SeededLogitsF32).count();
             assert_eq!(seeded, 0, "a seeded launch over no rows");
             assert_eq!(plan.len() - 1, launches, "filter launches");
-            // The cut reads between the parts (which count themselves in on the row's counter,
-            // the last one estimating the cut) and the merge.
-            let cut = plan.iter().position(|l| l.kernel.id == KernelId::TopPCutLogitsF32);
-            assert_eq!(cut.is_some(), top_p_cut);
-            if let Some(at) = cut {
-                assert_eq!(plan[at - 1].kernel.id, KernelId::TopKPartsLogitsF32);
-                assert_eq!(plan[at - 1].bound(Binding::Counters), Some(2));
+            // The cut reads after the parts (which count themselves in on the row's counter,
+            // the last one estimating the cut), in the merge's launch: the row's 38 parts fit
+            // the device.
+            let merge = plan.last().unwrap();
+            assert_eq!(merge.params[3] & FLAG_CUT_HERE != 0, top_p_cut);
+            assert!(plan.iter().all(|l| l.kernel.id != KernelId::TopPCutLogitsF32));
+            if top_p_cut {
+                let parts = &plan[plan.len() - 2];
+                assert_eq!(parts.kernel.id, KernelId::TopKPartsLogitsF32);
+                assert_eq!(parts.bound(Binding::Counters), Some(2));
             }
         }
     }
@@ -995,7 +1021,8 @@ mod tests {
         let scratch = |l: &Launch<usize>| [Binding::Partials, Binding::Counters].map(|n| l.bound(n));
         assert!(!plan[0].side);
         assert_eq!(scratch(&plan[0]), [Some(1), Some(2)]);
-        // The seeded launch, the one-read path's three and the staged filter's stages.
+        // The seeded launch, the one-read path's two (its merge doing the cut of the one row's
+        // 38 parts) and the staged filter's stages.
         assert!(plan.len() > 5, "{}", plan.len());
         for l in &plan[1..] {
             assert!(l.side, "{}", l.kernel.name);
@@ -1009,5 +1036,33 @@ mod tests {
         assert!(bound.contains(&3) && bound.contains(&4), "{bound:?}");
         let plan = Launch::plan(&job, &caller).unwrap();
         assert!(plan.iter().all(|l| !l.side));
+    }
+
+    /// The one-read path's merge launch does the top-p cut too where the rows' parts fit the
+    /// device's multiprocessors (two launches), over every part of each row; beyond, the cut
+    /// kernel has its own launch (three) and the merge one workgroup a row.
+    #[test]
+    fn a_few_rows_take_the_cut_in_the_merge_launch() {
+        let split = h200_split();
+        // 38 parts a row: three rows fit the H200's 132 SMs, four do not.
+        for (batch, launches) in [(1, 2), (3, 2), (4, 3)] {
+            let shape = Shape::dense(batch, 151_936);
+            let x = vec![0.0f32; shape.elements()];
+            let rows = vec![RowParams::new(0.8, 1, 0).with_top_p(0.9); batch];
+            let mut t = vec![0u32; batch];
+            let (input, out) = (Input::Logits(Logits::F32(&x)), Output::new(&mut t));
+            let job: Job<'_, Planner> = Job::Filter { shape, input, rows: &rows, out };
+            let plan = Launch::plan(&job, &split).unwrap();
+            let names: Vec<_> = plan.iter().map(|l| l.kernel.name).collect();
+            assert_eq!(plan.len(), launches, "{names:?}");
+            let merge = plan.last().unwrap();
+            let here = merge.params[3] & FLAG_CUT_HERE != 0;
+            assert_eq!(here, launches == 2, "{names:?}");
+            let groups = match merge.work {
+                Work::Rows(n) => n,
+                Work::Items(_) => 0,
+            };
+            assert_eq!(groups, batch as u32 * if here { 38 } else { 1 }, "{names:?}");
+        }
     }
 }

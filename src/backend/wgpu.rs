@@ -90,6 +90,12 @@ const GPU_TARGET_GROUPS: u32 = 1024;
 /// do; batches of up to 8 rows still take the split path the GPUs take, so it is tested.
 const CPU_TARGET_GROUPS: u32 = 16;
 
+/// The most workgroups of a one-read merge launch that also does the top-p cut
+/// (`launch::Split::cut_here_groups`): wgpu reports no adapter's multiprocessors, so about a
+/// small discrete GPU's. On a CPU adapter the same, so its tests run both plans: a row of up to
+/// 64 parts (262,144 columns) alone takes two launches, a batch of long rows three.
+const CUT_HERE_GROUPS: u32 = 64;
+
 /// A launch's buffers in binding order (`None`: the unused output), what its bind group is made
 /// of besides the kernel and its parameter slot.
 type BoundBuffers = ArrayVec<Option<(wgpu::Buffer, u64, u64)>, { crate::generated::MAX_BUFFERS }>;
@@ -660,8 +666,16 @@ impl Backend for WgpuBackend {
         );
         scratch.fit(&job, target_groups, block, split_filters, Share::All, len, zeros)?;
         let (partials, counters) = (Bound::whole(&scratch.partials), Bound::whole(&scratch.counters));
-        let split =
-            Split { target_groups, block, partials, counters, split_filters, portable: self.portable, side: None };
+        let split = Split {
+            target_groups,
+            block,
+            partials,
+            counters,
+            split_filters,
+            portable: self.portable,
+            side: None,
+            cut_here_groups: CUT_HERE_GROUPS,
+        };
         let plan = Launch::plan(&job, &split)?;
         self.dispatch(plan)
     }

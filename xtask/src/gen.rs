@@ -49,10 +49,10 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         kernels::abi::FLAG_STATUS
     ));
     {
-        use kernels::abi::{word, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY};
+        use kernels::abi::{word, FLAG_CUT_HERE, FLAG_FILTERED_ONLY, FLAG_PASSES, FLAG_ROW_LIST, FLAG_SEEDED_ONLY};
         use kernels::filters;
         manifest.push_str(&format!(
-            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels).\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\n\n"
+            "/// Flag bits: write each row's pass count (filter kernels); take only the rows with a filter\n/// (filter kernels); take only the seeded rows without one (seeded kernels); take the rows of a\n/// list (filter and seeded kernels); the one-read path's merge is also the top-p cut's launch.\npub const FLAG_PASSES: u32 = {FLAG_PASSES};\npub const FLAG_FILTERED_ONLY: u32 = {FLAG_FILTERED_ONLY};\npub const FLAG_SEEDED_ONLY: u32 = {FLAG_SEEDED_ONLY};\npub const FLAG_ROW_LIST: u32 = {FLAG_ROW_LIST};\npub const FLAG_CUT_HERE: u32 = {FLAG_CUT_HERE};\n\n"
         ));
         manifest.push_str(&format!(
             "/// Word indices of the row record that the layout of `RowParams` is checked against.\npub const WORD_TEMPERATURE: usize = {};\npub const WORD_MODE: usize = {};\npub const WORD_TOP_K: usize = {};\npub const WORD_TOP_P: usize = {};\npub const WORD_MIN_P: usize = {};\npub const WORD_ORDER: usize = {};\npub const WORD_HASH: usize = {};\npub const WORD_SEED: usize = {};\npub const WORD_OFFSET: usize = {};\n\n",

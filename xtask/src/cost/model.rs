@@ -14,6 +14,7 @@ use super::plan::Launch;
 use super::sass::{Counts, Loop, Pipe, PIPES};
 
 /// What the model knows of one kernel on one target.
+#[derive(Clone)]
 pub struct Kernel {
     pub name: String,
     pub loops: Vec<Loop>,
@@ -421,6 +422,7 @@ mod tests {
             written,
             rereads,
             side: false,
+            loops_of: None,
         }
     }
 

@@ -134,6 +134,10 @@ pub struct Launch {
     /// The launch runs on the CUDA backend's side stream (`src/backend/cuda.rs`): a `sample`
     /// call's seeded and filter launches, beside its plain launch on the caller's stream.
     pub side: bool,
+    /// The kernel whose streaming loop the launch's column work is, where not its own: the merge
+    /// launch that also does the top-p cut (`FLAG_CUT_HERE`) reads as the cut kernel does, in
+    /// the merge's workgroups (its block and occupancy).
+    pub loops_of: Option<String>,
 }
 
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
@@ -162,8 +166,16 @@ pub struct Shape {
 /// Passes over the row of a top-p 0.9 select, at most (the benchmark's `filter_top_p_0.9`).
 const TOP_P_PASSES: u32 = 10;
 
-/// The launches of `call` at `shape` on a device holding `target_groups` blocks of `block`.
-pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u32, stages: u32) -> Vec<Launch> {
+/// The launches of `call` at `shape` on a device holding `target_groups` blocks of `block`, whose
+/// one-read merge also does the top-p cut where its parts number at most `cut_here_groups` (the
+/// device's multiprocessors, `launch::Split::cut_here_groups`).
+pub fn launches(
+    call: Call,
+    shape: Shape,
+    era: Era,
+    (target_groups, block, cut_here_groups): (u32, u32, u32),
+    stages: u32,
+) -> Vec<Launch> {
     let Shape { batch, vocab, elem, dtype } = shape;
     let row = vocab as f64 * elem as f64;
     // One workgroup a row reading `passes` times rows of `row_bytes` (`whole`: the logits').
@@ -176,6 +188,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         written,
         rereads: false,
         side: false,
+        loops_of: None,
     };
     let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
@@ -188,6 +201,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         written: 0.0,
         rereads: false,
         side: false,
+        loops_of: None,
     };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
@@ -204,6 +218,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 written: 0.0,
                 rereads: false,
                 side: false,
+                loops_of: None,
             });
         }
         v
@@ -217,6 +232,14 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         written: 0.0,
         rereads: false,
         side: false,
+        loops_of: None,
+    };
+    // The merge launch that also does the top-p cut (`FLAG_CUT_HERE`), `p` workgroups a row:
+    // each part's second read where `reads` (the cut kernel's loop), then one of them merges.
+    let cut_here = |merge: String, cut: String, p: u32, reads: bool, row_bytes: f64| Launch {
+        rereads: true,
+        loops_of: reads.then_some(cut),
+        ..parted(merge, p, row_bytes, reads)
     };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
@@ -237,17 +260,22 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
     };
     // The one-read path (`launch.rs`, `Launch::one_read`): the parts, then the top-p cut, which
     // reads each part again for the rows of [`TOP_P_CUT`], then the merge, which runs the
-    // filter kernel's body (`passes` over the row) on the rows the parts do not take.
+    // filter kernel's body (`passes` over the row) on the rows the parts do not take. Every
+    // call modelled here plans the cut (`sample_filtered`, `sample` without row lists); where
+    // its parts fit `cut_here_groups`, the merge launch does it, over every part.
     // `input` names the kernels' input (`logits_f32`, `probs`), of `row_bytes` a row.
     let one_read = |name: &str, passes: u32, idle_rows: bool, input: &str, row_bytes: f64| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
         let cut = !idle_rows && TOP_P_CUT.contains(&name);
         let parts = parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut);
-        let merge = format!("top_k_merge_{input}");
+        let (merge, cut_kernel) = (format!("top_k_merge_{input}"), format!("top_p_cut_{input}"));
+        if batch * p <= cut_here_groups {
+            return vec![parts, cut_here(merge, cut_kernel, p, cut, row_bytes)];
+        }
         let merge =
             if decided || cut || idle_rows { idle(merge, batch) } else { whole_of(merge, passes, 0.0, row_bytes) };
-        let cut = Launch { rereads: true, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
+        let cut = Launch { rereads: true, ..parted(cut_kernel, p, row_bytes, cut) };
         vec![parts, cut, merge]
     };
     let logits = format!("logits_{dtype}");
@@ -289,6 +317,7 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                         written: if stage == 1 { written } else { 0.0 },
                         rereads: stage == 1,
                         side: false,
+                        loops_of: None,
                     })
                     .collect(),
             }
@@ -325,7 +354,8 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
         // The plain kernel over the batch (the listed rows leave it at once); the seeded list is
         // empty, so no seeded launch; with a top-p row, the one-read path over the filtered
         // rows' list on the side stream: the parts and the cut over that row's parts, each part
-        // read once in each, then the merge over it (with none, no launch of it).
+        // read once in each, the merge launch doing the cut where its parts fit (with no top-p
+        // row, no launch of either).
         Call::Step(top_p) => {
             let mut v = split(format!("sample_{dtype}"), "combine_logits", row);
             let p = vocab.div_ceil(TOP_K_PART_COLS);
@@ -338,11 +368,17 @@ pub fn launches(call: Call, shape: Shape, era: Era, target_groups: u32, block: u
                 written: 0.0,
                 rereads,
                 side: true,
+                loops_of: None,
             };
             if top_p > 0 {
+                let (merge, cut) = (format!("top_k_merge_logits_{dtype}"), format!("top_p_cut_logits_{dtype}"));
                 v.push(one_row(format!("top_k_parts_logits_{dtype}"), false));
-                v.push(one_row(format!("top_p_cut_logits_{dtype}"), true));
-                v.push(Launch { side: true, ..idle(format!("top_k_merge_logits_{dtype}"), 1) });
+                if p <= cut_here_groups {
+                    v.push(Launch { loops_of: Some(cut), ..one_row(merge, true) });
+                } else {
+                    v.push(one_row(cut, true));
+                    v.push(Launch { side: true, ..idle(merge, 1) });
+                }
             }
             v
         }

@@ -34,10 +34,20 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
     let block = tuning::get(hw.target).block;
     let target_groups = hw.sms.value as u32 * (sm.threads / block);
     let stages = 19; // filter_split: the maximum, 16 digit passes, the race, the combine
-    let launches = plan::launches(call, shape, era, target_groups, block, stages);
+    let launches = plan::launches(call, shape, era, (target_groups, block, hw.sms.value as u32), stages);
     let find = |name: &str| kernels.iter().find(|k| k.name == name).ok_or(format!("kernel {name} not in the folder"));
-    let pairs: Vec<(plan::Launch, &Kernel)> =
-        launches.iter().map(|l| Ok((l.clone(), find(&l.kernel)?))).collect::<Result<_, String>>()?;
+    // A launch whose column work is another kernel's loop runs it in its own kernel's blocks.
+    let runs: Vec<Kernel> = launches
+        .iter()
+        .map(|l| {
+            let own = find(&l.kernel)?;
+            Ok(match &l.loops_of {
+                Some(body) => Kernel { loops: find(body)?.loops.clone(), ..own.clone() },
+                None => own.clone(),
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    let pairs: Vec<(plan::Launch, &Kernel)> = launches.iter().cloned().zip(&runs).collect();
     let input = shape.batch as f64 * shape.vocab as f64 * shape.elem as f64;
     let (us, bound, each) = model::call(hw, &pairs, input, Cache::Warm);
     let (cold_us, _, _) = model::call(hw, &pairs, input, Cache::Cold);

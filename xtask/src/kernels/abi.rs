@@ -62,6 +62,11 @@ pub const FLAG_SEEDED_ONLY: u32 = 16;
 /// `0..batch` (the per-row sampler's host knows which rows have a filter or a seed, so it
 /// launches only those).
 pub const FLAG_ROW_LIST: u32 = 32;
+/// Flag bit 6: the merge of the one-read path is also the top-p cut's launch, a workgroup per
+/// part of each row, the row's last part to arrive merging it (`filter_top_k.rs`,
+/// `merge_kernel`): the host sets it where the parts all run at once, so a top-p row takes two
+/// launches, not three.
+pub const FLAG_CUT_HERE: u32 = 64;
 /// Temperatures below this are greedy (SGLang's `_SAMPLING_EPS`).
 pub const GREEDY_EPS: f32 = 1e-6;
 /// No column (a race without a winner yet).
@@ -130,12 +135,33 @@ pub(super) fn for_each_row(b: &mut Block, body: impl FnOnce(&mut Block)) {
 /// [`for_each_row`] over `batch` slots, slot `i` taking the row `row(i)`.
 pub(super) fn for_each_row_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr, body: impl FnOnce(&mut Block)) {
     b.for_("slot", builtin(Builtin::GroupId), param("batch"), builtin(Builtin::NumGroups), |b, slot| {
-        let row = b.let_("row", Ty::U32, row(slot));
-        b.let_("base", Ty::U32, row * param("stride"));
-        b.let_("col_lo", Ty::U32, u(0));
-        b.let_("col_hi", Ty::U32, param("vocab"));
-        body(b);
+        whole_row(b, row(slot), body)
     });
+}
+
+/// [`for_each_row_at`] with `per_row` workgroups per row slot (1 or the row's parts): each
+/// visits its row whole, with `part` its place among them.
+pub(super) fn for_each_row_group_at(
+    b: &mut Block,
+    per_row: Expr,
+    row: impl FnOnce(Expr) -> Expr,
+    body: impl FnOnce(&mut Block),
+) {
+    let groups = param("batch") * per_row.clone();
+    b.for_("group", builtin(Builtin::GroupId), groups, builtin(Builtin::NumGroups), |b, g| {
+        let slot = b.let_("slot", Ty::U32, g.clone() / per_row.clone());
+        b.let_("part", Ty::U32, g - slot.clone() * per_row);
+        whole_row(b, row(slot), body)
+    });
+}
+
+/// The row loop's variables for `row` taken whole, then `body`.
+fn whole_row(b: &mut Block, row: Expr, body: impl FnOnce(&mut Block)) {
+    let row = b.let_("row", Ty::U32, row);
+    b.let_("base", Ty::U32, row * param("stride"));
+    b.let_("col_lo", Ty::U32, u(0));
+    b.let_("col_hi", Ty::U32, param("vocab"));
+    body(b);
 }
 
 /// Words of a part's record in the `partials` buffer (see `race.rs`, `race_row`, and `combine.rs`): its
@@ -175,10 +201,17 @@ pub(super) fn for_each_row_part_at(b: &mut Block, row: impl FnOnce(Expr) -> Expr
         b.let_("row", Ty::U32, row(index));
         b.let_("base", Ty::U32, var("row") * param("stride"));
         let per = b.let_("quads_per_part", Ty::U32, quads_per_part(var("parts")));
-        b.let_("col_lo", Ty::U32, (var("part") * per.clone() * u(4)).min(param("vocab")));
-        b.let_("col_hi", Ty::U32, (var("col_lo") + per * u(4)).min(param("vocab")));
+        let (lo, hi) = part_columns(var("part"), per);
+        b.let_("col_lo", Ty::U32, lo);
+        b.let_("col_hi", Ty::U32, hi);
         body(b);
     });
+}
+
+/// The columns `[col_lo, col_hi)` of part `part` of a row split in parts of `per` quads (the
+/// high end read after `col_lo` is set).
+pub(super) fn part_columns(part: Expr, per: Expr) -> (Expr, Expr) {
+    ((part * per.clone() * u(4)).min(param("vocab")), (var("col_lo") + per * u(4)).min(param("vocab")))
 }
 
 /// Quads (four columns) per part when a row of `vocab` columns is split in `parts`.
@@ -374,7 +407,12 @@ pub(super) fn partials_buffer() -> BufferDecl {
 /// after the outputs: atomic, since the row's last part reads them in the same launch
 /// (`combine.rs`).
 pub(super) fn part_buffers() -> [BufferDecl; 2] {
-    [buffer("partials", Storage::AtomicU32, true), counters_buffer()]
+    [atomic_partials_buffer(), counters_buffer()]
+}
+
+/// The scratch where a launch's parts read each other's records (a row's last part), so atomic.
+pub(super) fn atomic_partials_buffer() -> BufferDecl {
+    buffer("partials", Storage::AtomicU32, true)
 }
 
 /// The split rows' arrival counters (and, after them, the seeded sampler's part records):

@@ -42,8 +42,8 @@
 //! more than the filter kernel's count.
 
 use super::abi::{
-    buffer, for_each_row_at, for_each_row_part_at, kernel, part_buffers, partials_buffer, quads_per_part,
-    row_is_ranked, row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_PASSES, PARTS_SHIFT,
+    atomic_partials_buffer, buffer, for_each_row_group_at, for_each_row_part_at, kernel, part_buffers, quads_per_part,
+    row_is_ranked, row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_CUT_HERE, FLAG_PASSES, PARTS_SHIFT,
 };
 use super::filter_top_p;
 use super::filter_values as values;
@@ -723,38 +723,49 @@ fn parts_kernel(input: Input) -> Kernel {
     k
 }
 
+/// The merge, one workgroup a row; with `FLAG_CUT_HERE` also the top-p cut's launch, a
+/// workgroup per part of each row ([`filter_top_p::cut_here`]), where the host knows the parts
+/// all run at once.
 fn merge_kernel(input: Input) -> Kernel {
     let mut b = Block::new();
     b.let_("parts", Ty::U32, (param("flags") >> u(PARTS_SHIFT)).max(u(1)));
-    for_each_row_at(&mut b, listed_row, |b| {
+    let here = b.let_("cut_here", Ty::Bool, (param("flags") & u(FLAG_CUT_HERE)).ne_(u(0)));
+    let per_row = select(here.clone(), var("parts"), u(1));
+    for_each_row_group_at(&mut b, per_row, listed_row, |b| {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             b.let_("one_read_done", Ty::Bool, boolean(false));
             let one = one_read_row(b);
             // The reads of the row before this launch: the parts' and, for a top-p row, the cut's.
             b.let_("reads_before", Ty::U32, select(one.clone(), u(1), u(0)));
-            b.if_(one, |b| {
-                b.if_else(
-                    var("top_p_cut"),
-                    |b| b.scope(|b| filter_top_p::merge_cut(b, input)),
-                    |b| b.scope(|b| merge_row(b, input)),
-                )
-            });
-            b.if_(var("one_read_done").not(), |b| {
-                // The merge's arrays are the body's list: every read of them is done.
-                b.barrier();
-                filter_body(b, input, Output::Sample, var("reads_before"), Build::Full)
+            b.let_("merges", Ty::Bool, var("part").eq_(u(0)));
+            b.if_(here.and(var("top_p_cut")), |b| b.scope(|b| filter_top_p::cut_here(b, input)));
+            b.if_(var("merges"), |b| {
+                b.if_(one, |b| {
+                    b.if_else(
+                        var("top_p_cut"),
+                        |b| b.scope(|b| filter_top_p::merge_cut(b, input)),
+                        |b| b.scope(|b| merge_row(b, input)),
+                    )
+                });
+                b.if_(var("one_read_done").not(), |b| {
+                    // The merge's arrays are the body's list: every read of them is done.
+                    b.barrier();
+                    filter_body(b, input, Output::Sample, var("reads_before"), Build::Full)
+                });
             });
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample);
-    buffers.push(partials_buffer());
-    let doc = "top-k after top_k_parts (and top-p rows after top_p_cut): the set and the race from the \
-               parts' candidates or listed range, else the filter kernel's";
+    // Atomic: with `FLAG_CUT_HERE` a row's last part reads the other parts' records.
+    buffers.push(atomic_partials_buffer());
+    let doc = "top-k after top_k_parts (and top-p rows after top_p_cut, or with FLAG_CUT_HERE the cut too): \
+               the set and the race from the parts' candidates or listed range, else the filter kernel's";
     let passes = 1 + max_passes(Output::Sample, Build::Full);
     let name = format!("top_k_merge_{}", input.suffix());
     let mut k = kernel(name, doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared(Build::Full));
+    k.shared.push(filter_top_p::cut_shared());
     k
 }
 

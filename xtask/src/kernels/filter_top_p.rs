@@ -35,7 +35,10 @@
 //! the candidates do not decide: rows whose cut lies in a bin of thousands of tokens of several
 //! values (a bin of one tied value, a flat row, is ranked by column).
 
-use super::abi::{buffer, for_each_row_part_at, kernel, partials_buffer, quads_per_part, row_is_seeded, PhiloxKey};
+use super::abi::{
+    buffer, for_each_row_part_at, kernel, part_columns, partials_buffer, quads_per_part, row_is_seeded, PhiloxKey,
+};
+use super::combine::{count_in, release};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
@@ -116,10 +119,14 @@ mod tail {
     /// the seeded race's score (f64 bits, two words) and column.
     pub const BEST: u32 = 19;
     pub const RBEST: u32 = 24;
+    /// In the row's state: its parts counted in so far where the merge launch is also the
+    /// cut's (`FLAG_CUT_HERE`); the estimate sets it to 0, the last part back to 0.
+    pub const ARRIVED: u32 = 29;
 }
 /// Words of a winners' record (see `tail::BEST`).
 const WIN_WORDS: u32 = 5;
-const _: () = assert!(tail::RBEST + WIN_WORDS <= TAIL_WORDS && tail::BEST + WIN_WORDS <= tail::RBEST);
+const _: () = assert!(tail::RBEST + WIN_WORDS <= tail::ARRIVED && tail::ARRIVED < TAIL_WORDS);
+const _: () = assert!(tail::BEST + WIN_WORDS <= tail::RBEST);
 
 /// The first word of a slot's tail.
 const TAIL: u32 = SLOT_WORDS - TAIL_WORDS;
@@ -289,6 +296,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
                 b.store(SCRATCH, state(tail::HI), bin + below);
                 b.store(SCRATCH, state(tail::R), r.bitcast(Ty::U32));
                 b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
+                b.store(SCRATCH, state(tail::ARRIVED), u(0));
             });
         },
         |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
@@ -422,8 +430,9 @@ fn cut_part(b: &mut Block, input: Input) {
                             race(b, "r");
                             let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
                             b.if_(at.clone().lt(u(PART_LIST)), |b| {
-                                b.store(SCRATCH, own_word(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
-                                b.store(SCRATCH, own_word(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
+                                let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
+                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
+                                b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
                             });
                         },
                         |b| {
@@ -744,6 +753,37 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
     });
 }
 
+/// A part of a top-p row where the merge launch is also the cut's (`FLAG_CUT_HERE`, a
+/// workgroup per part of each row, `part` its place): the part's cut ([`cut_part`]) over its
+/// columns, then it counts itself in on the row's state, and only the last part to arrive
+/// merges the row (`merges`). A row the estimate left (its maximum not finite) is merged by its
+/// part 0, as every row the cut does not take. One launch fewer than the cut's own: a batch
+/// with a few top-p rows (`Sampler::step`'s mixed batch) is bound by launches, not by the read.
+pub(super) fn cut_here(b: &mut Block, input: Input) {
+    let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
+    let state = tail_word(row_slot.clone(), u(0), tail::GO);
+    b.if_(load(SCRATCH, state).eq_(u(1)), |b| {
+        let (lo, hi) = part_columns(var("part"), quads_per_part(var("parts")));
+        b.set("col_lo", lo);
+        b.set("col_hi", hi);
+        b.scope(|b| cut_part(b, input));
+        b.set("col_lo", u(0));
+        b.set("col_hi", param("vocab"));
+        let counter = tail_word(row_slot, u(0), tail::ARRIVED);
+        let last = count_in(b, SCRATCH, counter.clone());
+        b.set("merges", last.clone());
+        b.if_(last, |b| {
+            b.fence();
+            release(b, SCRATCH, counter);
+        });
+    });
+}
+
+/// The workgroup memory of [`cut_part`]: its count of listed range tokens.
+pub(super) fn cut_shared() -> SharedDecl {
+    SharedDecl::atomic(LISTING, 1)
+}
+
 fn cut_kernel(input: Input) -> Kernel {
     let mut b = Block::new();
     for_each_row_part_at(&mut b, listed_row, |b| {
@@ -760,7 +800,7 @@ fn cut_kernel(input: Input) -> Kernel {
     let name = format!("top_p_cut_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(true), b);
     k.workgroup = Workgroup::Part;
-    k.shared.push(SharedDecl::atomic(LISTING, 1));
+    k.shared.push(cut_shared());
     k
 }
 
