@@ -339,15 +339,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
             if ((cut_here && top_p_cut)) {
                 {
                     unsigned int row_slot = slot;
-                    if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 773u)]) == 1u)) {
+                    if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
                         // built by kernels::filter_top_p::cut_here
                         col_lo = min(((part * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab);
                         col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
                         {
-                            float cut_lo = ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
-                            float cut_hi = ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
-                            float grid_r = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 776u)]));
-                            float cut_mx = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 777u)]));
+                            float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
+                            float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
+                            float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
+                            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                             bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                             unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
@@ -1140,10 +1140,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     if (top_p_cut) {
                         {
                             unsigned int row_slot = slot;
-                            if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 773u)]) == 1u)) {
+                            if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
                                 // built by kernels::filter_top_p::merge_cut
                                 reads_before = 2u;
-                                float cut_mx = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 777u)]));
+                                float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                                 bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                                 unsigned int r_n_above = 0u;
                                 unsigned int r_n_range = 0u;
@@ -3374,7 +3374,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             float m = sk_bitcast<float>(4286578688u);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::row_max
-                                m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 0u)])));
+                                m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]));
                             }
                             float row_m = (0.0f);
                             {
@@ -3404,9 +3404,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             float s = (0.0f);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::merge_row
-                                float mp_p = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 0u)]));
+                                float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]);
                                 if ((mp_p > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 1u)])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));
+                                    s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 1u)]) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));
                                 }
                             }
                             float row_s = (0.0f);
@@ -3465,9 +3465,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int ip = (ti / want);
                                         unsigned int is = (ti - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int tk = ik;
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
@@ -3720,9 +3720,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int ip = (gi / want);
                                     unsigned int is = (gi - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -3789,9 +3789,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int ip = (gj / want);
                                     unsigned int is = (gj - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -3802,7 +3802,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
                                             const unsigned int sk_e58 = (gj / want);
-                                            listed_cols[(257u + g_out)] = (*(volatile unsigned int*)&partials[((((slot * parts) + sk_e58) * 805u) + (6u + ((gj - (sk_e58 * want)) * 2u)))]);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e58) * 805u) + (6u + ((gj - (sk_e58 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -4147,9 +4147,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int ip = (pos / want);
                                         unsigned int is = (pos - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int lk = ik;
                                         if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
@@ -4158,11 +4158,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
-                                        unsigned int rk3 = (*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 3u)]);
+                                        unsigned int rk3 = partials[((((slot * parts) + p) * 805u) + 3u)];
                                         if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
-                                        unsigned int rk4 = (*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 4u)]);
+                                        unsigned int rk4 = partials[((((slot * parts) + p) * 805u) + 4u)];
                                         if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
@@ -4347,7 +4347,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         const unsigned int sk_e120 = (((slot * parts) + p) * 805u);
-                                        unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e120 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e120 + 4u)]));
+                                        unsigned int mo_lk = max(partials[(sk_e120 + 3u)], partials[(sk_e120 + 4u)]);
                                         const float sk_e123 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
                                         const float sk_e121 = ((sk_e123 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
                                         const float sk_e122 = (sk_e123 - row_m);
@@ -4397,12 +4397,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) {
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
-                                            if ((mo_s < (*(volatile unsigned int*)&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                const unsigned int sk_e127 = (*(volatile unsigned int*)&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                            if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
+                                                const unsigned int sk_e127 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
                                                 float mo_z = sk_bitcast<float>((((sk_e127 & 2147483648u) != 0u) ? (sk_e127 ^ 2147483648u) : (sk_e127 ^ 4294967295u)));
                                                 const float sk_e128 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
                                                 if (((sk_e128 > (0.0f)) && (sk_e128 >= mp))) {
-                                                    unsigned int mo_col = (*(volatile unsigned int*)&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
+                                                    unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         // built by kernels::filter_top_k::race_one
                                                         double s64 = ((double)(mo_z - row_m));

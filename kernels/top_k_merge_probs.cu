@@ -306,15 +306,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
             if ((cut_here && top_p_cut)) {
                 {
                     unsigned int row_slot = slot;
-                    if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 773u)]) == 1u)) {
+                    if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
                         // built by kernels::filter_top_p::cut_here
                         col_lo = min(((part * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab);
                         col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
                         {
-                            float cut_lo = ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
-                            float cut_hi = ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
-                            float grid_r = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 776u)]));
-                            float cut_mx = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 777u)]));
+                            float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
+                            float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
+                            float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
+                            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                             bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                             unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
@@ -1103,10 +1103,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     if (top_p_cut) {
                         {
                             unsigned int row_slot = slot;
-                            if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 773u)]) == 1u)) {
+                            if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
                                 // built by kernels::filter_top_p::merge_cut
                                 reads_before = 2u;
-                                float cut_mx = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + 0u) * 805u) + 777u)]));
+                                float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
                                 bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                                 unsigned int r_n_above = 0u;
                                 unsigned int r_n_range = 0u;
@@ -3335,7 +3335,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             float m = sk_bitcast<float>(4286578688u);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::row_max
-                                m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 0u)])));
+                                m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]));
                             }
                             float row_m = (0.0f);
                             {
@@ -3365,9 +3365,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             float s = (0.0f);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::merge_row
-                                float mp_p = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 0u)]));
+                                float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]);
                                 if ((mp_p > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 1u)])) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));
+                                    s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 1u)]) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));
                                 }
                             }
                             float row_s = (0.0f);
@@ -3426,9 +3426,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ip = (ti / want);
                                         unsigned int is = (ti - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int tk = ik;
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
@@ -3681,9 +3681,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int ip = (gi / want);
                                     unsigned int is = (gi - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -3750,9 +3750,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int ip = (gj / want);
                                     unsigned int is = (gj - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -3763,7 +3763,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
                                             const unsigned int sk_e52 = (gj / want);
-                                            listed_cols[(257u + g_out)] = (*(volatile unsigned int*)&partials[((((slot * parts) + sk_e52) * 805u) + (6u + ((gj - (sk_e52 * want)) * 2u)))]);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e52) * 805u) + (6u + ((gj - (sk_e52 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -4092,9 +4092,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ip = (pos / want);
                                         unsigned int is = (pos - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = (*(volatile unsigned int*)&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int lk = ik;
                                         if ((((lk != 0u) && (lk < t_key)) && (sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) == ov_t))) {
@@ -4103,11 +4103,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
-                                        unsigned int rk3 = (*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 3u)]);
+                                        unsigned int rk3 = partials[((((slot * parts) + p) * 805u) + 3u)];
                                         if ((((rk3 != 0u) && (rk3 < t_key)) && (sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
-                                        unsigned int rk4 = (*(volatile unsigned int*)&partials[((((slot * parts) + p) * 805u) + 4u)]);
+                                        unsigned int rk4 = partials[((((slot * parts) + p) * 805u) + 4u)];
                                         if ((((rk4 != 0u) && (rk4 < t_key)) && (sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
@@ -4291,7 +4291,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         const unsigned int sk_e97 = (((slot * parts) + p) * 805u);
-                                        unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e97 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e97 + 4u)]));
+                                        unsigned int mo_lk = max(partials[(sk_e97 + 3u)], partials[(sk_e97 + 4u)]);
                                         const float sk_e99 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
                                         const float sk_e98 = ((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m));
                                         if (((mo_lk != 0u) && ((sk_e98 > (0.0f)) && (sk_e98 >= mp)))) {
@@ -4338,12 +4338,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) {
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
-                                            if ((mo_s < (*(volatile unsigned int*)&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                const unsigned int sk_e101 = (*(volatile unsigned int*)&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                            if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
+                                                const unsigned int sk_e101 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
                                                 float mo_z = sk_bitcast<float>((((sk_e101 & 2147483648u) != 0u) ? (sk_e101 ^ 2147483648u) : (sk_e101 ^ 4294967295u)));
                                                 const float sk_e102 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
                                                 if (((sk_e102 > (0.0f)) && (sk_e102 >= mp))) {
-                                                    unsigned int mo_col = (*(volatile unsigned int*)&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
+                                                    unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         // built by kernels::filter_top_k::race_one
                                                         double s64 = sk_log64(((double)mo_z));

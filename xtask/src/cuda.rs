@@ -120,8 +120,9 @@ impl CLike for Emitter<'_> {
                 Builtin::NumGroups => "gridDim.x".into(),
                 Builtin::BlockSize => "((unsigned int)SK_BLOCK)".into(),
             },
-            Expr::Load(buf, idx) => {
+            Expr::Load(buf, idx) | Expr::Settled(buf, idx) => {
                 let decl = buffer(self.kernel, buf)?;
+                let settled = matches!(e, Expr::Settled(..));
                 let i = match decl.storage {
                     Storage::F32 | Storage::F16 | Storage::Bf16 | Storage::F64 => self.index(idx, scope)?,
                     Storage::U32 | Storage::AtomicU32 => x(idx)?,
@@ -130,8 +131,8 @@ impl CLike for Emitter<'_> {
                     Storage::F16 => format!("sk_f16({buf}[{i}])"),
                     Storage::Bf16 => format!("sk_bf16({buf}[{i}])"),
                     // Written by other blocks of this launch: read from L2, past L1.
-                    Storage::AtomicU32 => format!("(*(volatile unsigned int*)&{buf}[{i}])"),
-                    Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{i}]"),
+                    Storage::AtomicU32 if !settled => format!("(*(volatile unsigned int*)&{buf}[{i}])"),
+                    Storage::F32 | Storage::U32 | Storage::F64 | Storage::AtomicU32 => format!("{buf}[{i}]"),
                 }
             }
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
@@ -391,7 +392,7 @@ pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String,
     let loads = |storage: Storage| {
         any_expr(
             kernel,
-            |e| matches!(e, Expr::Load(b, _) if kernel.buffers.iter().any(|d| d.name == *b && d.storage == storage)),
+            |e| matches!(e, Expr::Load(b, _) | Expr::Settled(b, _) if kernel.buffers.iter().any(|d| d.name == *b && d.storage == storage)),
         )
     };
     let (f16, bf16) = (loads(Storage::F16), loads(Storage::Bf16));

@@ -218,6 +218,10 @@ pub enum Expr {
     Builtin(Builtin),
     /// Element `index` of a storage buffer (half formats are widened to f32).
     Load(String, Box<Expr>),
+    /// [`Expr::Load`] of a word no workgroup of the launch writes (an earlier launch did): on an
+    /// atomic buffer, WGSL still reads it atomically, and CUDA as plain memory, through L1,
+    /// where a word other workgroups write in the launch must be read past it.
+    Settled(String, Box<Expr>),
     /// Element `index` of a workgroup array.
     LoadShared(String, Box<Expr>),
     Bin(BinOp, Box<Expr>, Box<Expr>),
@@ -455,6 +459,10 @@ pub fn builtin(b: Builtin) -> Expr {
 }
 pub fn load(buf: &str, index: Expr) -> Expr {
     Expr::Load(buf.to_string(), Box::new(index))
+}
+/// [`Expr::Settled`].
+pub fn load_settled(buf: &str, index: Expr) -> Expr {
+    Expr::Settled(buf.to_string(), Box::new(index))
 }
 pub fn load_shared(arr: &str, index: Expr) -> Expr {
     Expr::LoadShared(arr.to_string(), Box::new(index))
@@ -775,7 +783,7 @@ impl<'k> Scope<'k> {
                 Ty::U32
             }
             Expr::Builtin(_) => Ty::U32,
-            Expr::Load(buf, idx) => {
+            Expr::Load(buf, idx) | Expr::Settled(buf, idx) => {
                 expect(Ty::U32, idx)?;
                 self.buffer(buf)?.storage.value_ty()
             }
@@ -1189,7 +1197,7 @@ pub fn visit_exprs(stmts: &[Stmt], f: &mut impl FnMut(&Expr)) {
 pub fn children(e: &Expr) -> Vec<&Expr> {
     match e {
         Expr::Lit(_) | Expr::Var(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::BinValue(..) => vec![],
-        Expr::Load(_, i) | Expr::LoadShared(_, i) => vec![i],
+        Expr::Load(_, i) | Expr::Settled(_, i) | Expr::LoadShared(_, i) => vec![i],
         Expr::Bin(_, a, b) => vec![a, b],
         Expr::Un(_, a) | Expr::Cast(_, a) | Expr::Bitcast(_, a) | Expr::Component(a, _) => vec![a],
         Expr::Math(_, args) | Expr::Intrinsic(_, args) | Expr::Call(_, args) => args.iter().collect(),

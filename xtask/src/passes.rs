@@ -41,6 +41,7 @@ fn map_children(e: Expr, f: &mut impl FnMut(Expr) -> Expr) -> Expr {
     match e {
         Expr::Lit(_) | Expr::Var(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::BinValue(..) => e,
         Expr::Load(n, i) => Expr::Load(n, b(i)),
+        Expr::Settled(n, i) => Expr::Settled(n, b(i)),
         Expr::LoadShared(n, i) => Expr::LoadShared(n, b(i)),
         Expr::Bin(op, x, y) => {
             let x = b(x);
@@ -240,7 +241,8 @@ fn always(e: &Expr) -> Vec<&Expr> {
 
 /// Whether evaluating `e` where the program might not could fault (a load) or cost much (a call).
 fn guarded(e: &Expr) -> bool {
-    matches!(e, Expr::Load(..) | Expr::LoadShared(..) | Expr::Call(..)) || children(e).into_iter().any(guarded)
+    matches!(e, Expr::Load(..) | Expr::Settled(..) | Expr::LoadShared(..) | Expr::Call(..))
+        || children(e).into_iter().any(guarded)
 }
 
 fn replace(e: Expr, what: &Expr, with: &Expr) -> Expr {

@@ -94,7 +94,9 @@ impl CLike for Emitter<'_> {
                 Builtin::NumGroups => "sk_nwg.x".into(),
                 Builtin::BlockSize => "BLOCK".into(),
             },
-            Expr::Load(buf, idx) => {
+            // WGSL orders no plain read after another workgroup's atomic: a settled word is read
+            // as every other word of its buffer.
+            Expr::Load(buf, idx) | Expr::Settled(buf, idx) => {
                 let decl = buffer(self.kernel, buf)?;
                 match decl.storage {
                     Storage::F16 | Storage::Bf16 => format!("sk_load_{buf}({})", x(idx)?),
@@ -467,7 +469,8 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
             out.line(l);
         }
     }
-    let loaded = |buf: &BufferDecl| any_expr(kernel, |e| matches!(e, Expr::Load(b, _) if *b == buf.name));
+    let loaded =
+        |buf: &BufferDecl| any_expr(kernel, |e| matches!(e, Expr::Load(b, _) | Expr::Settled(b, _) if *b == buf.name));
     for buf in kernel.buffers.iter().filter(|b| b.storage.is_half() && loaded(b)) {
         out.open(format!("fn sk_load_{}(i: u32) -> f32 {{", buf.name));
         out.line(format!("let w = {}[i >> 1u];", buf.name));

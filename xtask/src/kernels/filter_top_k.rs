@@ -382,7 +382,7 @@ fn count_shared_boundary(b: &mut Block, ov: &dyn Fn(Expr) -> Expr, key_at: &dyn 
     });
     b.for_("p", lid, var("parts"), bs, |b, p| {
         for word in [3, 4] {
-            let k = b.let_(&format!("rk{word}"), Ty::U32, load(SCRATCH, record(p.clone(), u(word))));
+            let k = b.let_(&format!("rk{word}"), Ty::U32, load_settled(SCRATCH, record(p.clone(), u(word))));
             b.if_(left_out(k), bad);
         }
     });
@@ -456,18 +456,23 @@ pub(super) fn finish_race(
     b.if_(want_passes.and(builtin(Builtin::LocalId).eq_(u(0))), |b| b.store("passes", var("row"), passes));
 }
 
+/// How a kernel reads its scratch: [`load`] where other workgroups of the launch wrote the word
+/// (a row's last part reads its parts' records), [`load_settled`] where an earlier launch did
+/// (the merge reads the parts launch's records through L1 on CUDA).
+pub(super) type Read = fn(&str, Expr) -> Expr;
+
 /// The maximum of part `p` of the row in slot `row_slot`, from its record.
-pub(super) fn part_m(row_slot: Expr, p: Expr) -> Expr {
-    load(SCRATCH, slot_word(row_slot, p, u(0))).bitcast(Ty::F32)
+pub(super) fn part_m(row_slot: Expr, p: Expr, read: Read) -> Expr {
+    read(SCRATCH, slot_word(row_slot, p, u(0))).bitcast(Ty::F32)
 }
 
 /// The maximum `z` of the row in slot `row_slot` from its parts' records, into `row_m`,
 /// returned with whether it is finite (the merge's candidates and the top-p histograms need a
 /// finite one).
-pub(super) fn row_max(b: &mut Block, row_slot: Expr) -> (Expr, Expr) {
+pub(super) fn row_max(b: &mut Block, row_slot: Expr, read: Read) -> (Expr, Expr) {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
     b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
-        b.set("m", var("m").max(part_m(row_slot.clone(), p)))
+        b.set("m", var("m").max(part_m(row_slot.clone(), p, read)))
     });
     let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_m");
     let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
@@ -493,11 +498,11 @@ fn row_mass(b: &mut Block, input: Input, mx: Expr) -> Expr {
 fn merge_row(b: &mut Block, input: Input) {
     let lid = builtin(Builtin::LocalId);
     let bs = builtin(Builtin::BlockSize);
-    let (mx, finite) = row_max(b, var("slot"));
+    let (mx, finite) = row_max(b, var("slot"), load_settled);
     b.let_("s", Ty::F32, f(0.0));
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
-        let mp = b.let_("mp_p", Ty::F32, part_m(var("slot"), p.clone()));
-        let sp = load(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
+        let mp = b.let_("mp_p", Ty::F32, part_m(var("slot"), p.clone(), load_settled));
+        let sp = load_settled(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
         b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
             b.set("s", var("s") + sp * values::weight(input, mp, mx.clone()))
         });
@@ -510,11 +515,11 @@ fn merge_row(b: &mut Block, input: Input) {
         let key_at = move |b: &mut Block, pos: Expr| {
             let p = b.let_("ip", Ty::U32, pos.clone() / w2.clone());
             let s = b.let_("is", Ty::U32, pos - p.clone() * w2.clone());
-            let listed = s.clone().lt(load(SCRATCH, record(p.clone(), u(2))));
+            let listed = s.clone().lt(load_settled(SCRATCH, record(p.clone(), u(2))));
             let at = record(p, u(HEAD_WORDS) + s * u(2));
             // The record is read only where it lists the item (the rest is stale).
             b.let_("ik", Ty::U32, u(0));
-            b.if_(listed, |b| b.set("ik", load(SCRATCH, at)));
+            b.if_(listed, |b| b.set("ik", load_settled(SCRATCH, at)));
             var("ik")
         };
         select_top(b, n.clone(), want.clone(), &key_at);
@@ -522,7 +527,7 @@ fn merge_row(b: &mut Block, input: Input) {
             let p = pos.clone() / want.clone();
             let s = pos - p.clone() * want.clone();
             put(b, M_KEY, o.clone(), k);
-            put(b, M_COL, o, load(SCRATCH, record(p, u(HEAD_WORDS + 1) + s * u(2))));
+            put(b, M_COL, o, load_settled(SCRATCH, record(p, u(HEAD_WORDS + 1) + s * u(2))));
         });
         let n_sel = b.let_("n_sel", Ty::U32, var("t_above") + var("t_take"));
         b.barrier();
@@ -671,7 +676,7 @@ fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
     };
     b.let_("mo_left", Ty::U32, u(0));
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
-        let left = load(SCRATCH, record(p.clone(), u(3))).max(load(SCRATCH, record(p, u(4))));
+        let left = load_settled(SCRATCH, record(p.clone(), u(3))).max(load_settled(SCRATCH, record(p, u(4))));
         let left = b.let_("mo_lk", Ty::U32, left);
         b.if_(left.clone().ne_(u(0)).and(kept(key_value(left))), |b| b.set("mo_left", u(1)));
     });
@@ -685,11 +690,11 @@ fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
         b.for_("i", lid, var("parts") * want.clone(), bs, |b, i| {
             let p = b.let_("mo_p", Ty::U32, i.clone() / want.clone());
             let at = b.let_("mo_s", Ty::U32, i - p.clone() * want.clone());
-            b.if_(at.clone().lt(load(SCRATCH, record(p.clone(), u(2)))), |b| {
+            b.if_(at.clone().lt(load_settled(SCRATCH, record(p.clone(), u(2)))), |b| {
                 let word = record(p, u(HEAD_WORDS) + at * u(2));
-                let z = b.let_("mo_z", Ty::F32, key_value(load(SCRATCH, word.clone())));
+                let z = b.let_("mo_z", Ty::F32, key_value(load_settled(SCRATCH, word.clone())));
                 b.if_(kept(z.clone()), |b| {
-                    let col = b.let_("mo_col", Ty::U32, load(SCRATCH, word + u(1)));
+                    let col = b.let_("mo_col", Ty::U32, load_settled(SCRATCH, word + u(1)));
                     let ov = values::order_value(input, z.clone(), mx.clone());
                     race_one(b, input, "", (seeded.clone(), &key), col, z, ov);
                 });

@@ -226,7 +226,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
 fn estimate_cut(b: &mut Block, input: Input) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let state = |k: u32| tail_word(var("row_slot"), u(0), k);
-    let (mx, finite) = row_max(b, var("row_slot"));
+    let (mx, finite) = row_max(b, var("row_slot"), load);
     b.if_else(
         finite,
         |b| {
@@ -243,7 +243,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
             // the weights past their 32 units and those that round to nothing.
             let total = b.let_("e_total", Ty::F32, f(0.0));
             b.for_("p", u(0), var("parts"), u(1), |b, p| {
-                let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone()));
+                let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone(), load));
                 b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
                     let sum = load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(1))).bitcast(Ty::F32);
                     b.set("e_total", total.clone() + sum * values::weight(input, mp.clone(), mx.clone()));
@@ -377,7 +377,7 @@ fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
 /// masses, its listed range tokens and its winners, into its record.
 fn cut_part(b: &mut Block, input: Input) {
     let lid = builtin(Builtin::LocalId);
-    let state = |k: u32| load(SCRATCH, tail_word(var("row_slot"), u(0), k));
+    let state = |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), k));
     let lo = b.let_("cut_lo", Ty::F32, state(tail::LO).cast(Ty::F32));
     let hi = b.let_("cut_hi", Ty::F32, state(tail::HI).cast(Ty::F32));
     let r = b.let_("grid_r", Ty::F32, state(tail::R).bitcast(Ty::F32));
@@ -484,7 +484,7 @@ fn cut_part(b: &mut Block, input: Input) {
 /// body, after the two reads (`reads_before`).
 pub(super) fn merge_cut(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
-    let state = |k: u32| load(SCRATCH, tail_word(row_slot.clone(), u(0), k));
+    let state = |k: u32| load_settled(SCRATCH, tail_word(row_slot.clone(), u(0), k));
     b.if_(state(tail::GO).eq_(u(1)), |b| {
         b.set("reads_before", u(2));
         let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
@@ -762,7 +762,7 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
 pub(super) fn cut_here(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
     let state = tail_word(row_slot.clone(), u(0), tail::GO);
-    b.if_(load(SCRATCH, state).eq_(u(1)), |b| {
+    b.if_(load_settled(SCRATCH, state).eq_(u(1)), |b| {
         let (lo, hi) = part_columns(var("part"), quads_per_part(var("parts")));
         b.set("col_lo", lo);
         b.set("col_hi", hi);
@@ -790,7 +790,7 @@ fn cut_kernel(input: Input) -> Kernel {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             let one = one_read_row(b);
-            let go = load(SCRATCH, tail_word(var("row_slot"), u(0), tail::GO)).eq_(u(1));
+            let go = load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::GO)).eq_(u(1));
             b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(|b| cut_part(b, input)));
         });
     });
