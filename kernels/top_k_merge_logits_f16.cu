@@ -3875,7 +3875,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     const float sk_e60 = sk_bitcast<float>((((sk_e61 & 2147483648u) != 0u) ? (sk_e61 ^ 2147483648u) : (sk_e61 ^ 4294967295u)));
                                     float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e60 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e60 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
-                                    bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
                                     bool keep_lo = (base_r && (joint_p ? (bf <= lim_lo) : (br <= lim_k)));
                                     if (keep_lo) {
@@ -4090,7 +4090,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         const float sk_e110 = sk_bitcast<float>((((sk_e111 & 2147483648u) != 0u) ? (sk_e111 ^ 2147483648u) : (sk_e111 ^ 4294967295u)));
                                         float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
-                                        bool base_r = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                        bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
                                             n_lo = (n_lo + 1u);
                                         }
@@ -4383,7 +4383,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         __syncthreads();
                                     }
                                     const unsigned int sk_e126 = (row * 12u);
-                                    if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;

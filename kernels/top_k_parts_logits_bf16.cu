@@ -328,6 +328,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 part_keys[g] = sk_bitcast<unsigned int>((0.0f));
                                 part_keys[(512u + g)] = 0u;
+                                part_keys[(1024u + g)] = 0u;
                             }
                             float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
@@ -340,16 +341,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
                                             part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            unsigned int e_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u);
                                             const unsigned int sk_e6 = (512u + g);
-                                            part_keys[sk_e6] = (part_keys[sk_e6] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[sk_e6] = (part_keys[sk_e6] + e_n);
+                                            const unsigned int sk_e7 = (1024u + g);
+                                            part_keys[sk_e7] = max(part_keys[sk_e7], e_n);
                                         }
                                     }
                                 }
                             }
                             float e_unit = ((3500000000.0f) / e_total);
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                const float sk_e7 = (((grid_r - ((float)g)) + (1.0f)) * (0.0625f));
-                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e7 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e7 - row_m))))) * e_unit));
+                                const float sk_e8 = (((grid_r - ((float)g)) + (1.0f)) * (0.0625f));
+                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e8 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e8 - row_m))))) * e_unit));
                             }
                             unsigned int e_m_own = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
@@ -556,8 +560,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e8 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e8)) && ((e_n_cum + e_n_x) > sk_e8))) {
+                                const unsigned int sk_e9 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e9)) && ((e_n_cum + e_n_x) > sk_e9))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                     e_n_near_start = ((((kk - 1u) - e_n_cum) <= 0u) ? 1u : 0u);
                                     e_n_near_end = ((((e_n_cum + e_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -639,10 +643,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                                 e_n_bin_end = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e9 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e9 > 0u) ? sk_e9 : 1u));
+                            const unsigned int sk_e10 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e10 > 0u) ? sk_e10 : 1u));
                             unsigned int e_above = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_start : 1u);
                             unsigned int e_below = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_end : 1u);
+                            unsigned int e_one = part_keys[(1024u + e_cut)];
+                            unsigned int e_wide = 0u;
+                            for (unsigned int g = (e_cut - min(e_cut, e_above)); g < (min((e_cut + e_below), 511u) + 1u); g += 1u) {
+                                e_wide = (e_wide + part_keys[(1024u + g)]);
+                            }
+                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((e_wide > 384u) && (e_one <= 384u)))) {
+                                e_above = 0u;
+                                e_below = 0u;
+                            }
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, e_above));
@@ -669,17 +682,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e10 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                    const float sk_e11 = sk_bf16(x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]);
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e11 = sk_bf16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
+                    const float sk_e12 = sk_bf16(x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]);
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e12 = sk_bf16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
+                    const float sk_e13 = sk_bf16(x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]);
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e13 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
+                    const float sk_e14 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]);
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         float z = (zx0 / temp);

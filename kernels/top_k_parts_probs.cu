@@ -297,6 +297,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 part_keys[g] = sk_bitcast<unsigned int>((0.0f));
                                 part_keys[(512u + g)] = 0u;
+                                part_keys[(1024u + g)] = 0u;
                             }
                             float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
@@ -309,16 +310,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             unsigned int e_atu = ((unsigned int)e_at);
                                             part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            unsigned int e_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u);
                                             const unsigned int sk_e2 = (512u + g);
-                                            part_keys[sk_e2] = (part_keys[sk_e2] + (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[sk_e2] = (part_keys[sk_e2] + e_n);
+                                            const unsigned int sk_e3 = (1024u + g);
+                                            part_keys[sk_e3] = max(part_keys[sk_e3], e_n);
                                         }
                                     }
                                 }
                             }
                             float e_unit = ((3500000000.0f) / e_total);
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                const float sk_e3 = sk_bitcast<float>((((unsigned int)((grid_r - ((float)g)) + (1.0f))) << 19u));
-                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((sk_e3 == row_m) ? (1.0f) : (sk_e3 / row_m))) * e_unit));
+                                const float sk_e4 = sk_bitcast<float>((((unsigned int)((grid_r - ((float)g)) + (1.0f))) << 19u));
+                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((sk_e4 == row_m) ? (1.0f) : (sk_e4 / row_m))) * e_unit));
                             }
                             unsigned int e_m_own = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
@@ -525,8 +529,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e4 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e4)) && ((e_n_cum + e_n_x) > sk_e4))) {
+                                const unsigned int sk_e5 = (kk - 1u);
+                                if ((((kk < vocab) && (e_n_cum <= sk_e5)) && ((e_n_cum + e_n_x) > sk_e5))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                     e_n_near_start = ((((kk - 1u) - e_n_cum) <= 0u) ? 1u : 0u);
                                     e_n_near_end = ((((e_n_cum + e_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -608,10 +612,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_probs(
                                 e_n_bin_end = sk_red_u32[32];
                                 __syncthreads();
                             }
-                            const unsigned int sk_e5 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e5 > 0u) ? sk_e5 : 1u));
+                            const unsigned int sk_e6 = max(e_m_bin, e_n_bin);
+                            unsigned int e_cut = (512u - ((sk_e6 > 0u) ? sk_e6 : 1u));
                             unsigned int e_above = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_start : 1u);
                             unsigned int e_below = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_end : 1u);
+                            unsigned int e_one = part_keys[(1024u + e_cut)];
+                            unsigned int e_wide = 0u;
+                            for (unsigned int g = (e_cut - min(e_cut, e_above)); g < (min((e_cut + e_below), 511u) + 1u); g += 1u) {
+                                e_wide = (e_wide + part_keys[(1024u + g)]);
+                            }
+                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((e_wide > 384u) && (e_one <= 384u)))) {
+                                e_above = 0u;
+                                e_below = 0u;
+                            }
                             if ((threadIdx.x == 0u)) {
                                 partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, e_above));

@@ -3617,7 +3617,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e60: f32 = bitcast<f32>(select((sk_e61 ^ 4294967295u), (sk_e61 ^ 2147483648u), ((sk_e61 & 2147483648u) != 0u)));
                                     var wr: f32 = select(select(sk_exp((sk_e60 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e60 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
-                                    var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
                                     var keep_lo: bool = (base_r && select((br <= lim_k), (bf <= lim_lo), joint_p));
                                     if (keep_lo) {
@@ -3816,7 +3816,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         let sk_e110: f32 = bitcast<f32>(select((sk_e111 ^ 4294967295u), (sk_e111 ^ 2147483648u), ((sk_e111 & 2147483648u) != 0u)));
                                         var wr: f32 = select(select(sk_exp((sk_e110 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e110 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
-                                        var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                        var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
                                             n_lo = (n_lo + 1u);
                                         }
@@ -4049,7 +4049,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         workgroupBarrier();
                                     }
                                     let sk_e126: u32 = (row * 12u);
-                                    if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;

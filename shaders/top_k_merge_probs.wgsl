@@ -3578,7 +3578,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e54: f32 = bitcast<f32>(select((sk_e55 ^ 4294967295u), (sk_e55 ^ 2147483648u), ((sk_e55 & 2147483648u) != 0u)));
                                     var wr: f32 = select((sk_e54 / row_m), (1.0f), (sk_e54 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
-                                    var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                    var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
                                     var keep_lo: bool = (base_r && select((br <= lim_k), (bf <= lim_lo), joint_p));
                                     if (keep_lo) {
@@ -3761,7 +3761,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         let sk_e88: f32 = bitcast<f32>(select((sk_e89 ^ 4294967295u), (sk_e89 ^ 2147483648u), ((sk_e89 & 2147483648u) != 0u)));
                                         var wr: f32 = select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
-                                        var base_r: bool = (((wr > (0.0f)) && (r < kk)) && (wr >= mp));
+                                        var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
                                             n_lo = (n_lo + 1u);
                                         }
@@ -3990,7 +3990,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         workgroupBarrier();
                                     }
                                     let sk_e100: u32 = (row * 12u);
-                                    if ((((((pp >= (1.0f)) && (!has_k)) && (mp > (0.0f))) && (mo_uncovered == 0u)) && (!((rows[(sk_e100 + 1u)] == 1u) && (rows[(sk_e100 + 6u)] == 1u))))) {
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e100 + 1u)] == 1u) && (rows[(sk_e100 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;

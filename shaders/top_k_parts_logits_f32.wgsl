@@ -280,6 +280,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 part_keys[g] = bitcast<u32>((0.0f));
                                 part_keys[(512u + g)] = 0u;
+                                part_keys[(1024u + g)] = 0u;
                             }
                             var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
@@ -292,16 +293,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             var e_atu: u32 = u32(e_at);
                                             part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            var e_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u);
                                             let sk_e6: u32 = (512u + g);
-                                            part_keys[sk_e6] = (part_keys[sk_e6] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[sk_e6] = (part_keys[sk_e6] + e_n);
+                                            let sk_e7: u32 = (1024u + g);
+                                            part_keys[sk_e7] = max(part_keys[sk_e7], e_n);
                                         }
                                     }
                                 }
                             }
                             var e_unit: f32 = ((3500000000.0f) / e_total);
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
-                                let sk_e7: f32 = (((grid_r - f32(g)) + (1.0f)) * (0.0625f));
-                                part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select(select(sk_exp((sk_e7 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e7 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                                let sk_e8: f32 = (((grid_r - f32(g)) + (1.0f)) * (0.0625f));
+                                part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select(select(sk_exp((sk_e8 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e8 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                             }
                             var e_m_own: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
@@ -428,8 +432,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_n_x: u32 = part_keys[(512u + g)];
-                                let sk_e8: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (e_n_cum <= sk_e8)) && ((e_n_cum + e_n_x) > sk_e8))) {
+                                let sk_e9: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (e_n_cum <= sk_e9)) && ((e_n_cum + e_n_x) > sk_e9))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                     e_n_near_start = select(0u, 1u, (((kk - 1u) - e_n_cum) <= 0u));
                                     e_n_near_end = select(0u, 1u, (((e_n_cum + e_n_x) - (kk - 1u)) <= 0u));
@@ -475,10 +479,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_bin_end = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            let sk_e9: u32 = max(e_m_bin, e_n_bin);
-                            var e_cut: u32 = (512u - select(1u, sk_e9, (sk_e9 > 0u)));
+                            let sk_e10: u32 = max(e_m_bin, e_n_bin);
+                            var e_cut: u32 = (512u - select(1u, sk_e10, (sk_e10 > 0u)));
                             var e_above: u32 = select(1u, e_m_bin_start, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
                             var e_below: u32 = select(1u, e_m_bin_end, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
+                            var e_one: u32 = part_keys[(1024u + e_cut)];
+                            var e_wide: u32 = 0u;
+                            for (var g: u32 = (e_cut - min(e_cut, e_above)); g < (min((e_cut + e_below), 511u) + 1u); g = g + 1u) {
+                                e_wide = (e_wide + part_keys[(1024u + g)]);
+                            }
+                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((e_wide > 384u) && (e_one <= 384u)))) {
+                                e_above = 0u;
+                                e_below = 0u;
+                            }
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, e_above)));
@@ -505,17 +518,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e10: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
-                    var zx0: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                    let sk_e11: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+                    var zx0: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e11: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
-                    var zx1: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
+                    let sk_e12: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+                    var zx1: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e12: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
-                    var zx2: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+                    let sk_e13: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+                    var zx2: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e13: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-                    var zx3: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                    let sk_e14: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
+                    var zx3: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
                     if ((li0 < n_cols)) {
                         // built by kernels::filter_values::read_step
                         var z: f32 = (zx0 / temp);

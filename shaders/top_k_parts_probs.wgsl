@@ -252,6 +252,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 part_keys[g] = bitcast<u32>((0.0f));
                                 part_keys[(512u + g)] = 0u;
+                                part_keys[(1024u + g)] = 0u;
                             }
                             var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
@@ -264,16 +265,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
                                             var e_atu: u32 = u32(e_at);
                                             part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
+                                            var e_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u);
                                             let sk_e2: u32 = (512u + g);
-                                            part_keys[sk_e2] = (part_keys[sk_e2] + ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u));
+                                            part_keys[sk_e2] = (part_keys[sk_e2] + e_n);
+                                            let sk_e3: u32 = (1024u + g);
+                                            part_keys[sk_e3] = max(part_keys[sk_e3], e_n);
                                         }
                                     }
                                 }
                             }
                             var e_unit: f32 = ((3500000000.0f) / e_total);
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
-                                let sk_e3: f32 = bitcast<f32>((u32(((grid_r - f32(g)) + (1.0f))) << 19u));
-                                part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select((sk_e3 / row_m), (1.0f), (sk_e3 == row_m))) * e_unit));
+                                let sk_e4: f32 = bitcast<f32>((u32(((grid_r - f32(g)) + (1.0f))) << 19u));
+                                part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select((sk_e4 / row_m), (1.0f), (sk_e4 == row_m))) * e_unit));
                             }
                             var e_m_own: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
@@ -400,8 +404,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var e_n_x: u32 = part_keys[(512u + g)];
-                                let sk_e4: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (e_n_cum <= sk_e4)) && ((e_n_cum + e_n_x) > sk_e4))) {
+                                let sk_e5: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (e_n_cum <= sk_e5)) && ((e_n_cum + e_n_x) > sk_e5))) {
                                     e_n_first = max(e_n_first, (512u - g));
                                     e_n_near_start = select(0u, 1u, (((kk - 1u) - e_n_cum) <= 0u));
                                     e_n_near_end = select(0u, 1u, (((e_n_cum + e_n_x) - (kk - 1u)) <= 0u));
@@ -447,10 +451,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_bin_end = sk_red_u32[0];
                                 workgroupBarrier();
                             }
-                            let sk_e5: u32 = max(e_m_bin, e_n_bin);
-                            var e_cut: u32 = (512u - select(1u, sk_e5, (sk_e5 > 0u)));
+                            let sk_e6: u32 = max(e_m_bin, e_n_bin);
+                            var e_cut: u32 = (512u - select(1u, sk_e6, (sk_e6 > 0u)));
                             var e_above: u32 = select(1u, e_m_bin_start, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
                             var e_below: u32 = select(1u, e_m_bin_end, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
+                            var e_one: u32 = part_keys[(1024u + e_cut)];
+                            var e_wide: u32 = 0u;
+                            for (var g: u32 = (e_cut - min(e_cut, e_above)); g < (min((e_cut + e_below), 511u) + 1u); g = g + 1u) {
+                                e_wide = (e_wide + part_keys[(1024u + g)]);
+                            }
+                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((e_wide > 384u) && (e_one <= 384u)))) {
+                                e_above = 0u;
+                                e_below = 0u;
+                            }
                             if ((sk_lid == 0u)) {
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, e_above)));

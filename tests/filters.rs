@@ -839,10 +839,10 @@ pub fn joint_cuts_near_the_estimate_read_twice<B: Backend>(b: &B) {
 /// times as their path does, the filter kernel's passes after it being rare: joint top-k 20 +
 /// top-p 0.95 (Qwen3's, SGLang's order) and top-k 50 + top-p 0.9 once, or twice where the
 /// estimated row mass cannot place the cut (at most 3 rows in 128); top-k first once; top-p 0.9
-/// and 0.95 alone twice, all but at most 2 rows in 128; top-p 0.99 twice at T 0.6 and 0.8, and
-/// at T 1.0 on all but 3 rows (where the limit lies within the estimate's error of a bin's edge,
-/// the cut's two bins hold more tail tokens than the parts list; 1 on lavapipe). Reads are
-/// counted, not timed. Before the merge's exact read and the cut's estimate from the parts'
+/// and 0.95 alone twice, all but at most 2 rows in 128, and 0.99 every row (lavapipe's count: at
+/// T 1.0 one row read 9 times where the limit lay within the estimate's error of a bin's edge and
+/// the cut listed the neighbouring bin too, more tail tokens than a part lists; the estimate now
+/// leaves out such a neighbour). Reads are counted, not timed. Before the merge's exact read and the cut's estimate from the parts'
 /// sums, scaled by the row's mass, with one bin where the limit is far from its edges, 55 of 128
 /// top-p 0.95 rows at T 0.8 took eight reads, and every top-p 0.99 row at T 1.0 ten; with the
 /// estimate's margin at 50 times its error bound, not 3, up to 20 of these at T 1.0 took nine.
@@ -856,7 +856,7 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
     // past the path's reads, temperatures)
     type Setting = (&'static str, fn(f32, u64) -> RowParams, u32, bool, usize, &'static [f32]);
     const ALL: &[f32] = &[0.6, 0.8, 1.0];
-    let settings: [Setting; 7] = [
+    let settings: [Setting; 6] = [
         (
             "joint top-k 20 + top-p 0.95",
             |t, s| RowParams::new(t, s, 1).with_top_k(20).with_top_p(0.95),
@@ -876,8 +876,7 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
         ),
         ("top-p 0.9", |t, s| RowParams::new(t, s, 1).with_top_p(0.9), 2, false, 2, ALL),
         ("top-p 0.95", |t, s| RowParams::new(t, s, 1).with_top_p(0.95), 2, false, 2, ALL),
-        ("top-p 0.99", |t, s| RowParams::new(t, s, 1).with_top_p(0.99), 2, false, 2, &[0.6, 0.8]),
-        ("top-p 0.99", |t, s| RowParams::new(t, s, 1).with_top_p(0.99), 2, false, 3, &[1.0]),
+        ("top-p 0.99", |t, s| RowParams::new(t, s, 1).with_top_p(0.99), 2, false, 0, ALL),
     ];
     for (name, row, reads, joint, allowed, temperatures) in settings {
         for &t in temperatures {

@@ -69,13 +69,28 @@ pub fn rare_rate(kernel: &str) -> (f64, &'static str) {
 /// cost` fails where such a kernel has another count of loops). Without it the model takes a
 /// kernel's costliest loops as its passes, which for these is a rare one.
 pub fn rare_loops(kernel: &str) -> Option<(usize, usize, &'static str)> {
-    seeds_logits(kernel).then_some((
-        1,
-        3,
-        "the seeded sampler from logits reads its row in its first loop; the next merges a row's chunk records \
-         (once a row, a word a chunk) and the last is the rescan of an invocation with two possible winners or of a \
-         row whose screen cannot hold (+inf, all -inf, |max| >= 2^20): counted at the rare rate",
-    ))
+    if seeds_logits(kernel) {
+        Some((
+            1,
+            3,
+            "the seeded sampler from logits reads its row in its first loop; the next merges a row's chunk records \
+             (once a row, a word a chunk) and the last is the rescan of an invocation with two possible winners or of \
+             a row whose screen cannot hold (+inf, all -inf, |max| >= 2^20): counted at the rare rate",
+        ))
+    } else if kernel.starts_with("top_k_parts_") {
+        // Taken as passes, the estimate's loop of 8 word loads looked costlier a column than the
+        // read once it gained three instructions (the parts from probabilities at 256 x 151936
+        // on the H200: 136.8 -> 165.2 µs).
+        Some((
+            2,
+            if kernel.ends_with("_probs") { 4 } else { 5 },
+            "the one-read path's parts read their columns in their first two loops (a top-p row's part, which bins \
+             them, and any other's); the rest are a row's last part estimating the top-p cut from the other parts' \
+             histograms, once a row: counted at the rare rate, none",
+        ))
+    } else {
+        None
+    }
 }
 
 /// The share of columns that take a loop's kept path (its noise and log) where its common path

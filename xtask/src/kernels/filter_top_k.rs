@@ -575,7 +575,7 @@ fn merge_row(b: &mut Block, input: Input) {
         let rank_kept = |b: &mut Block, r: Expr| {
             let w = b.let_("wr", Ty::F32, values::weight(input, key_value(get(S_KEY, r.clone())), mx.clone()));
             let before = b.let_("br", Ty::U64, get64(S_BEFORE, r.clone()));
-            let base = b.let_("base_r", Ty::Bool, w.clone().gt(f(0.0)).and(r.lt(var("kk"))).and(w.ge(var("mp"))));
+            let base = b.let_("base_r", Ty::Bool, min_p_keeps(w).and(r.lt(var("kk"))));
             (base, before)
         };
         b.let_("n_lo", Ty::U32, u(0));
@@ -657,8 +657,15 @@ fn merge_row(b: &mut Block, input: Input) {
             b.set("one_read_done", boolean(true));
         });
         let undecided = b.let_("undecided", Ty::Bool, decided.not());
+        // A capped row here is min-p alone: with top-p or a top-k it takes the cut (`one_read_row`).
         b.if_(undecided.and(var("capped")), |b| min_p_over_parts(b, input, mx.clone(), mass.clone()));
     });
+}
+
+/// Whether min-p keeps a token of weight `w` (its probability over the row's largest): one with
+/// mass, at least `mp`.
+fn min_p_keeps(w: Expr) -> Expr {
+    w.clone().gt(f(0.0)).and(w.ge(var("mp")))
 }
 
 /// Min-p alone whose set is longer than the row's `CAP + 1` largest (min-p 0.01 at T 1.5 on Zipf
@@ -669,11 +676,7 @@ fn merge_row(b: &mut Block, input: Input) {
 /// merge runs the filter kernel's body.
 fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    let alone = var("pp").ge(f(1.0)).and(var("has_k").not()).and(var("mp").gt(f(0.0)));
-    let kept = |z: Expr| {
-        let w = values::weight(input, z, mx.clone());
-        w.clone().gt(f(0.0)).and(w.ge(var("mp")))
-    };
+    let kept = |z: Expr| min_p_keeps(values::weight(input, z, mx.clone()));
     b.let_("mo_left", Ty::U32, u(0));
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
         let left = load_settled(SCRATCH, record(p.clone(), u(3))).max(load_settled(SCRATCH, record(p, u(4))));
@@ -681,7 +684,7 @@ fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
         b.if_(left.clone().ne_(u(0)).and(kept(key_value(left))), |b| b.set("mo_left", u(1)));
     });
     let uncovered = b.reduce(ReduceOp::Max, Ty::U32, var("mo_left"), "mo_uncovered");
-    let covered = alone.and(uncovered.eq_(u(0))).and(row_is_ranked().not());
+    let covered = uncovered.eq_(u(0)).and(row_is_ranked().not());
     b.if_(covered, |b| {
         declare_best(b);
         let seeded = b.let_("mo_seeded", Ty::Bool, row_is_seeded());

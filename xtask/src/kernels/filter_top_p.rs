@@ -73,6 +73,8 @@ const ESTIMATE_UNITS: f32 = 3.5e9;
 const ESTIMATE_MARGIN: f32 = 1.0 / 65536.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
+// The estimate sums the bins' masses, counts and most counts in a part in the keys' array.
+const _: () = assert!(3 * BINS <= super::filter_top_k::PART_COLS);
 /// Words of a part's histogram: the bins' masses, then their counts, two u16 a word (a part's
 /// bin holds at most `PART_COLS` = 4096 tokens).
 pub const HIST_WORDS: u32 = BINS + BINS / 2;
@@ -234,10 +236,11 @@ fn estimate_cut(b: &mut Block, input: Input) {
             let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
             let g0 = b.let_("e_lo", Ty::U32, (lid.clone() * per.clone()).min(u(BINS)));
             let g1 = b.let_("e_hi", Ty::U32, (g0.clone() + per).min(u(BINS)));
-            // Masses (f32) at `g`, counts at `BINS + g`.
+            // Masses (f32) at `g`, counts at `BINS + g`, the most of any one part at `2 BINS + g`.
             b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
                 b.store_shared(KEYS, g.clone(), f(0.0).bitcast(Ty::U32));
-                b.store_shared(KEYS, u(BINS) + g, u(0));
+                b.store_shared(KEYS, u(BINS) + g.clone(), u(0));
+                b.store_shared(KEYS, u(2 * BINS) + g, u(0));
             });
             // The row's mass from the parts' float sums (every invocation alike): the bins miss
             // the weights past their 32 units and those that round to nothing.
@@ -257,7 +260,14 @@ fn estimate_cut(b: &mut Block, input: Input) {
                             let e = load_shared(KEYS, g.clone()).bitcast(Ty::F32) + hist(at.clone()).cast(Ty::F32);
                             b.store_shared(KEYS, g.clone(), e.bitcast(Ty::U32));
                             let n = (hist(u(BINS) + (at.clone() >> u(1))) >> ((at & u(1)) * u(16))) & u(0xffff);
-                            b.store_shared(KEYS, u(BINS) + g.clone(), load_shared(KEYS, u(BINS) + g) + n);
+                            let n = b.let_("e_n", Ty::U32, n);
+                            b.store_shared(
+                                KEYS,
+                                u(BINS) + g.clone(),
+                                load_shared(KEYS, u(BINS) + g.clone()) + n.clone(),
+                            );
+                            let most = u(2 * BINS) + g;
+                            b.store_shared(KEYS, most.clone(), load_shared(KEYS, most).max(n));
                         });
                     });
                 });
@@ -289,7 +299,22 @@ fn estimate_cut(b: &mut Block, input: Input) {
             // more than the parts list).
             let by_mass_first = by_mass.clone().gt(u(0)).and(by_mass.ge(by_count));
             let above = b.let_("e_above", Ty::U32, select(by_mass_first.clone(), start, u(RANGE)));
-            let below = b.let_("e_below", Ty::U32, select(by_mass_first, end, u(RANGE)));
+            let below = b.let_("e_below", Ty::U32, select(by_mass_first.clone(), end, u(RANGE)));
+            // A neighbour that would overflow a part's list where the bin alone would not is left
+            // out: the range would take the filter kernel's passes for certain, the bin alone only
+            // where the estimate lies on the wrong side of the edge. A part's count in the range
+            // is bounded by the sum of each bin's most in any part.
+            let most = |g: Expr| load_shared(KEYS, u(2 * BINS) + g);
+            let one = b.let_("e_one", Ty::U32, most(bin.clone()));
+            let lo = bin.clone() - bin.clone().min(above.clone());
+            let hi = (bin.clone() + below.clone()).min(u(BINS - 1));
+            b.let_("e_wide", Ty::U32, u(0));
+            b.for_("g", lo, hi + u(1), u(1), |b, g| b.set("e_wide", var("e_wide") + most(g)));
+            let spills = var("e_wide").gt(u(PART_LIST)).and(one.le(u(PART_LIST)));
+            b.if_(by_mass_first.and(spills), |b| {
+                b.set("e_above", u(0));
+                b.set("e_below", u(0));
+            });
             b.if_(lid.clone().eq_(u(0)), |b| {
                 b.store(SCRATCH, state(tail::GO), u(1));
                 b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(above));
