@@ -490,18 +490,7 @@ pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
     let mut rows_seen = 0;
     for shape in [1, 2, 3, 8].map(|n| Shape::dense(n, 151_936)).into_iter().chain([Shape::dense(4, 5000)]) {
         let (x, rows) = random_batch(&mut rng, shape);
-        let run = |b: &B| {
-            let (xb, rb) = (b.upload(&x).unwrap(), b.upload(&rows).unwrap());
-            let mut t = b.zeros::<u32>(shape.batch).unwrap();
-            let mut lp = b.zeros::<f32>(shape.batch).unwrap();
-            let mut st = b.zeros::<u32>(shape.batch).unwrap();
-            let mut ps = b.zeros::<u32>(shape.batch).unwrap();
-            let out = Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps);
-            b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
-            let d = |v: &B::Buffer<u32>| b.download(v).unwrap();
-            (d(&t), b.download(&lp).unwrap(), d(&st), d(&ps))
-        };
-        let (s, w) = (run(split), run(whole));
+        let (s, w) = (sample_all(split, shape, &x, &rows), sample_all(whole, shape, &x, &rows));
         for r in 0..shape.batch {
             let what = format!("row {r} of {shape:?}, {:?}", rows[r]);
             assert_eq!((s.0[r], s.2[r]), (w.0[r], w.2[r]), "token and status, {what}");
@@ -517,6 +506,30 @@ pub fn split_rows_match_whole_rows<B: Backend>(split: &B, whole: &B) {
         }
     }
     eprintln!("{}: {rows_seen} split rows equal to whole rows", split.describe());
+}
+
+/// Model-like logits (Zipf's law with exponent 1.1, as the benchmark's): a column of uniform rank
+/// `r` in [1, vocab] has the logit `-1.1 ln r`; `rows` rows of `vocab`.
+fn zipf_logits(rng: &mut Rng, rows: usize, vocab: usize) -> Vec<f32> {
+    (0..rows * vocab).map(|_| (-1.1 * (1.0 + vocab as f64 * rng.unit()).ln()) as f32).collect()
+}
+
+/// `sample_filtered` on `b` from the f32 logits `x` with every output: tokens, log-probabilities,
+/// statuses and reads per row.
+fn sample_all<B: Backend>(
+    b: &B,
+    shape: Shape,
+    x: &[f32],
+    rows: &[RowParams],
+) -> (Vec<u32>, Vec<f32>, Vec<u32>, Vec<u32>) {
+    let (xb, rb) = (b.upload(x).unwrap(), b.upload(rows).unwrap());
+    let n = shape.batch;
+    let (mut t, mut lp) = (b.zeros::<u32>(n).unwrap(), b.zeros::<f32>(n).unwrap());
+    let (mut st, mut ps) = (b.zeros::<u32>(n).unwrap(), b.zeros::<u32>(n).unwrap());
+    let out = Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps);
+    b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
+    let d = |v: &B::Buffer<u32>| b.download(v).unwrap();
+    (d(&t), b.download(&lp).unwrap(), d(&st), d(&ps))
 }
 
 /// The reads of the one-read path's launches before any fallback to the filter kernel's body:
@@ -676,8 +689,7 @@ pub fn long_min_p_sets_read_once<B: Backend>(b: &B) {
     let mut rng = Rng::new(1500);
     let vocab = 151_936;
     let shape = Shape::dense(9, vocab);
-    let mut x: Vec<f32> =
-        (0..shape.elements()).map(|_| (-1.1 * (1.0 + vocab as f64 * rng.unit()).ln()) as f32).collect();
+    let mut x = zipf_logits(&mut rng, shape.batch, vocab);
     let flat = shape.batch - 1;
     x[flat * vocab..].iter_mut().for_each(|v| *v = 0.5);
     let rows: Vec<RowParams> = (0..shape.batch)
@@ -842,15 +854,15 @@ pub fn joint_cuts_near_the_estimate_read_twice<B: Backend>(b: &B) {
 /// and 0.95 alone twice, all but at most 2 rows in 128, and 0.99 every row (lavapipe's count: at
 /// T 1.0 one row read 9 times where the limit lay within the estimate's error of a bin's edge and
 /// the cut listed the neighbouring bin too, more tail tokens than a part lists; the estimate now
-/// leaves out such a neighbour). Reads are counted, not timed. Before the merge's exact read and the cut's estimate from the parts'
-/// sums, scaled by the row's mass, with one bin where the limit is far from its edges, 55 of 128
+/// leaves out such a neighbour). Reads are counted, not timed. Before the merge's exact read and
+/// the cut's estimate from the parts' sums, scaled by the row's mass, with one bin where the limit is far from its edges, 55 of 128
 /// top-p 0.95 rows at T 0.8 took eight reads, and every top-p 0.99 row at T 1.0 ten; with the
 /// estimate's margin at 50 times its error bound, not 3, up to 20 of these at T 1.0 took nine.
 pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
     let mut rng = Rng::new(1101);
     let (batch, vocab) = (128, 32768);
     let shape = Shape::dense(batch, vocab);
-    let x: Vec<f32> = (0..shape.elements()).map(|_| (-1.1 * (1.0 + vocab as f64 * rng.unit()).ln()) as f32).collect();
+    let x = zipf_logits(&mut rng, batch, vocab);
     let xb = b.upload(&x).unwrap();
     // (setting, its rows, the path's reads, whether the merge may read once more, rows allowed
     // past the path's reads, temperatures)
@@ -912,8 +924,7 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
     let mut rng = Rng::new(2024);
     let (batch, vocab) = (12, 32768);
     let shape = Shape::dense(batch, vocab);
-    let mut x: Vec<f32> =
-        (0..shape.elements()).map(|_| (-1.1 * (1.0 + vocab as f64 * rng.unit()).ln()) as f32).collect();
+    let mut x = zipf_logits(&mut rng, batch, vocab);
     let flat = 10;
     x[flat * vocab..][..vocab].fill(0.5);
     let rows: Vec<RowParams> = (0..batch as u64)
@@ -932,23 +943,13 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
             _ => RowParams::new(1.0, r, 1).with_top_k(1000),
         })
         .collect();
-    let run = |shape: Shape, x: &[f32], rows: &[RowParams]| {
-        let (xb, rb) = (b.upload(x).unwrap(), b.upload(rows).unwrap());
-        let n = shape.batch;
-        let (mut t, mut lp) = (b.zeros::<u32>(n).unwrap(), b.zeros::<f32>(n).unwrap());
-        let (mut st, mut ps) = (b.zeros::<u32>(n).unwrap(), b.zeros::<u32>(n).unwrap());
-        let out = Output::new(&mut t).with_logprobs(&mut lp).with_status(&mut st).with_passes(&mut ps);
-        b.sample_filtered(shape, Input::Logits(Logits::F32(&xb)), &rb, out).unwrap();
-        let d = |v: &B::Buffer<u32>| b.download(v).unwrap();
-        (d(&t), b.download(&lp).unwrap(), d(&st), d(&ps))
-    };
-    let together = run(shape, &x, &rows);
+    let together = sample_all(b, shape, &x, &rows);
     let mut want = vec![0u32; batch];
     sampling_kernels::CpuBackend
         .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
         .unwrap();
     for r in 0..batch {
-        let alone = run(Shape::dense(1, vocab), &x[r * vocab..][..vocab], &rows[r..=r]);
+        let alone = sample_all(b, Shape::dense(1, vocab), &x[r * vocab..][..vocab], &rows[r..=r]);
         let what = format!("row {r}, {:?}: batch {together:?}, alone {alone:?}", rows[r]);
         assert_eq!((alone.0[0], alone.2[0], alone.3[0]), (together.0[r], together.2[r], together.3[r]), "{what}");
         assert_eq!(alone.1[0].to_bits(), together.1[r].to_bits(), "log-probability, {what}");
