@@ -401,7 +401,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             __syncthreads();
             unsigned int arrived = 0u;
             if ((threadIdx.x == 0u)) {
-                // built by kernels::combine::count_in
+                // built by kernels::combine::last_part_on
                 unsigned int before = 0u;
                 before = atomicAdd(&counters[row_slot], 1u);
                 arrived = (before + 1u);
@@ -432,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 __syncthreads();
             }
             if ((arrivals == parts)) {
-                // built by kernels::combine::last_part
+                // built by kernels::combine::last_part_on
                 __threadfence();
                 {
                     // built by kernels::combine::last_part_combines
@@ -588,7 +588,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     }
                 }
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::release
                     counters[row_slot] = 0u;
                 }
             }

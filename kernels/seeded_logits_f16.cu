@@ -740,7 +740,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::count_in
+                    // built by kernels::combine::last_part_on
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -771,7 +771,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     __syncthreads();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part
+                    // built by kernels::combine::last_part_on
                     __threadfence();
                     {
                         // built by kernels::seeded::seeded_logits_row
@@ -868,7 +868,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     col_hi = vocab;
                     combining = true;
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::combine::release
                         counters[row_slot] = 0u;
                     }
                 }

@@ -734,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::count_in
+                    // built by kernels::combine::last_part_on
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -765,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                     __syncthreads();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part
+                    // built by kernels::combine::last_part_on
                     __threadfence();
                     {
                         // built by kernels::seeded::seeded_logits_row
@@ -862,7 +862,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                     col_hi = vocab;
                     combining = true;
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::combine::release
                         counters[row_slot] = 0u;
                     }
                 }

@@ -1090,11 +1090,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         }
                         col_lo = 0u;
                         col_hi = vocab;
+                        merges = false;
                         __threadfence();
                         __syncthreads();
                         unsigned int arrived = 0u;
                         if ((threadIdx.x == 0u)) {
-                            // built by kernels::combine::count_in
+                            // built by kernels::combine::last_part_on
                             unsigned int before = 0u;
                             before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 1u);
                             arrived = (before + 1u);
@@ -1124,11 +1125,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             arrivals = sk_red_u32[32];
                             __syncthreads();
                         }
-                        merges = (arrivals == parts);
                         if ((arrivals == parts)) {
+                            // built by kernels::combine::last_part_on
                             __threadfence();
+                            merges = true;
                             if ((threadIdx.x == 0u)) {
-                                // built by kernels::combine::release
                                 partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
                             }
                         }

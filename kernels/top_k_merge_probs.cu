@@ -1053,11 +1053,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         }
                         col_lo = 0u;
                         col_hi = vocab;
+                        merges = false;
                         __threadfence();
                         __syncthreads();
                         unsigned int arrived = 0u;
                         if ((threadIdx.x == 0u)) {
-                            // built by kernels::combine::count_in
+                            // built by kernels::combine::last_part_on
                             unsigned int before = 0u;
                             before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 1u);
                             arrived = (before + 1u);
@@ -1087,11 +1088,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             arrivals = sk_red_u32[32];
                             __syncthreads();
                         }
-                        merges = (arrivals == parts);
                         if ((arrivals == parts)) {
+                            // built by kernels::combine::last_part_on
                             __threadfence();
+                            merges = true;
                             if ((threadIdx.x == 0u)) {
-                                // built by kernels::combine::release
                                 partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
                             }
                         }

@@ -250,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 __syncthreads();
                 unsigned int arrived = 0u;
                 if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::count_in
+                    // built by kernels::combine::last_part_on
                     unsigned int before = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -281,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     __syncthreads();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part
+                    // built by kernels::combine::last_part_on
                     __threadfence();
                     {
                         // built by kernels::filter_top_p::histogram_part
@@ -668,7 +668,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                         }
                     }
                     if ((threadIdx.x == 0u)) {
-                        // built by kernels::combine::release
                         counters[row_slot] = 0u;
                     }
                 }

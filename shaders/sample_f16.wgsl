@@ -1259,7 +1259,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 var arrived: u32 = 0u;
                 if ((sk_lid == 0u)) {
-                    // built by kernels::combine::count_in
+                    // built by kernels::combine::last_part_on
                     var before: u32 = 0u;
                     before = atomicAdd(&counters[row_slot], 1u);
                     arrived = (before + 1u);
@@ -1278,7 +1278,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                 }
                 if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part
+                    // built by kernels::combine::last_part_on
                     storageBarrier();
                     {
                         // built by kernels::combine::last_part_combines
@@ -1424,7 +1424,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     if ((sk_lid == 0u)) {
-                        // built by kernels::combine::release
                         atomicStore(&counters[row_slot], 0u);
                     }
                 }

@@ -1023,11 +1023,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         col_lo = 0u;
                         col_hi = params.vocab;
+                        merges = false;
                         storageBarrier();
                         workgroupBarrier();
                         var arrived: u32 = 0u;
                         if ((sk_lid == 0u)) {
-                            // built by kernels::combine::count_in
+                            // built by kernels::combine::last_part_on
                             var before: u32 = 0u;
                             before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 1u);
                             arrived = (before + 1u);
@@ -1045,11 +1046,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             arrivals = sk_red_u32[0];
                             workgroupBarrier();
                         }
-                        merges = (arrivals == parts);
                         if ((arrivals == parts)) {
+                            // built by kernels::combine::last_part_on
                             storageBarrier();
+                            merges = true;
                             if ((sk_lid == 0u)) {
-                                // built by kernels::combine::release
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 0u);
                             }
                         }

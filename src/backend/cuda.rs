@@ -254,7 +254,8 @@ impl CudaBackend {
         let per_sm = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
             .map_err(cuda_error)?;
-        let target_groups = (sms.max(1) as u32) * (per_sm.max(block as i32) as u32 / block);
+        let sms = sms.max(1) as u32;
+        let target_groups = sms * (per_sm.max(block as i32) as u32 / block);
         let scratch = || -> Result<_> {
             Ok(Scratch {
                 partials: stream.alloc_zeros(1).map_err(cuda_error)?,
@@ -265,7 +266,6 @@ impl CudaBackend {
         let side = SideStream::new(ctx)?;
         let functions = Mutex::default();
         let staging = Mutex::default();
-        let sms = sms.max(1) as u32;
         Ok(CudaBackend { stream, name, arch, blocks, target_groups, sms, scratch, side, functions, staging, driver })
     }
 

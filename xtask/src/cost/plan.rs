@@ -234,13 +234,6 @@ pub fn launches(
         side: false,
         loops_of: None,
     };
-    // The merge launch that also does the top-p cut (`FLAG_CUT_HERE`), `p` workgroups a row:
-    // each part's second read where `reads` (the cut kernel's loop), then one of them merges.
-    let cut_here = |merge: String, cut: String, p: u32, reads: bool, row_bytes: f64| Launch {
-        rereads: true,
-        loops_of: reads.then_some(cut),
-        ..parted(merge, p, row_bytes, reads)
-    };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
             // At most the seeded kernel's parts (`launch::filter_parts`).
@@ -269,14 +262,16 @@ pub fn launches(
         let decided = !idle_rows && ONE_READ.contains(&name);
         let cut = !idle_rows && TOP_P_CUT.contains(&name);
         let parts = parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut);
-        let (merge, cut_kernel) = (format!("top_k_merge_{input}"), format!("top_p_cut_{input}"));
+        let merge = format!("top_k_merge_{input}");
+        let cut_launch = Launch { rereads: true, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
         if batch * p <= cut_here_groups {
-            return vec![parts, cut_here(merge, cut_kernel, p, cut, row_bytes)];
+            // The merge launch over every part: the cut's second read in the merge's blocks.
+            let here = Launch { kernel: merge, loops_of: cut.then_some(cut_launch.kernel), ..cut_launch };
+            return vec![parts, here];
         }
         let merge =
             if decided || cut || idle_rows { idle(merge, batch) } else { whole_of(merge, passes, 0.0, row_bytes) };
-        let cut = Launch { rereads: true, ..parted(cut_kernel, p, row_bytes, cut) };
-        vec![parts, cut, merge]
+        vec![parts, cut_launch, merge]
     };
     let logits = format!("logits_{dtype}");
     // The seeded kernel from logits (`Call::SeededLogits`): one launch, a split row's last part

@@ -44,19 +44,12 @@ pub(super) fn last_part_combines(b: &mut Block, probs: bool) {
 /// launch (the argmax family, `sample`, the seeded sampler from logits). Uniform control flow:
 /// `combine` may hold barriers.
 pub(super) fn last_part(b: &mut Block, combine: impl FnOnce(&mut Block)) {
-    let last = count_in(b, "counters", var("row_slot"));
-    b.if_(last, |b| {
-        // Every other part's record was published before its add, which came before ours.
-        b.fence();
-        combine(b);
-        release(b, "counters", var("row_slot"));
-    });
+    last_part_on(b, "counters", var("row_slot"), combine)
 }
 
-/// Publishes this part's record and counts the part in on the row's counter at `at` of the
-/// atomic buffer `buf`. True (the same in every invocation) in the part that arrives last,
-/// which then fences before it reads the other parts' records, and [`release`]s the counter.
-pub(super) fn count_in(b: &mut Block, buf: &str, at: Expr) -> Expr {
+/// [`last_part`] with the row's counter at `at` of the atomic buffer `buf` (the merge that does
+/// the top-p cut keeps it in the row's state in its scratch: it binds no `counters`).
+pub(super) fn last_part_on(b: &mut Block, buf: &str, at: Expr, combine: impl FnOnce(&mut Block)) {
     // Every invocation's record stores (invocation 0's words, and the race's winner's scaled
     // value from the invocation holding it) reach the device before invocation 0 counts the
     // part in.
@@ -64,17 +57,16 @@ pub(super) fn count_in(b: &mut Block, buf: &str, at: Expr) -> Expr {
     b.barrier();
     b.let_("arrived", Ty::U32, u(0));
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        let old = b.atomic_add(buf, at, u(1), "before");
+        let old = b.atomic_add(buf, at.clone(), u(1), "before");
         b.set("arrived", old + u(1));
     });
     let arrived = b.reduce(ReduceOp::Max, Ty::U32, var("arrived"), "arrivals");
-    arrived.eq_(var("parts"))
-}
-
-/// Sets a row's counter back to 0, by its last part once every part has counted in, so no
-/// launch clears it.
-pub(super) fn release(b: &mut Block, buf: &str, at: Expr) {
-    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store(buf, at, u(0)));
+    b.if_(arrived.eq_(var("parts")), |b| {
+        // Every other part's record was published before its add, which came before ours.
+        b.fence();
+        combine(b);
+        b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| b.store(buf, at, u(0)));
+    });
 }
 
 /// The row's results from its parts' records.

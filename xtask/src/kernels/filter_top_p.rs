@@ -38,7 +38,7 @@
 use super::abi::{
     buffer, for_each_row_part_at, kernel, part_columns, partials_buffer, quads_per_part, row_is_seeded, PhiloxKey,
 };
-use super::combine::{count_in, release};
+use super::combine::last_part_on;
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
@@ -794,13 +794,8 @@ pub(super) fn cut_here(b: &mut Block, input: Input) {
         b.scope(|b| cut_part(b, input));
         b.set("col_lo", u(0));
         b.set("col_hi", param("vocab"));
-        let counter = tail_word(row_slot, u(0), tail::ARRIVED);
-        let last = count_in(b, SCRATCH, counter.clone());
-        b.set("merges", last.clone());
-        b.if_(last, |b| {
-            b.fence();
-            release(b, SCRATCH, counter);
-        });
+        b.set("merges", boolean(false));
+        last_part_on(b, SCRATCH, tail_word(row_slot, u(0), tail::ARRIVED), |b| b.set("merges", boolean(true)));
     });
 }
 
