@@ -24,6 +24,293 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
+__shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
+__shared__ unsigned long long sk_red_u64[33];
+__shared__ float sk_am_f32[33];
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+__shared__ unsigned int sk_scan[32];
+__shared__ unsigned int sk_many_u32[544];
+__shared__ unsigned long long sk_many_u64[544];
+
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_sum_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned long long sk_block_sum_u64(unsigned long long sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u64[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u64[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned long long sk_r = sk_red_u64[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
+    unsigned int sk_v = sk_x;
+    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+    }
+    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        unsigned int sk_own = sk_v;
+        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+            if (threadIdx.x >= sk_o) sk_v += on;
+        }
+        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+        sk_v = sk_own;
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[16 * 32 + 0];
+    sk_o1 = sk_many_u32[16 * 32 + 1];
+    sk_o2 = sk_many_u32[16 * 32 + 2];
+    sk_o3 = sk_many_u32[16 * 32 + 3];
+    sk_o4 = sk_many_u32[16 * 32 + 4];
+    sk_o5 = sk_many_u32[16 * 32 + 5];
+    sk_o6 = sk_many_u32[16 * 32 + 6];
+    sk_o7 = sk_many_u32[16 * 32 + 7];
+    sk_o8 = sk_many_u32[16 * 32 + 8];
+    sk_o9 = sk_many_u32[16 * 32 + 9];
+    sk_o10 = sk_many_u32[16 * 32 + 10];
+    sk_o11 = sk_many_u32[16 * 32 + 11];
+    sk_o12 = sk_many_u32[16 * 32 + 12];
+    sk_o13 = sk_many_u32[16 * 32 + 13];
+    sk_o14 = sk_many_u32[16 * 32 + 14];
+    sk_o15 = sk_many_u32[16 * 32 + 15];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u64_16(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long sk_m3, unsigned long long sk_m4, unsigned long long sk_m5, unsigned long long sk_m6, unsigned long long sk_m7, unsigned long long sk_m8, unsigned long long sk_m9, unsigned long long sk_m10, unsigned long long sk_m11, unsigned long long sk_m12, unsigned long long sk_m13, unsigned long long sk_m14, unsigned long long sk_m15, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2, unsigned long long& sk_o3, unsigned long long& sk_o4, unsigned long long& sk_o5, unsigned long long& sk_o6, unsigned long long& sk_o7, unsigned long long& sk_o8, unsigned long long& sk_o9, unsigned long long& sk_o10, unsigned long long& sk_o11, unsigned long long& sk_o12, unsigned long long& sk_o13, unsigned long long& sk_o14, unsigned long long& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned long long sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+        sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u64[16 * 32 + 0];
+    sk_o1 = sk_many_u64[16 * 32 + 1];
+    sk_o2 = sk_many_u64[16 * 32 + 2];
+    sk_o3 = sk_many_u64[16 * 32 + 3];
+    sk_o4 = sk_many_u64[16 * 32 + 4];
+    sk_o5 = sk_many_u64[16 * 32 + 5];
+    sk_o6 = sk_many_u64[16 * 32 + 6];
+    sk_o7 = sk_many_u64[16 * 32 + 7];
+    sk_o8 = sk_many_u64[16 * 32 + 8];
+    sk_o9 = sk_many_u64[16 * 32 + 9];
+    sk_o10 = sk_many_u64[16 * 32 + 10];
+    sk_o11 = sk_many_u64[16 * 32 + 11];
+    sk_o12 = sk_many_u64[16 * 32 + 12];
+    sk_o13 = sk_many_u64[16 * 32 + 13];
+    sk_o14 = sk_many_u64[16 * 32 + 14];
+    sk_o15 = sk_many_u64[16 * 32 + 15];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -285,18 +572,143 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
+#define sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if (((key & sel_mask) == sel_key)) { \
+        /* built by kernels::filters::candidate */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if (ok) { \
+        /* built by kernels::filters::digit_counts */ \
+        unsigned int digit = ((key >> shift) & 15u); \
+        { \
+            const unsigned int sk_bin = digit; \
+            const unsigned int sk_add = 1u; \
+            if (sk_bin == 0u) { cnt_0 += sk_add; } \
+            if (sk_bin == 1u) { cnt_1 += sk_add; } \
+            if (sk_bin == 2u) { cnt_2 += sk_add; } \
+            if (sk_bin == 3u) { cnt_3 += sk_add; } \
+            if (sk_bin == 4u) { cnt_4 += sk_add; } \
+            if (sk_bin == 5u) { cnt_5 += sk_add; } \
+            if (sk_bin == 6u) { cnt_6 += sk_add; } \
+            if (sk_bin == 7u) { cnt_7 += sk_add; } \
+            if (sk_bin == 8u) { cnt_8 += sk_add; } \
+            if (sk_bin == 9u) { cnt_9 += sk_add; } \
+            if (sk_bin == 10u) { cnt_10 += sk_add; } \
+            if (sk_bin == 11u) { cnt_11 += sk_add; } \
+            if (sk_bin == 12u) { cnt_12 += sk_add; } \
+            if (sk_bin == 13u) { cnt_13 += sk_add; } \
+            if (sk_bin == 14u) { cnt_14 += sk_add; } \
+            if (sk_bin == 15u) { cnt_15 += sk_add; } \
+        } \
+        { \
+            const unsigned int sk_bin = digit; \
+            const unsigned long long sk_add = mv; \
+            if (sk_bin == 0u) { mas_0 += sk_add; } \
+            if (sk_bin == 1u) { mas_1 += sk_add; } \
+            if (sk_bin == 2u) { mas_2 += sk_add; } \
+            if (sk_bin == 3u) { mas_3 += sk_add; } \
+            if (sk_bin == 4u) { mas_4 += sk_add; } \
+            if (sk_bin == 5u) { mas_5 += sk_add; } \
+            if (sk_bin == 6u) { mas_6 += sk_add; } \
+            if (sk_bin == 7u) { mas_7 += sk_add; } \
+            if (sk_bin == 8u) { mas_8 += sk_add; } \
+            if (sk_bin == 9u) { mas_9 += sk_add; } \
+            if (sk_bin == 10u) { mas_10 += sk_add; } \
+            if (sk_bin == 11u) { mas_11 += sk_add; } \
+            if (sk_bin == 12u) { mas_12 += sk_add; } \
+            if (sk_bin == 13u) { mas_13 += sk_add; } \
+            if (sk_bin == 14u) { mas_14 += sk_add; } \
+            if (sk_bin == 15u) { mas_15 += sk_add; } \
+        } \
+    } \
+}
+#define sk_select_step(kk, lim, cnt_s15, mas_s15, sk_c0, nb, mb, chosen, cn, cm) { \
+    /* built by kernels::filters::select_step */ \
+    if (((nb < kk) && (mb <= lim))) { \
+        chosen = sk_c0; \
+        cn = nb; \
+        cm = mb; \
+    } \
+    nb = (nb + cnt_s15); \
+    mb = (mb + mas_s15); \
+}
+#define sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if ((key == s_key)) { \
+        /* built by kernels::filters::count_ties */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if (ok) { \
+        /* built by kernels::filters::count_ties */ \
+        mine = (mine + 1u); \
+    } \
+}
+#define sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept) { \
+    /* built by kernels::filters::sweep_set */ \
+    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+    ok = (wv > (0.0f)); \
+    mv = sk_fixed(wv); \
+    if (ok) { \
+        all_mass = (all_mass + mv); \
+    } \
+    bool tie = (ok && (key == s_key)); \
+    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col)))))); \
+    if (tie) { \
+        /* built by kernels::filters::kept */ \
+        tie_rank = (tie_rank + 1u); \
+    } \
+    kept = in_set; \
+}
+#define sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    bool kept = false; \
+    if (((!searched) || (key >= s_key))) { \
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
+    } \
+    if (kept) { \
+        /* built by kernels::filters::race_sweep */ \
+        double s64 = ((double)ov); \
+        if (noisy) { \
+            /* built by kernels::seeded::score64 */ \
+            const unsigned int sk_e41 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col))); \
+        } \
+        if (((s64 > best64) || (best64_i == 4294967295u))) { \
+            /* built by kernels::filters::keep_best */ \
+            best64 = s64; \
+            best64_i = col; \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_red_f32[33];
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ unsigned long long sk_red_u64[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
-    __shared__ unsigned int sk_scan[32];
-    __shared__ unsigned int sk_many_u32[544];
-    __shared__ unsigned long long sk_many_u64[544];
     unsigned int stage = ((flags >> 8u) & 255u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -397,30 +809,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     }
                 }
                 float part_max = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_max = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_max = sk_block_max_f32(m);
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_split::publish
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
@@ -433,30 +822,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                         m = fmaxf(m, sk_bitcast<float>(partials[(((((slot0 + pp_i) * 110u) + 14u) + ((0u & 1u) * 48u)) + 0u)]));
                     }
                     float row_max = (0.0f);
-                    {
-                        float sk_v = m;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_f32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_f32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        row_max = sk_red_f32[32];
-                        __syncthreads();
-                    }
+                    row_max = sk_block_max_f32(m);
                     mx = row_max;
                 }
                 const unsigned int sk_e8 = (stage - 1u);
@@ -563,84 +929,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     unsigned int cnt_s13 = 0u;
                     unsigned int cnt_s14 = 0u;
                     unsigned int cnt_s15 = 0u;
-                    {
-                        unsigned int sk_m0 = cnt_p0;
-                        unsigned int sk_m1 = cnt_p1;
-                        unsigned int sk_m2 = cnt_p2;
-                        unsigned int sk_m3 = cnt_p3;
-                        unsigned int sk_m4 = cnt_p4;
-                        unsigned int sk_m5 = cnt_p5;
-                        unsigned int sk_m6 = cnt_p6;
-                        unsigned int sk_m7 = cnt_p7;
-                        unsigned int sk_m8 = cnt_p8;
-                        unsigned int sk_m9 = cnt_p9;
-                        unsigned int sk_m10 = cnt_p10;
-                        unsigned int sk_m11 = cnt_p11;
-                        unsigned int sk_m12 = cnt_p12;
-                        unsigned int sk_m13 = cnt_p13;
-                        unsigned int sk_m14 = cnt_p14;
-                        unsigned int sk_m15 = cnt_p15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned int sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        cnt_s0 = sk_many_u32[16 * 32 + 0];
-                        cnt_s1 = sk_many_u32[16 * 32 + 1];
-                        cnt_s2 = sk_many_u32[16 * 32 + 2];
-                        cnt_s3 = sk_many_u32[16 * 32 + 3];
-                        cnt_s4 = sk_many_u32[16 * 32 + 4];
-                        cnt_s5 = sk_many_u32[16 * 32 + 5];
-                        cnt_s6 = sk_many_u32[16 * 32 + 6];
-                        cnt_s7 = sk_many_u32[16 * 32 + 7];
-                        cnt_s8 = sk_many_u32[16 * 32 + 8];
-                        cnt_s9 = sk_many_u32[16 * 32 + 9];
-                        cnt_s10 = sk_many_u32[16 * 32 + 10];
-                        cnt_s11 = sk_many_u32[16 * 32 + 11];
-                        cnt_s12 = sk_many_u32[16 * 32 + 12];
-                        cnt_s13 = sk_many_u32[16 * 32 + 13];
-                        cnt_s14 = sk_many_u32[16 * 32 + 14];
-                        cnt_s15 = sk_many_u32[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u32_16(cnt_p0, cnt_p1, cnt_p2, cnt_p3, cnt_p4, cnt_p5, cnt_p6, cnt_p7, cnt_p8, cnt_p9, cnt_p10, cnt_p11, cnt_p12, cnt_p13, cnt_p14, cnt_p15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
                     unsigned long long mas_s0 = 0ull;
                     unsigned long long mas_s1 = 0ull;
                     unsigned long long mas_s2 = 0ull;
@@ -657,84 +946,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     unsigned long long mas_s13 = 0ull;
                     unsigned long long mas_s14 = 0ull;
                     unsigned long long mas_s15 = 0ull;
-                    {
-                        unsigned long long sk_m0 = mas_p0;
-                        unsigned long long sk_m1 = mas_p1;
-                        unsigned long long sk_m2 = mas_p2;
-                        unsigned long long sk_m3 = mas_p3;
-                        unsigned long long sk_m4 = mas_p4;
-                        unsigned long long sk_m5 = mas_p5;
-                        unsigned long long sk_m6 = mas_p6;
-                        unsigned long long sk_m7 = mas_p7;
-                        unsigned long long sk_m8 = mas_p8;
-                        unsigned long long sk_m9 = mas_p9;
-                        unsigned long long sk_m10 = mas_p10;
-                        unsigned long long sk_m11 = mas_p11;
-                        unsigned long long sk_m12 = mas_p12;
-                        unsigned long long sk_m13 = mas_p13;
-                        unsigned long long sk_m14 = mas_p14;
-                        unsigned long long sk_m15 = mas_p15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned long long sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                            sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        mas_s0 = sk_many_u64[16 * 32 + 0];
-                        mas_s1 = sk_many_u64[16 * 32 + 1];
-                        mas_s2 = sk_many_u64[16 * 32 + 2];
-                        mas_s3 = sk_many_u64[16 * 32 + 3];
-                        mas_s4 = sk_many_u64[16 * 32 + 4];
-                        mas_s5 = sk_many_u64[16 * 32 + 5];
-                        mas_s6 = sk_many_u64[16 * 32 + 6];
-                        mas_s7 = sk_many_u64[16 * 32 + 7];
-                        mas_s8 = sk_many_u64[16 * 32 + 8];
-                        mas_s9 = sk_many_u64[16 * 32 + 9];
-                        mas_s10 = sk_many_u64[16 * 32 + 10];
-                        mas_s11 = sk_many_u64[16 * 32 + 11];
-                        mas_s12 = sk_many_u64[16 * 32 + 12];
-                        mas_s13 = sk_many_u64[16 * 32 + 13];
-                        mas_s14 = sk_many_u64[16 * 32 + 14];
-                        mas_s15 = sk_many_u64[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u64_16(mas_p0, mas_p1, mas_p2, mas_p3, mas_p4, mas_p5, mas_p6, mas_p7, mas_p8, mas_p9, mas_p10, mas_p11, mas_p12, mas_p13, mas_p14, mas_p15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
                     if ((digit_pass == 0u)) {
                         // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
@@ -748,164 +960,52 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 15u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s15);
-                        mb = (mb + mas_s15);
+                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 14u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s14);
-                        mb = (mb + mas_s14);
+                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 13u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s13);
-                        mb = (mb + mas_s13);
+                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 12u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s12);
-                        mb = (mb + mas_s12);
+                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 11u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s11);
-                        mb = (mb + mas_s11);
+                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 10u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s10);
-                        mb = (mb + mas_s10);
+                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 9u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s9);
-                        mb = (mb + mas_s9);
+                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 8u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s8);
-                        mb = (mb + mas_s8);
+                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 7u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s7);
-                        mb = (mb + mas_s7);
+                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 6u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s6);
-                        mb = (mb + mas_s6);
+                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 5u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s5);
-                        mb = (mb + mas_s5);
+                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 4u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s4);
-                        mb = (mb + mas_s4);
+                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 3u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s3);
-                        mb = (mb + mas_s3);
+                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 2u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s2);
-                        mb = (mb + mas_s2);
+                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 1u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s1);
-                        mb = (mb + mas_s1);
+                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 0u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s0);
-                        mb = (mb + mas_s0);
+                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
                     }
                     if ((chosen != 4294967295u)) {
                         // built by kernels::filters::select_step
@@ -987,244 +1087,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             const float sk_e31 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31);
                             if ((li0 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li0);
-                                float zv = (zx0 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    // built by kernels::filters::digit_counts
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned int sk_add = 1u;
-                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                    }
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned long long sk_add = mv;
-                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                    }
-                                }
+                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                             if ((li1 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li1);
-                                float zv = (zx1 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    // built by kernels::filters::digit_counts
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned int sk_add = 1u;
-                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                    }
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned long long sk_add = mv;
-                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                    }
-                                }
+                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                             if ((li2 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li2);
-                                float zv = (zx2 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    // built by kernels::filters::digit_counts
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned int sk_add = 1u;
-                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                    }
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned long long sk_add = mv;
-                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                    }
-                                }
+                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                             if ((li3 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li3);
-                                float zv = (zx3 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if (ok) {
-                                    // built by kernels::filters::digit_counts
-                                    unsigned int digit = ((key >> shift) & 15u);
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned int sk_add = 1u;
-                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                    }
-                                    {
-                                        const unsigned int sk_bin = digit;
-                                        const unsigned long long sk_add = mv;
-                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                    }
-                                }
+                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                         }
                     }
@@ -1244,84 +1116,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     unsigned int cnt_s13 = 0u;
                     unsigned int cnt_s14 = 0u;
                     unsigned int cnt_s15 = 0u;
-                    {
-                        unsigned int sk_m0 = cnt_0;
-                        unsigned int sk_m1 = cnt_1;
-                        unsigned int sk_m2 = cnt_2;
-                        unsigned int sk_m3 = cnt_3;
-                        unsigned int sk_m4 = cnt_4;
-                        unsigned int sk_m5 = cnt_5;
-                        unsigned int sk_m6 = cnt_6;
-                        unsigned int sk_m7 = cnt_7;
-                        unsigned int sk_m8 = cnt_8;
-                        unsigned int sk_m9 = cnt_9;
-                        unsigned int sk_m10 = cnt_10;
-                        unsigned int sk_m11 = cnt_11;
-                        unsigned int sk_m12 = cnt_12;
-                        unsigned int sk_m13 = cnt_13;
-                        unsigned int sk_m14 = cnt_14;
-                        unsigned int sk_m15 = cnt_15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned int sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        cnt_s0 = sk_many_u32[16 * 32 + 0];
-                        cnt_s1 = sk_many_u32[16 * 32 + 1];
-                        cnt_s2 = sk_many_u32[16 * 32 + 2];
-                        cnt_s3 = sk_many_u32[16 * 32 + 3];
-                        cnt_s4 = sk_many_u32[16 * 32 + 4];
-                        cnt_s5 = sk_many_u32[16 * 32 + 5];
-                        cnt_s6 = sk_many_u32[16 * 32 + 6];
-                        cnt_s7 = sk_many_u32[16 * 32 + 7];
-                        cnt_s8 = sk_many_u32[16 * 32 + 8];
-                        cnt_s9 = sk_many_u32[16 * 32 + 9];
-                        cnt_s10 = sk_many_u32[16 * 32 + 10];
-                        cnt_s11 = sk_many_u32[16 * 32 + 11];
-                        cnt_s12 = sk_many_u32[16 * 32 + 12];
-                        cnt_s13 = sk_many_u32[16 * 32 + 13];
-                        cnt_s14 = sk_many_u32[16 * 32 + 14];
-                        cnt_s15 = sk_many_u32[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
                     unsigned long long mas_s0 = 0ull;
                     unsigned long long mas_s1 = 0ull;
                     unsigned long long mas_s2 = 0ull;
@@ -1338,84 +1133,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                     unsigned long long mas_s13 = 0ull;
                     unsigned long long mas_s14 = 0ull;
                     unsigned long long mas_s15 = 0ull;
-                    {
-                        unsigned long long sk_m0 = mas_0;
-                        unsigned long long sk_m1 = mas_1;
-                        unsigned long long sk_m2 = mas_2;
-                        unsigned long long sk_m3 = mas_3;
-                        unsigned long long sk_m4 = mas_4;
-                        unsigned long long sk_m5 = mas_5;
-                        unsigned long long sk_m6 = mas_6;
-                        unsigned long long sk_m7 = mas_7;
-                        unsigned long long sk_m8 = mas_8;
-                        unsigned long long sk_m9 = mas_9;
-                        unsigned long long sk_m10 = mas_10;
-                        unsigned long long sk_m11 = mas_11;
-                        unsigned long long sk_m12 = mas_12;
-                        unsigned long long sk_m13 = mas_13;
-                        unsigned long long sk_m14 = mas_14;
-                        unsigned long long sk_m15 = mas_15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned long long sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                            sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        mas_s0 = sk_many_u64[16 * 32 + 0];
-                        mas_s1 = sk_many_u64[16 * 32 + 1];
-                        mas_s2 = sk_many_u64[16 * 32 + 2];
-                        mas_s3 = sk_many_u64[16 * 32 + 3];
-                        mas_s4 = sk_many_u64[16 * 32 + 4];
-                        mas_s5 = sk_many_u64[16 * 32 + 5];
-                        mas_s6 = sk_many_u64[16 * 32 + 6];
-                        mas_s7 = sk_many_u64[16 * 32 + 7];
-                        mas_s8 = sk_many_u64[16 * 32 + 8];
-                        mas_s9 = sk_many_u64[16 * 32 + 9];
-                        mas_s10 = sk_many_u64[16 * 32 + 10];
-                        mas_s11 = sk_many_u64[16 * 32 + 11];
-                        mas_s12 = sk_many_u64[16 * 32 + 12];
-                        mas_s13 = sk_many_u64[16 * 32 + 13];
-                        mas_s14 = sk_many_u64[16 * 32 + 14];
-                        mas_s15 = sk_many_u64[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_split::publish
                         partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
@@ -1489,30 +1207,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                 c = (c + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + (0u + (s_key & 15u)))]);
                             }
                             unsigned int ties_parts = 0u;
-                            {
-                                unsigned int sk_v = c;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = sk_v + ov;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                ties_parts = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            ties_parts = sk_block_sum_u32(c);
                             unsigned int mine = 0u;
                             mine = 0u;
                             sweeps = (sweeps + 1u);
@@ -1536,112 +1231,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         const float sk_e36 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                         float zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
                                         if ((li0 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li0);
-                                            float zv = (zx0 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
+                                            sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, mine);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li1);
-                                            float zv = (zx1 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
+                                            sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, mine);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li2);
-                                            float zv = (zx2 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
+                                            sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, mine);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li3);
-                                            float zv = (zx3 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == s_key)) {
-                                                // built by kernels::filters::count_ties
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                            }
-                                            if (ok) {
-                                                // built by kernels::filters::count_ties
-                                                mine = (mine + 1u);
-                                            }
+                                            sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, mine);
                                         }
                                     }
                                 }
                             }
                             unsigned int ties_before = 0u;
-                            {
-                                unsigned int sk_x = mine;
-                                unsigned int sk_v = sk_x;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                }
-                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    unsigned int sk_own = sk_v;
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if (threadIdx.x >= sk_o) sk_v += on;
-                                    }
-                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                    sk_v = sk_own;
-                                }
-                                __syncthreads();
-                                ties_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                __syncthreads();
-                            }
+                            ties_before = sk_block_scan(mine);
                             tie_start = (ties_parts + ties_before);
                         }
                         bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
@@ -1674,168 +1279,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                         const float sk_e40 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                         float zx3 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
                                         if ((li0 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li0);
-                                            float zv = (zx0 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                double s64 = ((double)ov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e41 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e41 + 8u)], rows[(sk_e41 + 9u)], rows[(sk_e41 + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
+                                            sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li1);
-                                            float zv = (zx1 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                double s64 = ((double)ov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e42 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e42 + 8u)], rows[(sk_e42 + 9u)], rows[(sk_e42 + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
+                                            sk_read_step_2(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li2);
-                                            float zv = (zx2 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                double s64 = ((double)ov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e43 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
+                                            sk_read_step_2(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li3);
-                                            float zv = (zx3 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            bool kept = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                double s64 = ((double)ov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e44 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e44 + 8u)], rows[(sk_e44 + 9u)], rows[(sk_e44 + 10u)], col)));
-                                                }
-                                                if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best64 = s64;
-                                                    best64_i = col;
-                                                }
-                                            }
+                                            sk_read_step_2(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                         }
                                     }
                                 }
@@ -1883,20 +1336,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
+                                                sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
@@ -1920,20 +1360,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
+                                                sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
@@ -1957,20 +1384,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
+                                                sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
@@ -1994,20 +1408,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned long long mv = 0ull;
                                             bool kept = false;
                                             if (((!searched) || (key >= s_key))) {
-                                                // built by kernels::filters::sweep_set
-                                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                ok = (wv > (0.0f));
-                                                mv = sk_fixed(wv);
-                                                if (ok) {
-                                                    all_mass = (all_mass + mv);
-                                                }
-                                                bool tie = (ok && (key == s_key));
-                                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                                if (tie) {
-                                                    // built by kernels::filters::kept
-                                                    tie_rank = (tie_rank + 1u);
-                                                }
-                                                kept = in_set;
+                                                sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                             }
                                             if (kept) {
                                                 // built by kernels::filters::race_sweep
@@ -2026,95 +1427,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                         }
                         float win = (0.0f);
                         unsigned int tok32 = 0u;
-                        {
-                            float sk_v = best;
-                            unsigned int sk_i = best_i;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_am_f32[32] = sk_v;
-                                    sk_am_i[32] = sk_i;
-                                }
-                            }
-                            __syncthreads();
-                            win = sk_am_f32[32];
-                            tok32 = sk_am_i[32];
-                            __syncthreads();
-                        }
+                        sk_block_argmax_f32(best, best_i, win, tok32);
                         double win64 = (0.0);
                         unsigned int tok64 = 0u;
-                        {
-                            double sk_v = best64;
-                            unsigned int sk_i = best64_i;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_am_f64[32] = sk_v;
-                                    sk_am_i[32] = sk_i;
-                                }
-                            }
-                            __syncthreads();
-                            win64 = sk_am_f64[32];
-                            tok64 = sk_am_i[32];
-                            __syncthreads();
-                        }
+                        sk_block_argmax_f64(best64, best64_i, win64, tok64);
                         unsigned long long part_mass = 0ull;
-                        {
-                            unsigned long long sk_v = all_mass;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_u64[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_u64[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            part_mass = sk_red_u64[32];
-                            __syncthreads();
-                        }
+                        part_mass = sk_block_sum_u64(all_mass);
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_split::publish
                             partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(win);
@@ -2157,95 +1475,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                             }
                             float win = (0.0f);
                             unsigned int tok32 = 0u;
-                            {
-                                float sk_v = best;
-                                unsigned int sk_i = best_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f32[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                win = sk_am_f32[32];
-                                tok32 = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f32(best, best_i, win, tok32);
                             double win64 = (0.0);
                             unsigned int tok64 = 0u;
-                            {
-                                double sk_v = best64;
-                                unsigned int sk_i = best64_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f64[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                win64 = sk_am_f64[32];
-                                tok64 = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f64(best64, best64_i, win64, tok64);
                             unsigned long long summed_mass = 0ull;
-                            {
-                                unsigned long long sk_v = all_mass;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u64[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = sk_v + ov;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u64[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                summed_mass = sk_red_u64[32];
-                                __syncthreads();
-                            }
+                            summed_mass = sk_block_sum_u64(all_mass);
                             unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? tok64 : tok32);
                             bool valid = (tok < vocab);
                             unsigned int tok_at = (valid ? tok : 0u);

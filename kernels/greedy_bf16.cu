@@ -22,6 +22,136 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
+__shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_red_f32[33];
+__shared__ float sk_am_f32[33];
+__shared__ unsigned int sk_am_i[33];
+
+__device__ __forceinline__ unsigned int sk_block_sum_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -66,13 +196,52 @@ __device__ __forceinline__ float sk_log(float x) {
     float dk = ((float)k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
 }
+#define sk_for_each_column_then(c0, col_hi, x0, temp, sk_c0, top_n, top, top_i, best, best_i, best_z, m, s) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float sv = (x0 / temp); \
+        if ((sv == sk_bitcast<float>(2139095040u))) { \
+            /* built by kernels::race::greedy_column */ \
+            top_n = (top_n + 1u); \
+            if ((((0.0f) > top) || (top_i == 4294967295u))) { \
+                /* built by kernels::race::keep_top */ \
+                top = (0.0f); \
+                top_i = col; \
+            } \
+        } else { \
+            /* built by kernels::race::greedy_column */ \
+            if (((sv > best) || (best_i == 4294967295u))) { \
+                /* built by kernels::race::keep */ \
+                best = sv; \
+                best_i = col; \
+                best_z = sv; \
+            } \
+            if (((flags & 1u) != 0u)) { \
+                if ((sv > m)) { \
+                    /* built by kernels::softmax::online_logsumexp */ \
+                    s = ((s * sk_exp((m - sv))) + (1.0f)); \
+                    m = sv; \
+                } else { \
+                    /* built by kernels::softmax::online_logsumexp */ \
+                    if ((sv > sk_bitcast<float>(4286578688u))) { \
+                        s = (s + ((1.0f) * sk_exp((sv - m)))); \
+                    } \
+                } \
+            } \
+        } \
+    } \
+}
+#define sk_whole_row_results(top, top_i, tok) { \
+    /* built by kernels::race::whole_row_results */ \
+    float top_win = (0.0f); \
+    unsigned int top_tok = 0u; \
+    sk_block_argmax_f32(top, top_i, top_win, top_tok); \
+    tok = top_tok; \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
     const unsigned short* __restrict__ x, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ float sk_red_f32[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -131,204 +300,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) : sk_bitcast<float>(4286578688u));
             }
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float sv = (x0 / temp);
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float sv = (x1 / temp);
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float sv = (x2 / temp);
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float sv = (x3 / temp);
-                    if ((sv == sk_bitcast<float>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
         }
         float win = (0.0f);
         unsigned int tok = 0u;
-        {
-            float sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f32[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win = sk_am_f32[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f32(best, best_i, win, tok);
         unsigned int tops = 0u;
-        {
-            unsigned int sk_v = top_n;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                sk_v = sk_v + ov;
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_red_u32[threadIdx.x >> 5] = sk_v;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if (threadIdx.x == 0u) {
-                    sk_red_u32[32] = sk_v;
-                }
-            }
-            __syncthreads();
-            tops = sk_red_u32[32];
-            __syncthreads();
-        }
+        tops = sk_block_sum_u32(top_n);
         if ((parts <= 1u)) {
             // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
@@ -337,41 +325,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             }
             bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::race::whole_row_results
-                float top_win = (0.0f);
-                unsigned int top_tok = 0u;
-                {
-                    float sk_v = top;
-                    unsigned int sk_i = top_i;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_am_f32[threadIdx.x >> 5] = sk_v;
-                        sk_am_i[threadIdx.x >> 5] = sk_i;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_am_f32[32] = sk_v;
-                            sk_am_i[32] = sk_i;
-                        }
-                    }
-                    __syncthreads();
-                    top_win = sk_am_f32[32];
-                    top_tok = sk_am_i[32];
-                    __syncthreads();
-                }
-                tok = top_tok;
+                sk_whole_row_results(top, top_i, tok);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::abi::write_results_as
@@ -383,55 +337,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 float row_max = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_max = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_max = sk_block_max_f32(m);
                 float row_sum = (0.0f);
-                {
-                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_sum = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 if ((threadIdx.x == 0u)) {
                     const float sk_e16 = sk_bf16(x[(base + tok)]);
                     logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
@@ -441,91 +349,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
             // built by kernels::race::race_row
             float top_win = (0.0f);
             unsigned int top_tok = 0u;
-            {
-                float sk_v = top;
-                unsigned int sk_i = top_i;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_am_f32[threadIdx.x >> 5] = sk_v;
-                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_am_f32[32] = sk_v;
-                        sk_am_i[32] = sk_i;
-                    }
-                }
-                __syncthreads();
-                top_win = sk_am_f32[32];
-                top_tok = sk_am_i[32];
-                __syncthreads();
-            }
+            sk_block_argmax_f32(top, top_i, top_win, top_tok);
             float part_m = sk_bitcast<float>(4286578688u);
             float part_s = (0.0f);
             if (((flags & 1u) != 0u)) {
                 // built by kernels::race::write_part
                 float row_max = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_max = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_max = sk_block_max_f32(m);
                 float row_sum = (0.0f);
-                {
-                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_sum = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 part_m = row_max;
                 part_s = row_sum;
             }
@@ -553,30 +385,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                 arrived = (before + 1u);
             }
             unsigned int arrivals = 0u;
-            {
-                unsigned int sk_v = arrived;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = ov > sk_v ? ov : sk_v;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_u32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                arrivals = sk_red_u32[32];
-                __syncthreads();
-            }
+            arrivals = sk_block_max_u32(arrived);
             if ((arrivals == parts)) {
                 // built by kernels::combine::last_part_on
                 __threadfence();
@@ -619,98 +428,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                     }
                     float win = (0.0f);
                     unsigned int tok = 0u;
-                    {
-                        float sk_v = best;
-                        unsigned int sk_i = best_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f32[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        win = sk_am_f32[32];
-                        tok = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f32(best, best_i, win, tok);
                     unsigned int tops = 0u;
-                    {
-                        unsigned int sk_v = top_n;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        tops = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    tops = sk_block_sum_u32(top_n);
                     if ((tops > 0u)) {
-                        // built by kernels::combine::combine_row
-                        float top_win = (0.0f);
-                        unsigned int top_tok = 0u;
-                        {
-                            float sk_v = top;
-                            unsigned int sk_i = top_i;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_am_f32[32] = sk_v;
-                                    sk_am_i[32] = sk_i;
-                                }
-                            }
-                            __syncthreads();
-                            top_win = sk_am_f32[32];
-                            top_tok = sk_am_i[32];
-                            __syncthreads();
-                        }
-                        tok = top_tok;
+                        sk_whole_row_results(top, top_i, tok);
                     }
                     const bool sk_e17 = (tok == 4294967295u);
                     float z = (sk_e17 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e17 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
@@ -729,55 +451,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_bf16(
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         float row_max = (0.0f);
-                        {
-                            float sk_v = m;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = fmaxf(sk_v, ov);
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_max = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_max = sk_block_max_f32(m);
                         float row_sum = (0.0f);
-                        {
-                            float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_sum = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                         if ((threadIdx.x == 0u)) {
                             logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((z - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                         }

@@ -18,6 +18,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);

@@ -18,6 +18,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+
 __device__ __forceinline__ double sk_log64(double x) {
     // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);

@@ -18,6 +18,207 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_scan[32];
+__shared__ unsigned int sk_many_u32[544];
+__shared__ unsigned long long sk_many_u64[544];
+__shared__ __align__(16) unsigned int listed_cols[4096];
+__shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int bucket_cols[64];
+__shared__ __align__(16) unsigned int bucket_keys[64];
+__shared__ __align__(16) unsigned long long bucket_masses[64];
+
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
+    unsigned int sk_v = sk_x;
+    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+    }
+    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        unsigned int sk_own = sk_v;
+        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+            if (threadIdx.x >= sk_o) sk_v += on;
+        }
+        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+        sk_v = sk_own;
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned int sk_m1, unsigned int& sk_o0, unsigned int& sk_o1) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[2 * 32 + 0];
+    sk_o1 = sk_many_u32[2 * 32 + 1];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[16 * 32 + 0];
+    sk_o1 = sk_many_u32[16 * 32 + 1];
+    sk_o2 = sk_many_u32[16 * 32 + 2];
+    sk_o3 = sk_many_u32[16 * 32 + 3];
+    sk_o4 = sk_many_u32[16 * 32 + 4];
+    sk_o5 = sk_many_u32[16 * 32 + 5];
+    sk_o6 = sk_many_u32[16 * 32 + 6];
+    sk_o7 = sk_many_u32[16 * 32 + 7];
+    sk_o8 = sk_many_u32[16 * 32 + 8];
+    sk_o9 = sk_many_u32[16 * 32 + 9];
+    sk_o10 = sk_many_u32[16 * 32 + 10];
+    sk_o11 = sk_many_u32[16 * 32 + 11];
+    sk_o12 = sk_many_u32[16 * 32 + 12];
+    sk_o13 = sk_many_u32[16 * 32 + 13];
+    sk_o14 = sk_many_u32[16 * 32 + 14];
+    sk_o15 = sk_many_u32[16 * 32 + 15];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u64_16(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long sk_m3, unsigned long long sk_m4, unsigned long long sk_m5, unsigned long long sk_m6, unsigned long long sk_m7, unsigned long long sk_m8, unsigned long long sk_m9, unsigned long long sk_m10, unsigned long long sk_m11, unsigned long long sk_m12, unsigned long long sk_m13, unsigned long long sk_m14, unsigned long long sk_m15, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2, unsigned long long& sk_o3, unsigned long long& sk_o4, unsigned long long& sk_o5, unsigned long long& sk_o6, unsigned long long& sk_o7, unsigned long long& sk_o8, unsigned long long& sk_o9, unsigned long long& sk_o10, unsigned long long& sk_o11, unsigned long long& sk_o12, unsigned long long& sk_o13, unsigned long long& sk_o14, unsigned long long& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned long long sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+        sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u64[16 * 32 + 0];
+    sk_o1 = sk_many_u64[16 * 32 + 1];
+    sk_o2 = sk_many_u64[16 * 32 + 2];
+    sk_o3 = sk_many_u64[16 * 32 + 3];
+    sk_o4 = sk_many_u64[16 * 32 + 4];
+    sk_o5 = sk_many_u64[16 * 32 + 5];
+    sk_o6 = sk_many_u64[16 * 32 + 6];
+    sk_o7 = sk_many_u64[16 * 32 + 7];
+    sk_o8 = sk_many_u64[16 * 32 + 8];
+    sk_o9 = sk_many_u64[16 * 32 + 9];
+    sk_o10 = sk_many_u64[16 * 32 + 10];
+    sk_o11 = sk_many_u64[16 * 32 + 11];
+    sk_o12 = sk_many_u64[16 * 32 + 12];
+    sk_o13 = sk_many_u64[16 * 32 + 13];
+    sk_o14 = sk_many_u64[16 * 32 + 14];
+    sk_o15 = sk_many_u64[16 * 32 + 15];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -53,18 +254,152 @@ __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long
     unsigned long long q = ((unsigned long long)((unsigned int)(p * (2147483600.0f))));
     return (((((unsigned long long)2u) * q) * (m >> 32u)) + ((q * (m & 4294967295ull)) >> 31u));
 }
+#define sk_select_step(kk, lim, cnt_s15, mas_s15, sk_c0, nb, mb, chosen, cn, cm) { \
+    /* built by kernels::filters::select_step */ \
+    if (((nb < kk) && (mb <= lim))) { \
+        chosen = sk_c0; \
+        cn = nb; \
+        cm = mb; \
+    } \
+    nb = (nb + cnt_s15); \
+    mb = (mb + mas_s15); \
+}
+#define sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    bool kept = false; \
+    if (((!searched) || (key >= s_key))) { \
+        /* built by kernels::filters::sweep_set */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+        if (ok) { \
+            all_mass = (all_mass + mv); \
+        } \
+        bool tie = (ok && (key == s_key)); \
+        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col)))))); \
+        if (tie) { \
+            /* built by kernels::filters::kept */ \
+            tie_rank = (tie_rank + 1u); \
+        } \
+        kept = in_set; \
+    } \
+    const unsigned int sk_e31 = (base + col); \
+    out[sk_e31] = (kept ? (x[sk_e31]) : sk_bitcast<float>(4286578688u)); \
+}
+#define sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if (((key & sel_mask) == sel_key)) { \
+        /* built by kernels::filters::candidate */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if ((ok && (list_at < 4096u))) { \
+        /* built by kernels::filters::list_bucket */ \
+        listed_cols[list_at] = col; \
+        list_at = (list_at + 1u); \
+    } \
+}
+#define sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if ((key == s_key)) { \
+        /* built by kernels::filters::count_ties */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if (ok) { \
+        /* built by kernels::filters::count_ties */ \
+        mine = (mine + 1u); \
+    } \
+}
+#define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
+    /* built by kernels::filters::digit_counts */ \
+    unsigned int digit = ((key >> shift) & 15u); \
+    { \
+        const unsigned int sk_bin = digit; \
+        const unsigned int sk_add = 1u; \
+        if (sk_bin == 0u) { cnt_0 += sk_add; } \
+        if (sk_bin == 1u) { cnt_1 += sk_add; } \
+        if (sk_bin == 2u) { cnt_2 += sk_add; } \
+        if (sk_bin == 3u) { cnt_3 += sk_add; } \
+        if (sk_bin == 4u) { cnt_4 += sk_add; } \
+        if (sk_bin == 5u) { cnt_5 += sk_add; } \
+        if (sk_bin == 6u) { cnt_6 += sk_add; } \
+        if (sk_bin == 7u) { cnt_7 += sk_add; } \
+        if (sk_bin == 8u) { cnt_8 += sk_add; } \
+        if (sk_bin == 9u) { cnt_9 += sk_add; } \
+        if (sk_bin == 10u) { cnt_10 += sk_add; } \
+        if (sk_bin == 11u) { cnt_11 += sk_add; } \
+        if (sk_bin == 12u) { cnt_12 += sk_add; } \
+        if (sk_bin == 13u) { cnt_13 += sk_add; } \
+        if (sk_bin == 14u) { cnt_14 += sk_add; } \
+        if (sk_bin == 15u) { cnt_15 += sk_add; } \
+    } \
+    { \
+        const unsigned int sk_bin = digit; \
+        const unsigned long long sk_add = mv; \
+        if (sk_bin == 0u) { mas_0 += sk_add; } \
+        if (sk_bin == 1u) { mas_1 += sk_add; } \
+        if (sk_bin == 2u) { mas_2 += sk_add; } \
+        if (sk_bin == 3u) { mas_3 += sk_add; } \
+        if (sk_bin == 4u) { mas_4 += sk_add; } \
+        if (sk_bin == 5u) { mas_5 += sk_add; } \
+        if (sk_bin == 6u) { mas_6 += sk_add; } \
+        if (sk_bin == 7u) { mas_7 += sk_add; } \
+        if (sk_bin == 8u) { mas_8 += sk_add; } \
+        if (sk_bin == 9u) { mas_9 += sk_add; } \
+        if (sk_bin == 10u) { mas_10 += sk_add; } \
+        if (sk_bin == 11u) { mas_11 += sk_add; } \
+        if (sk_bin == 12u) { mas_12 += sk_add; } \
+        if (sk_bin == 13u) { mas_13 += sk_add; } \
+        if (sk_bin == 14u) { mas_14 += sk_add; } \
+        if (sk_bin == 15u) { mas_15 += sk_add; } \
+    } \
+}
+#define sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if (((key & sel_mask) == sel_key)) { \
+        /* built by kernels::filters::candidate */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if (ok) { \
+        sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_red_f32[33];
-    __shared__ unsigned int sk_scan[32];
-    __shared__ unsigned int sk_many_u32[544];
-    __shared__ unsigned long long sk_many_u64[544];
-    __shared__ __align__(16) unsigned int listed_cols[4096];
-    __shared__ __align__(16) unsigned int rank_count[1];
-    __shared__ __align__(16) unsigned int bucket_cols[64];
-    __shared__ __align__(16) unsigned int bucket_keys[64];
-    __shared__ __align__(16) unsigned long long bucket_masses[64];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
@@ -128,30 +463,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                 }
             }
             float part_max = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                part_max = sk_red_f32[32];
-                __syncthreads();
-            }
+            part_max = sk_block_max_f32(m);
             float mx = part_max;
             unsigned int sel_key = 0u;
             unsigned int sel_mask = 0u;
@@ -179,29 +491,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                 }
                 if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
                     unsigned int list_from = 0u;
-                    {
-                        unsigned int sk_x = mine;
-                        unsigned int sk_v = sk_x;
-                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                            if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                        }
-                        if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            unsigned int sk_own = sk_v;
-                            sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                if (threadIdx.x >= sk_o) sk_v += on;
-                            }
-                            if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                            sk_v = sk_own;
-                        }
-                        __syncthreads();
-                        list_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                        __syncthreads();
-                    }
+                    list_from = sk_block_scan(mine);
                     unsigned int list_at = list_from;
                     sweeps = (sweeps + 1u);
                     {
@@ -222,88 +512,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             const float sk_e8 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                             if ((li0 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li0);
-                                float zv = (zx0 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li1);
-                                float zv = (zx1 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li2);
-                                float zv = (zx2 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int col = (col_lo + li3);
-                                float zv = (zx3 / temp);
-                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                float wv = (0.0f);
-                                bool ok = false;
-                                unsigned long long mv = 0ull;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
                             }
                         }
                     }
@@ -336,29 +554,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         }
                     }
                     unsigned int bucket_from = 0u;
-                    {
-                        unsigned int sk_x = mine;
-                        unsigned int sk_v = sk_x;
-                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                            if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                        }
-                        if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            unsigned int sk_own = sk_v;
-                            sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                if (threadIdx.x >= sk_o) sk_v += on;
-                            }
-                            if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                            sk_v = sk_own;
-                        }
-                        __syncthreads();
-                        bucket_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                        __syncthreads();
-                    }
+                    bucket_from = sk_block_scan(mine);
                     unsigned int bucket_at = bucket_from;
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
@@ -412,28 +608,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     }
                     unsigned int last_key = 0u;
                     unsigned int last_col = 0u;
-                    {
-                        unsigned int sk_m0 = found_key;
-                        unsigned int sk_m1 = found_col;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 2u) {
-                            unsigned int sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                            sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        last_key = sk_many_u32[2 * 32 + 0];
-                        last_col = sk_many_u32[2 * 32 + 1];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u32_2(found_key, found_col, last_key, last_col);
                     sel_key = last_key;
                     tie_col = last_col;
                     done = true;
@@ -491,48 +666,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
-                                // built by kernels::filters::digit_counts
-                                unsigned int digit = ((key >> shift) & 15u);
-                                {
-                                    const unsigned int sk_bin = digit;
-                                    const unsigned int sk_add = 1u;
-                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                }
-                                {
-                                    const unsigned int sk_bin = digit;
-                                    const unsigned long long sk_add = mv;
-                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                }
+                                sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                         }
                     }
@@ -559,244 +693,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     const float sk_e16 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16);
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li0);
-                                        float zv = (zx0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li1);
-                                        float zv = (zx1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li2);
-                                        float zv = (zx2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li3);
-                                        float zv = (zx3 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                 }
                             } else {
@@ -815,244 +721,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     const float sk_e20 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li0);
-                                        float zv = (zx0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li1);
-                                        float zv = (zx1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li2);
-                                        float zv = (zx2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li3);
-                                        float zv = (zx3 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            unsigned int digit = ((key >> shift) & 15u);
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                            }
-                                            {
-                                                const unsigned int sk_bin = digit;
-                                                const unsigned long long sk_add = mv;
-                                                if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                if (sk_bin == 15u) { mas_15 += sk_add; }
-                                            }
-                                        }
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                 }
                             }
@@ -1074,84 +752,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int cnt_s13 = 0u;
                     unsigned int cnt_s14 = 0u;
                     unsigned int cnt_s15 = 0u;
-                    {
-                        unsigned int sk_m0 = cnt_0;
-                        unsigned int sk_m1 = cnt_1;
-                        unsigned int sk_m2 = cnt_2;
-                        unsigned int sk_m3 = cnt_3;
-                        unsigned int sk_m4 = cnt_4;
-                        unsigned int sk_m5 = cnt_5;
-                        unsigned int sk_m6 = cnt_6;
-                        unsigned int sk_m7 = cnt_7;
-                        unsigned int sk_m8 = cnt_8;
-                        unsigned int sk_m9 = cnt_9;
-                        unsigned int sk_m10 = cnt_10;
-                        unsigned int sk_m11 = cnt_11;
-                        unsigned int sk_m12 = cnt_12;
-                        unsigned int sk_m13 = cnt_13;
-                        unsigned int sk_m14 = cnt_14;
-                        unsigned int sk_m15 = cnt_15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned int sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        cnt_s0 = sk_many_u32[16 * 32 + 0];
-                        cnt_s1 = sk_many_u32[16 * 32 + 1];
-                        cnt_s2 = sk_many_u32[16 * 32 + 2];
-                        cnt_s3 = sk_many_u32[16 * 32 + 3];
-                        cnt_s4 = sk_many_u32[16 * 32 + 4];
-                        cnt_s5 = sk_many_u32[16 * 32 + 5];
-                        cnt_s6 = sk_many_u32[16 * 32 + 6];
-                        cnt_s7 = sk_many_u32[16 * 32 + 7];
-                        cnt_s8 = sk_many_u32[16 * 32 + 8];
-                        cnt_s9 = sk_many_u32[16 * 32 + 9];
-                        cnt_s10 = sk_many_u32[16 * 32 + 10];
-                        cnt_s11 = sk_many_u32[16 * 32 + 11];
-                        cnt_s12 = sk_many_u32[16 * 32 + 12];
-                        cnt_s13 = sk_many_u32[16 * 32 + 13];
-                        cnt_s14 = sk_many_u32[16 * 32 + 14];
-                        cnt_s15 = sk_many_u32[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
                     unsigned long long mas_s0 = 0ull;
                     unsigned long long mas_s1 = 0ull;
                     unsigned long long mas_s2 = 0ull;
@@ -1168,84 +769,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned long long mas_s13 = 0ull;
                     unsigned long long mas_s14 = 0ull;
                     unsigned long long mas_s15 = 0ull;
-                    {
-                        unsigned long long sk_m0 = mas_0;
-                        unsigned long long sk_m1 = mas_1;
-                        unsigned long long sk_m2 = mas_2;
-                        unsigned long long sk_m3 = mas_3;
-                        unsigned long long sk_m4 = mas_4;
-                        unsigned long long sk_m5 = mas_5;
-                        unsigned long long sk_m6 = mas_6;
-                        unsigned long long sk_m7 = mas_7;
-                        unsigned long long sk_m8 = mas_8;
-                        unsigned long long sk_m9 = mas_9;
-                        unsigned long long sk_m10 = mas_10;
-                        unsigned long long sk_m11 = mas_11;
-                        unsigned long long sk_m12 = mas_12;
-                        unsigned long long sk_m13 = mas_13;
-                        unsigned long long sk_m14 = mas_14;
-                        unsigned long long sk_m15 = mas_15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned long long sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                            sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        mas_s0 = sk_many_u64[16 * 32 + 0];
-                        mas_s1 = sk_many_u64[16 * 32 + 1];
-                        mas_s2 = sk_many_u64[16 * 32 + 2];
-                        mas_s3 = sk_many_u64[16 * 32 + 3];
-                        mas_s4 = sk_many_u64[16 * 32 + 4];
-                        mas_s5 = sk_many_u64[16 * 32 + 5];
-                        mas_s6 = sk_many_u64[16 * 32 + 6];
-                        mas_s7 = sk_many_u64[16 * 32 + 7];
-                        mas_s8 = sk_many_u64[16 * 32 + 8];
-                        mas_s9 = sk_many_u64[16 * 32 + 9];
-                        mas_s10 = sk_many_u64[16 * 32 + 10];
-                        mas_s11 = sk_many_u64[16 * 32 + 11];
-                        mas_s12 = sk_many_u64[16 * 32 + 12];
-                        mas_s13 = sk_many_u64[16 * 32 + 13];
-                        mas_s14 = sk_many_u64[16 * 32 + 14];
-                        mas_s15 = sk_many_u64[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
                     if ((digit_pass == 0u)) {
                         // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
@@ -1259,164 +783,52 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int cn = sel_n;
                     unsigned long long cm = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 15u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s15);
-                        mb = (mb + mas_s15);
+                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 14u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s14);
-                        mb = (mb + mas_s14);
+                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 13u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s13);
-                        mb = (mb + mas_s13);
+                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 12u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s12);
-                        mb = (mb + mas_s12);
+                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 11u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s11);
-                        mb = (mb + mas_s11);
+                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 10u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s10);
-                        mb = (mb + mas_s10);
+                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 9u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s9);
-                        mb = (mb + mas_s9);
+                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 8u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s8);
-                        mb = (mb + mas_s8);
+                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 7u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s7);
-                        mb = (mb + mas_s7);
+                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 6u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s6);
-                        mb = (mb + mas_s6);
+                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 5u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s5);
-                        mb = (mb + mas_s5);
+                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 4u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s4);
-                        mb = (mb + mas_s4);
+                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 3u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s3);
-                        mb = (mb + mas_s3);
+                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 2u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s2);
-                        mb = (mb + mas_s2);
+                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 1u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s1);
-                        mb = (mb + mas_s1);
+                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 0u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s0);
-                        mb = (mb + mas_s0);
+                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
                     }
                     if ((chosen != 4294967295u)) {
                         // built by kernels::filters::select_step
@@ -1488,84 +900,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                     const float sk_e26 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li0);
-                                        float zv = (zx0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li1);
-                                        float zv = (zx1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li2);
-                                        float zv = (zx2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li3);
-                                        float zv = (zx3 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -1573,29 +917,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     }
                 }
                 unsigned int ties_before = 0u;
-                {
-                    unsigned int sk_x = mine;
-                    unsigned int sk_v = sk_x;
-                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                    }
-                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        unsigned int sk_own = sk_v;
-                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                            if (threadIdx.x >= sk_o) sk_v += on;
-                        }
-                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                        sk_v = sk_own;
-                    }
-                    __syncthreads();
-                    ties_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                    __syncthreads();
-                }
+                ties_before = sk_block_scan(mine);
                 tie_start = ties_before;
             }
             tie_rank = tie_start;
@@ -1620,120 +942,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         const float sk_e30 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
                         if ((li0 < sweep_n)) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li0);
-                            float zv = (zx0 / temp);
-                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                // built by kernels::filters::sweep_set
-                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    // built by kernels::filters::kept
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            const unsigned int sk_e31 = (base + col);
-                            out[sk_e31] = (kept ? (x[sk_e31]) : sk_bitcast<float>(4286578688u));
+                            sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li1);
-                            float zv = (zx1 / temp);
-                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                // built by kernels::filters::sweep_set
-                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    // built by kernels::filters::kept
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            const unsigned int sk_e32 = (base + col);
-                            out[sk_e32] = (kept ? (x[sk_e32]) : sk_bitcast<float>(4286578688u));
+                            sk_read_step_2(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li2);
-                            float zv = (zx2 / temp);
-                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                // built by kernels::filters::sweep_set
-                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    // built by kernels::filters::kept
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            const unsigned int sk_e33 = (base + col);
-                            out[sk_e33] = (kept ? (x[sk_e33]) : sk_bitcast<float>(4286578688u));
+                            sk_read_step_2(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li3);
-                            float zv = (zx3 / temp);
-                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            bool kept = false;
-                            if (((!searched) || (key >= s_key))) {
-                                // built by kernels::filters::sweep_set
-                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                                if (ok) {
-                                    all_mass = (all_mass + mv);
-                                }
-                                bool tie = (ok && (key == s_key));
-                                bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                if (tie) {
-                                    // built by kernels::filters::kept
-                                    tie_rank = (tie_rank + 1u);
-                                }
-                                kept = in_set;
-                            }
-                            const unsigned int sk_e34 = (base + col);
-                            out[sk_e34] = (kept ? (x[sk_e34]) : sk_bitcast<float>(4286578688u));
+                            sk_read_step_2(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                     }
                 }

@@ -10,6 +10,7 @@
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
+
 __device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
     // built by kernels::murmur::murmur3
     unsigned int h = 0u;

@@ -10,6 +10,7 @@
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
+
 __device__ __forceinline__ uint4 sk_philox(uint4 ctr, unsigned int k0, unsigned int k1) {
     // built by kernels::philox::philox
     unsigned int c0 = (ctr).x;

@@ -22,6 +22,137 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
+__shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_am_f32[33];
+__shared__ unsigned int sk_am_i[33];
+__shared__ __align__(16) unsigned int race_key[20];
+
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_sum_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -168,14 +299,179 @@ __device__ __forceinline__ float sk_gumbel(unsigned int w) {
     // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
+#define sk_prune_step(wj, za, c0, sk_c0, sk_c1, lo_best, up1, up2, up1_i) { \
+    /* built by kernels::race::prune_step */ \
+    float un = sk_uniform(wj); \
+    float tn = ((1.0f) - un); \
+    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un))); \
+    float an = (za - __logf(en)); \
+    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f)); \
+    bool in_range = (fabsf(za) < (1.7014118e38f)); \
+    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u))); \
+    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) { \
+        /* built by kernels::race::bound */ \
+        up2 = up1; \
+        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)); \
+        up1_i = (c0 + sk_c0); \
+    } else { \
+        /* built by kernels::race::bound */ \
+        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u))); \
+    } \
+    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) { \
+        /* built by kernels::race::screened_column */ \
+        up1 = sk_bitcast<float>(2139095040u); \
+        up1_i = (c0 + sk_c1); \
+        up2 = sk_bitcast<float>(2139095040u); \
+    } \
+}
+#define sk_prune_step_2(lse_v, m, s) { \
+    /* built by kernels::race::prune_step */ \
+    if ((lse_v > m)) { \
+        /* built by kernels::softmax::online_logsumexp */ \
+        s = ((s * sk_exp((m - lse_v))) + (1.0f)); \
+        m = lse_v; \
+    } else { \
+        /* built by kernels::softmax::online_logsumexp */ \
+        if ((lse_v > sk_bitcast<float>(4286578688u))) { \
+            s = (s + ((1.0f) * sk_exp((lse_v - m)))); \
+        } \
+    } \
+}
+#define sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, sk_c0, top_n, top, top_i, best, best_i, best_z) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        const float sk_e39 = sk_bf16(x[(base + col)]); \
+        float xv = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39); \
+        const float sk_e40 = (xv * rcp_t); \
+        if (((sk_e40 > sk_bitcast<float>(4286578688u)) && ((((sk_e40 + (fabsf(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) { \
+            /* built by kernels::race::screened_pass */ \
+            const uint4 sk_e41 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
+            const unsigned int sk_e42 = (col & 3u); \
+            unsigned int wj = ((sk_e42 == 0u) ? ((sk_e41).x) : ((sk_e42 == 1u) ? ((sk_e41).y) : ((sk_e42 == 2u) ? ((sk_e41).z) : ((sk_e41).w)))); \
+            float sv = (xv / temp); \
+            if ((sv == sk_bitcast<float>(2139095040u))) { \
+                top_n = (top_n + 1u); \
+                if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) { \
+                    /* built by kernels::race::keep_top */ \
+                    top = sk_gumbel(wj); \
+                    top_i = col; \
+                } \
+            } else { \
+                if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) { \
+                    /* built by kernels::race::keep */ \
+                    best = (sv + sk_gumbel(wj)); \
+                    best_i = col; \
+                    best_z = sv; \
+                } \
+            } \
+        } \
+    } \
+}
+#define sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const unsigned int sk_e10 = (c0 + 0u); \
+    const bool sk_e9 = (sk_e10 < col_hi); \
+    const float sk_e8 = sk_bf16(x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))]); \
+    x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e13 = (c0 + 1u); \
+    const bool sk_e12 = (sk_e13 < col_hi); \
+    const float sk_e11 = sk_bf16(x[(base + (sk_e12 ? sk_e13 : (col_hi - 1u)))]); \
+    x1 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e16 = (c0 + 2u); \
+    const bool sk_e15 = (sk_e16 < col_hi); \
+    const float sk_e14 = sk_bf16(x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]); \
+    x2 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e19 = (c0 + 3u); \
+    const bool sk_e18 = (sk_e19 < col_hi); \
+    const float sk_e17 = sk_bf16(x[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))]); \
+    x3 = (sk_e18 ? (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) : sk_bitcast<float>(4286578688u)); \
+}
+#define sk_whole_row_results(top, top_i, tok) { \
+    /* built by kernels::race::whole_row_results */ \
+    float top_win = (0.0f); \
+    unsigned int top_tok = 0u; \
+    sk_block_argmax_f32(top, top_i, top_win, top_tok); \
+    tok = top_tok; \
+}
+#define sk_greedy_column(col, top_n, top, top_i) { \
+    /* built by kernels::race::greedy_column */ \
+    top_n = (top_n + 1u); \
+    if ((((0.0f) > top) || (top_i == 4294967295u))) { \
+        /* built by kernels::race::keep_top */ \
+        top = (0.0f); \
+        top_i = col; \
+    } \
+}
+#define sk_load_quad_as_2(x_at, x0, x1, x2, x3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const float sk_e4 = sk_bf16(x[(size_t)(x_at) + 0u]); \
+    x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
+    const float sk_e5 = sk_bf16(x[(size_t)(x_at) + 1u]); \
+    x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+    const float sk_e6 = sk_bf16(x[(size_t)(x_at) + 2u]); \
+    x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+    const float sk_e7 = sk_bf16(x[(size_t)(x_at) + 3u]); \
+    x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
+}
+#define sk_for_each_column_then_2(c0, col_hi, x0, temp, sk_c0, top_n, top, top_i, best, best_i, best_z, m, s) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float sv = (x0 / temp); \
+        if ((sv == sk_bitcast<float>(2139095040u))) { \
+            sk_greedy_column(col, top_n, top, top_i); \
+        } else { \
+            /* built by kernels::race::greedy_column */ \
+            if (((sv > best) || (best_i == 4294967295u))) { \
+                /* built by kernels::race::keep */ \
+                best = sv; \
+                best_i = col; \
+                best_z = sv; \
+            } \
+            if (((flags & 1u) != 0u)) { \
+                sk_prune_step_2(sv, m, s); \
+            } \
+        } \
+    } \
+}
+#define sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, sk_w, lo_best, up1, up2, up1_i) { \
+    /* built by kernels::race::prune_step */ \
+    sk_w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
+    if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((sk_w).x, (sk_w).y), max((sk_w).z, (sk_w).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) { \
+        { \
+            float za = (x0 * rcp_t); \
+            unsigned int wj = (sk_w).x; \
+            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
+                sk_prune_step(wj, za, c0, 0u, 0u, lo_best, up1, up2, up1_i); \
+            } \
+        } \
+        { \
+            float za = (x1 * rcp_t); \
+            unsigned int wj = (sk_w).y; \
+            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
+                sk_prune_step(wj, za, c0, 1u, 1u, lo_best, up1, up2, up1_i); \
+            } \
+        } \
+        { \
+            float za = (x2 * rcp_t); \
+            unsigned int wj = (sk_w).z; \
+            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
+                sk_prune_step(wj, za, c0, 2u, 2u, lo_best, up1, up2, up1_i); \
+            } \
+        } \
+        { \
+            float za = (x3 * rcp_t); \
+            unsigned int wj = (sk_w).w; \
+            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
+                sk_prune_step(wj, za, c0, 3u, 3u, lo_best, up1, up2, up1_i); \
+            } \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_red_f32[33];
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ unsigned int sk_am_i[33];
-    __shared__ __align__(16) unsigned int race_key[20];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -241,49 +537,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    const float sk_e4 = sk_bf16(x[(size_t)(x_at) + 0u]);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                    const float sk_e5 = sk_bf16(x[(size_t)(x_at) + 1u]);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                    const float sk_e6 = sk_bf16(x[(size_t)(x_at) + 2u]);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                    const float sk_e7 = sk_bf16(x[(size_t)(x_at) + 3u]);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                    sk_load_quad_as_2(x_at, x0, x1, x2, x3);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e10 = (c0 + 0u);
-                    const bool sk_e9 = (sk_e10 < col_hi);
-                    const float sk_e8 = sk_bf16(x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))]);
-                    x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e13 = (c0 + 1u);
-                    const bool sk_e12 = (sk_e13 < col_hi);
-                    const float sk_e11 = sk_bf16(x[(base + (sk_e12 ? sk_e13 : (col_hi - 1u)))]);
-                    x1 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e16 = (c0 + 2u);
-                    const bool sk_e15 = (sk_e16 < col_hi);
-                    const float sk_e14 = sk_bf16(x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]);
-                    x2 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e19 = (c0 + 3u);
-                    const bool sk_e18 = (sk_e19 < col_hi);
-                    const float sk_e17 = sk_bf16(x[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))]);
-                    x3 = (sk_e18 ? (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) : sk_bitcast<float>(4286578688u));
+                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 qmax = fmaxf(qmax, (x0 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::race::prune_step
                     float lse_v = (x0 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 qmax = fmaxf(qmax, (x1 * rcp_t));
@@ -291,16 +554,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     // built by kernels::race::prune_step
                     float lse_v = (x1 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 qmax = fmaxf(qmax, (x2 * rcp_t));
@@ -308,16 +562,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     // built by kernels::race::prune_step
                     float lse_v = (x2 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 qmax = fmaxf(qmax, (x3 * rcp_t));
@@ -325,162 +570,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     // built by kernels::race::prune_step
                     float lse_v = (x3 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    // built by kernels::race::prune_step
-                    w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                    if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((w).x, (w).y), max((w).z, (w).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        {
-                            float za = (x0 * rcp_t);
-                            unsigned int wj = (w).x;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x1 * rcp_t);
-                            unsigned int wj = (w).y;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x2 * rcp_t);
-                            unsigned int wj = (w).z;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x3 * rcp_t);
-                            unsigned int wj = (w).w;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                    }
+                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, w, lo_best, up1, up2, up1_i);
                 }
             }
             float floor_first = (0.0f);
-            {
-                float sk_v = lo_best;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                floor_first = sk_red_f32[32];
-                __syncthreads();
-            }
+            floor_first = sk_block_max_f32(lo_best);
             lo_best = floor_first;
             for (unsigned int cb = (col_lo + (((unsigned int)SK_BLOCK) * 4u)); cb < col_hi; cb += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::race::prune_step
@@ -492,241 +590,44 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    const float sk_e20 = sk_bf16(x[(size_t)(x_at) + 0u]);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                    const float sk_e21 = sk_bf16(x[(size_t)(x_at) + 1u]);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = sk_bf16(x[(size_t)(x_at) + 2u]);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = sk_bf16(x[(size_t)(x_at) + 3u]);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                    sk_load_quad_as_2(x_at, x0, x1, x2, x3);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e26 = (c0 + 0u);
-                    const bool sk_e25 = (sk_e26 < col_hi);
-                    const float sk_e24 = sk_bf16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]);
-                    x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e29 = (c0 + 1u);
-                    const bool sk_e28 = (sk_e29 < col_hi);
-                    const float sk_e27 = sk_bf16(x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]);
-                    x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e32 = (c0 + 2u);
-                    const bool sk_e31 = (sk_e32 < col_hi);
-                    const float sk_e30 = sk_bf16(x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]);
-                    x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e35 = (c0 + 3u);
-                    const bool sk_e34 = (sk_e35 < col_hi);
-                    const float sk_e33 = sk_bf16(x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]);
-                    x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u));
+                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 qmax = fmaxf(qmax, (x0 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     float lse_v = (x0 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 qmax = fmaxf(qmax, (x1 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     float lse_v = (x1 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 qmax = fmaxf(qmax, (x2 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     float lse_v = (x2 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 qmax = fmaxf(qmax, (x3 * rcp_t));
                 if (((flags & 1u) != 0u)) {
                     float lse_v = (x3 / temp);
                     if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > sk_bitcast<float>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, m, s);
                     }
                 }
                 if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                    if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((w).x, (w).y), max((w).z, (w).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        {
-                            float za = (x0 * rcp_t);
-                            unsigned int wj = (w).x;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x1 * rcp_t);
-                            unsigned int wj = (w).y;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x2 * rcp_t);
-                            unsigned int wj = (w).z;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            float za = (x3 * rcp_t);
-                            unsigned int wj = (w).w;
-                            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                float un = sk_uniform(wj);
-                                float tn = ((1.0f) - un);
-                                float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un)));
-                                float an = (za - __logf(en));
-                                float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f));
-                                bool in_range = (fabsf(za) < (1.7014118e38f));
-                                lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u)));
-                                if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u));
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)));
-                                }
-                                if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = sk_bitcast<float>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = sk_bitcast<float>(2139095040u);
-                                }
-                            }
-                        }
-                    }
+                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, w, lo_best, up1, up2, up1_i);
                 }
             }
             float screen_floor = (0.0f);
-            {
-                float sk_v = lo_best;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                screen_floor = sk_red_f32[32];
-                __syncthreads();
-            }
+            screen_floor = sk_block_max_f32(lo_best);
             if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
                 const float sk_e36 = sk_bf16(x[(base + up1_i)]);
                 float sv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
@@ -745,124 +646,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::abi::for_each_column_then
                     {
-                        unsigned int col = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            const float sk_e39 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
-                            const float sk_e40 = (xv * rcp_t);
-                            if (((sk_e40 > sk_bitcast<float>(4286578688u)) && ((((sk_e40 + (fabsf(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                const uint4 sk_e41 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                const unsigned int sk_e42 = (col & 3u);
-                                unsigned int wj = ((sk_e42 == 0u) ? ((sk_e41).x) : ((sk_e42 == 1u) ? ((sk_e41).y) : ((sk_e42 == 2u) ? ((sk_e41).z) : ((sk_e41).w))));
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 0u, top_n, top, top_i, best, best_i, best_z);
                     }
                     {
-                        unsigned int col = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            const float sk_e43 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
-                            const float sk_e44 = (xv * rcp_t);
-                            if (((sk_e44 > sk_bitcast<float>(4286578688u)) && ((((sk_e44 + (fabsf(sk_e44) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e44 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                const uint4 sk_e45 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                const unsigned int sk_e46 = (col & 3u);
-                                unsigned int wj = ((sk_e46 == 0u) ? ((sk_e45).x) : ((sk_e46 == 1u) ? ((sk_e45).y) : ((sk_e46 == 2u) ? ((sk_e45).z) : ((sk_e45).w))));
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 1u, top_n, top, top_i, best, best_i, best_z);
                     }
                     {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            const float sk_e47 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47);
-                            const float sk_e48 = (xv * rcp_t);
-                            if (((sk_e48 > sk_bitcast<float>(4286578688u)) && ((((sk_e48 + (fabsf(sk_e48) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e48 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                const uint4 sk_e49 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                const unsigned int sk_e50 = (col & 3u);
-                                unsigned int wj = ((sk_e50 == 0u) ? ((sk_e49).x) : ((sk_e50 == 1u) ? ((sk_e49).y) : ((sk_e50 == 2u) ? ((sk_e49).z) : ((sk_e49).w))));
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 2u, top_n, top, top_i, best, best_i, best_z);
                     }
                     {
-                        unsigned int col = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            const float sk_e51 = sk_bf16(x[(base + col)]);
-                            float xv = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
-                            const float sk_e52 = (xv * rcp_t);
-                            if (((sk_e52 > sk_bitcast<float>(4286578688u)) && ((((sk_e52 + (fabsf(sk_e52) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e52 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                const uint4 sk_e53 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                const unsigned int sk_e54 = (col & 3u);
-                                unsigned int wj = ((sk_e54 == 0u) ? ((sk_e53).x) : ((sk_e54 == 1u) ? ((sk_e53).y) : ((sk_e54 == 2u) ? ((sk_e53).z) : ((sk_e53).w))));
-                                float sv = (xv / temp);
-                                if ((sv == sk_bitcast<float>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 3u, top_n, top, top_i, best, best_i, best_z);
                     }
                 }
             }
@@ -876,234 +669,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    const float sk_e55 = sk_bf16(x[(size_t)(x_at) + 0u]);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55);
-                    const float sk_e56 = sk_bf16(x[(size_t)(x_at) + 1u]);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56);
-                    const float sk_e57 = sk_bf16(x[(size_t)(x_at) + 2u]);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
-                    const float sk_e58 = sk_bf16(x[(size_t)(x_at) + 3u]);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58);
+                    sk_load_quad_as_2(x_at, x0, x1, x2, x3);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e61 = (c0 + 0u);
-                    const bool sk_e60 = (sk_e61 < col_hi);
-                    const float sk_e59 = sk_bf16(x[(base + (sk_e60 ? sk_e61 : (col_hi - 1u)))]);
-                    x0 = (sk_e60 ? (((sk_bitcast<unsigned int>(sk_e59) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e59) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e64 = (c0 + 1u);
-                    const bool sk_e63 = (sk_e64 < col_hi);
-                    const float sk_e62 = sk_bf16(x[(base + (sk_e63 ? sk_e64 : (col_hi - 1u)))]);
-                    x1 = (sk_e63 ? (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e67 = (c0 + 2u);
-                    const bool sk_e66 = (sk_e67 < col_hi);
-                    const float sk_e65 = sk_bf16(x[(base + (sk_e66 ? sk_e67 : (col_hi - 1u)))]);
-                    x2 = (sk_e66 ? (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e70 = (c0 + 3u);
-                    const bool sk_e69 = (sk_e70 < col_hi);
-                    const float sk_e68 = sk_bf16(x[(base + (sk_e69 ? sk_e70 : (col_hi - 1u)))]);
-                    x3 = (sk_e69 ? (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68) : sk_bitcast<float>(4286578688u));
+                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 {
-                    unsigned int col = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        float sv = (x0 / temp);
-                        if ((sv == sk_bitcast<float>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    unsigned int col = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        float sv = (x1 / temp);
-                        if ((sv == sk_bitcast<float>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    unsigned int col = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        float sv = (x2 / temp);
-                        if ((sv == sk_bitcast<float>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    unsigned int col = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        float sv = (x3 / temp);
-                        if ((sv == sk_bitcast<float>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > sk_bitcast<float>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
             }
         }
         float win = (0.0f);
         unsigned int tok = 0u;
-        {
-            float sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f32[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win = sk_am_f32[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f32(best, best_i, win, tok);
         unsigned int tops = 0u;
-        {
-            unsigned int sk_v = top_n;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                sk_v = sk_v + ov;
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_red_u32[threadIdx.x >> 5] = sk_v;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if (threadIdx.x == 0u) {
-                    sk_red_u32[32] = sk_v;
-                }
-            }
-            __syncthreads();
-            tops = sk_red_u32[32];
-            __syncthreads();
-        }
+        tops = sk_block_sum_u32(top_n);
         if ((parts <= 1u)) {
             // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
@@ -1112,41 +700,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
             }
             bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::race::whole_row_results
-                float top_win = (0.0f);
-                unsigned int top_tok = 0u;
-                {
-                    float sk_v = top;
-                    unsigned int sk_i = top_i;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_am_f32[threadIdx.x >> 5] = sk_v;
-                        sk_am_i[threadIdx.x >> 5] = sk_i;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_am_f32[32] = sk_v;
-                            sk_am_i[32] = sk_i;
-                        }
-                    }
-                    __syncthreads();
-                    top_win = sk_am_f32[32];
-                    top_tok = sk_am_i[32];
-                    __syncthreads();
-                }
-                tok = top_tok;
+                sk_whole_row_results(top, top_i, tok);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::abi::write_results_as
@@ -1158,55 +712,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 float row_max = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_max = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_max = sk_block_max_f32(m);
                 float row_sum = (0.0f);
-                {
-                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_sum = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 if ((threadIdx.x == 0u)) {
                     const float sk_e71 = sk_bf16(x[(base + tok)]);
                     logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
@@ -1216,91 +724,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
             // built by kernels::race::race_row
             float top_win = (0.0f);
             unsigned int top_tok = 0u;
-            {
-                float sk_v = top;
-                unsigned int sk_i = top_i;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_am_f32[threadIdx.x >> 5] = sk_v;
-                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_am_f32[32] = sk_v;
-                        sk_am_i[32] = sk_i;
-                    }
-                }
-                __syncthreads();
-                top_win = sk_am_f32[32];
-                top_tok = sk_am_i[32];
-                __syncthreads();
-            }
+            sk_block_argmax_f32(top, top_i, top_win, top_tok);
             float part_m = sk_bitcast<float>(4286578688u);
             float part_s = (0.0f);
             if (((flags & 1u) != 0u)) {
                 // built by kernels::race::write_part
                 float row_max = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_max = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_max = sk_block_max_f32(m);
                 float row_sum = (0.0f);
-                {
-                    float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    row_sum = sk_red_f32[32];
-                    __syncthreads();
-                }
+                row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 part_m = row_max;
                 part_s = row_sum;
             }
@@ -1328,30 +760,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                 arrived = (before + 1u);
             }
             unsigned int arrivals = 0u;
-            {
-                unsigned int sk_v = arrived;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = ov > sk_v ? ov : sk_v;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_u32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                arrivals = sk_red_u32[32];
-                __syncthreads();
-            }
+            arrivals = sk_block_max_u32(arrived);
             if ((arrivals == parts)) {
                 // built by kernels::combine::last_part_on
                 __threadfence();
@@ -1394,98 +803,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     }
                     float win = (0.0f);
                     unsigned int tok = 0u;
-                    {
-                        float sk_v = best;
-                        unsigned int sk_i = best_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f32[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        win = sk_am_f32[32];
-                        tok = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f32(best, best_i, win, tok);
                     unsigned int tops = 0u;
-                    {
-                        unsigned int sk_v = top_n;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        tops = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    tops = sk_block_sum_u32(top_n);
                     if ((tops > 0u)) {
-                        // built by kernels::combine::combine_row
-                        float top_win = (0.0f);
-                        unsigned int top_tok = 0u;
-                        {
-                            float sk_v = top;
-                            unsigned int sk_i = top_i;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_am_f32[32] = sk_v;
-                                    sk_am_i[32] = sk_i;
-                                }
-                            }
-                            __syncthreads();
-                            top_win = sk_am_f32[32];
-                            top_tok = sk_am_i[32];
-                            __syncthreads();
-                        }
-                        tok = top_tok;
+                        sk_whole_row_results(top, top_i, tok);
                     }
                     const bool sk_e72 = (tok == 4294967295u);
                     float z = (sk_e72 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e72 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
@@ -1504,55 +826,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_bf16(
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         float row_max = (0.0f);
-                        {
-                            float sk_v = m;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = fmaxf(sk_v, ov);
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_max = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_max = sk_block_max_f32(m);
                         float row_sum = (0.0f);
-                        {
-                            float sk_v = ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))));
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_sum = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                         if ((threadIdx.x == 0u)) {
                             logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((z - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                         }

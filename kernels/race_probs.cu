@@ -18,6 +18,87 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_am_f32[33];
+__shared__ unsigned int sk_am_i[33];
+
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_sum_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -199,9 +280,6 @@ __device__ __forceinline__ float sk_exponential(unsigned int w) {
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -326,37 +404,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
         }
         float win = (0.0f);
         unsigned int tok = 0u;
-        {
-            float sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f32[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win = sk_am_f32[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f32(best, best_i, win, tok);
         if ((parts <= 1u)) {
             // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
@@ -407,30 +455,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                 arrived = (before + 1u);
             }
             unsigned int arrivals = 0u;
-            {
-                unsigned int sk_v = arrived;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = ov > sk_v ? ov : sk_v;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_u32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                arrivals = sk_red_u32[32];
-                __syncthreads();
-            }
+            arrivals = sk_block_max_u32(arrived);
             if ((arrivals == parts)) {
                 // built by kernels::combine::last_part_on
                 __threadfence();
@@ -473,97 +498,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
                     }
                     float win = (0.0f);
                     unsigned int tok = 0u;
-                    {
-                        float sk_v = best;
-                        unsigned int sk_i = best_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f32[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        win = sk_am_f32[32];
-                        tok = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f32(best, best_i, win, tok);
                     unsigned int tops = 0u;
-                    {
-                        unsigned int sk_v = top_n;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        tops = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    tops = sk_block_sum_u32(top_n);
                     if ((tops > 0u)) {
                         // built by kernels::combine::combine_row
                         float top_win = (0.0f);
                         unsigned int top_tok = 0u;
-                        {
-                            float sk_v = top;
-                            unsigned int sk_i = top_i;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_am_f32[32] = sk_v;
-                                    sk_am_i[32] = sk_i;
-                                }
-                            }
-                            __syncthreads();
-                            top_win = sk_am_f32[32];
-                            top_tok = sk_am_i[32];
-                            __syncthreads();
-                        }
+                        sk_block_argmax_f32(top, top_i, top_win, top_tok);
                         tok = top_tok;
                     }
                     const bool sk_e6 = (tok == 4294967295u);

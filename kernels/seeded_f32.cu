@@ -18,6 +18,38 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ double sk_log64(double x) {
     // built by kernels::math::log64
     unsigned long long ix = sk_bitcast<unsigned long long>(x);
@@ -81,11 +113,29 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
+#define sk_for_each_column_then(c0, col_hi, lq0, noisy, row, sk_c0, best, best_i) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        { \
+            /* built by kernels::seeded::float64_race */ \
+            double s64 = lq0; \
+            if (noisy) { \
+                /* built by kernels::seeded::score64 */ \
+                const unsigned int sk_e24 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col))); \
+            } \
+            if (((s64 > best) || (best_i == 4294967295u))) { \
+                /* built by kernels::seeded::keep_best */ \
+                best = s64; \
+                best_i = col; \
+            } \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
@@ -142,115 +192,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
                 lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull));
             }
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq0;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e24 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq1;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e25 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq2;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e26 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq3;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e27 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
             }
         }
         double win = (0.0);
         unsigned int tok = 0u;
-        {
-            double sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f64[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f64[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win = sk_am_f64[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f64(best, best_i, win, tok);
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
             // built by kernels::abi::write_results_as

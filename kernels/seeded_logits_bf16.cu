@@ -22,6 +22,142 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
+__shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_am_f32[33];
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -135,14 +271,80 @@ __device__ __forceinline__ float sk_seeded_gumbel_screen(unsigned int h) {
     float e = ((t < (0.015625f)) ? (t + ((t * t) * ((0.5f) + (t * (0.33333334f))))) : (-__logf((((float)h) * (2.3283064e-10f)))));
     return ((h == 0u) ? (-709.7827f) : (-__logf(fmaxf(e, (2.3283064e-10f)))));
 }
+#define sk_for_each_column_then(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    float z = (x0 / temp); \
+    const unsigned int sk_e17 = (row * 12u); \
+    unsigned int sh = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col); \
+    if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) { \
+        /* built by kernels::seeded::seeded_logits_row */ \
+        float g32_any = sk_seeded_gumbel_screen(sh); \
+        float g32 = (noisy ? g32_any : (0.0f)); \
+        bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u)); \
+        float sv32 = ((finite ? z : (0.0f)) + g32); \
+        float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f))); \
+        lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u))); \
+        if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) { \
+            /* built by kernels::race::bound */ \
+            up2 = up1; \
+            up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)); \
+            up1_i = col; \
+        } else { \
+            /* built by kernels::race::bound */ \
+            up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u))); \
+        } \
+    } \
+    if ((z > m)) { \
+        /* built by kernels::softmax::softmax_merge */ \
+        float r = sk_exp((m - z)); \
+        s = (s * r); \
+        comp = (comp * r); \
+        m = z; \
+    } \
+    float ex = sk_exp((z - m)); \
+    float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp); \
+    float t = (s + y); \
+    comp = ((t - s) - y); \
+    s = t; \
+}
+#define sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, sk_c0, best, best_i) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        const float sk_e42 = sk_bf16(x[(base + col)]); \
+        float rz = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp); \
+        const unsigned int sk_e43 = (row * 12u); \
+        unsigned int rh = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col); \
+        if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) { \
+            /* built by kernels::seeded::seeded_logits_finish */ \
+            float g32_any = sk_seeded_gumbel_screen(rh); \
+            float g32 = (noisy ? g32_any : (0.0f)); \
+            bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u)); \
+            float sv32 = ((finite ? rz : (0.0f)) + g32); \
+            float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f))); \
+            if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) { \
+                const float sk_e45 = sk_bf16(x[(base + col)]); \
+                const float sk_e44 = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp); \
+                float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e44 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e44 - row_m)))) * inv); \
+                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u))); \
+                double s64 = lp; \
+                if (noisy) { \
+                    /* built by kernels::seeded::score64 */ \
+                    const unsigned int sk_e46 = (row * 12u); \
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col))); \
+                } \
+                if (((s64 > best) || (best_i == 4294967295u))) { \
+                    /* built by kernels::seeded::keep_best */ \
+                    best = s64; \
+                    best_i = col; \
+                } \
+            } \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int* __restrict__ passes, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_red_f32[33];
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -222,181 +424,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        float z = (x0 / temp);
-                        const unsigned int sk_e17 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        float z = (x1 / temp);
-                        const unsigned int sk_e18 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        float z = (x2 / temp);
-                        const unsigned int sk_e19 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        float z = (x3 / temp);
-                        const unsigned int sk_e20 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
             }
             float floor_first = (0.0f);
-            {
-                float sk_v = lo_best;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                floor_first = sk_red_f32[32];
-                __syncthreads();
-            }
+            floor_first = sk_block_max_f32(lo_best);
             lo_best = floor_first;
             for (unsigned int c0 = ((col_lo + (threadIdx.x * 4u)) + (((unsigned int)SK_BLOCK) * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                 // built by kernels::abi::for_each_column_then
@@ -437,294 +488,44 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        float z = (x0 / temp);
-                        const unsigned int sk_e37 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e37 + 8u)], rows[(sk_e37 + 9u)], rows[(sk_e37 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        float z = (x1 / temp);
-                        const unsigned int sk_e38 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        float z = (x2 / temp);
-                        const unsigned int sk_e39 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        float z = (x3 / temp);
-                        const unsigned int sk_e40 = (row * 12u);
-                        unsigned int sh = sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col);
-                        if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            float g32_any = sk_seeded_gumbel_screen(sh);
-                            float g32 = (noisy ? g32_any : (0.0f));
-                            bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u));
-                            float sv32 = ((finite ? z : (0.0f)) + g32);
-                            float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                            lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u)));
-                            if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u));
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
             }
             s = (s - comp);
             float row_max = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                row_max = sk_red_f32[32];
-                __syncthreads();
-            }
+            row_max = sk_block_max_f32(m);
             float row_sum = (0.0f);
-            {
-                float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                row_sum = sk_red_f32[32];
-                __syncthreads();
-            }
+            row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
             float row_m = row_max;
             float row_s = row_sum;
             bool combining = false;
             if ((parts > 1u)) {
                 float part_floor = (0.0f);
-                {
-                    float sk_v = lo_best;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_floor = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_floor = sk_block_max_f32(lo_best);
                 float part_up1 = (0.0f);
                 unsigned int part_up1_i = 0u;
-                {
-                    float sk_v = up1;
-                    unsigned int sk_i = up1_i;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_am_f32[threadIdx.x >> 5] = sk_v;
-                        sk_am_i[threadIdx.x >> 5] = sk_i;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_am_f32[32] = sk_v;
-                            sk_am_i[32] = sk_i;
-                        }
-                    }
-                    __syncthreads();
-                    part_up1 = sk_am_f32[32];
-                    part_up1_i = sk_am_i[32];
-                    __syncthreads();
-                }
+                sk_block_argmax_f32(up1, up1_i, part_up1, part_up1_i);
                 float part_up2 = (0.0f);
-                {
-                    float sk_v = ((up1_i == part_up1_i) ? up2 : up1);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_up2 = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_up2 = sk_block_max_f32(((up1_i == part_up1_i) ? up2 : up1));
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::seeded::write_seeded_part
                     counters[((batch + (((row_slot * parts) + part) * 8u)) + 0u)] = sk_bitcast<unsigned int>(row_m);
@@ -744,30 +545,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                     arrived = (before + 1u);
                 }
                 unsigned int arrivals = 0u;
-                {
-                    unsigned int sk_v = arrived;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_u32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    arrivals = sk_red_u32[32];
-                    __syncthreads();
-                }
+                arrivals = sk_block_max_u32(arrived);
                 if ((arrivals == parts)) {
                     // built by kernels::combine::last_part_on
                     __threadfence();
@@ -810,55 +588,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                             counters[((batch + (((row_slot * parts) + p) * 8u)) + 5u)] = 0u;
                         }
                         float row_max = (0.0f);
-                        {
-                            float sk_v = m;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = fmaxf(sk_v, ov);
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_max = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_max = sk_block_max_f32(m);
                         float row_sum = (0.0f);
-                        {
-                            float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_sum = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
                         row_m = row_max;
                         row_s = row_sum;
                     }
@@ -873,200 +605,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
             if (((parts <= 1u) || combining)) {
                 float inv = ((row_s > (0.0f)) ? ((1.0f) / row_s) : (0.0f));
                 float screen_floor = (0.0f);
-                {
-                    float sk_v = lo_best;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    screen_floor = sk_red_f32[32];
-                    __syncthreads();
-                }
+                screen_floor = sk_block_max_f32(lo_best);
                 const bool sk_e41 = ((fabsf(row_m) < (1048576.0f)) && (row_s > (0.0f)));
                 bool screened = (sk_e41 && ((screen_floor - row_m) >= (sk_log((sk_e41 ? row_s : (1.0f))) - (41.0f))));
                 double best = sk_bitcast<double>(18442240474082181120ull);
                 unsigned int best_i = 4294967295u;
                 bool mine = ((!screened) || (up2 >= screen_floor));
                 unsigned int any_rescan = 0u;
-                {
-                    unsigned int sk_v = (mine ? 1u : 0u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_u32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    any_rescan = sk_red_u32[32];
-                    __syncthreads();
-                }
+                any_rescan = sk_block_max_u32((mine ? 1u : 0u));
                 bool rescan = (combining ? (any_rescan > 0u) : mine);
                 if (rescan) {
                     // built by kernels::seeded::seeded_logits_finish
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            unsigned int col = (c0 + 0u);
-                            if ((col < col_hi)) {
-                                const float sk_e42 = sk_bf16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp);
-                                const unsigned int sk_e43 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
-                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel_screen(rh);
-                                    float g32 = (noisy ? g32_any : (0.0f));
-                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
-                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e45 = sk_bf16(x[(base + col)]);
-                                        const float sk_e44 = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e44 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e44 - row_m)))) * inv);
-                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                        double s64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e46 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, best, best_i);
                         }
                         {
-                            unsigned int col = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                const float sk_e47 = sk_bf16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47) / temp);
-                                const unsigned int sk_e48 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col);
-                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel_screen(rh);
-                                    float g32 = (noisy ? g32_any : (0.0f));
-                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
-                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e50 = sk_bf16(x[(base + col)]);
-                                        const float sk_e49 = ((((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e49 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e49 - row_m)))) * inv);
-                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                        double s64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e51 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, best, best_i);
                         }
                         {
-                            unsigned int col = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                const float sk_e52 = sk_bf16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52) / temp);
-                                const unsigned int sk_e53 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e53 + 8u)], rows[(sk_e53 + 9u)], rows[(sk_e53 + 10u)], col);
-                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel_screen(rh);
-                                    float g32 = (noisy ? g32_any : (0.0f));
-                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
-                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e55 = sk_bf16(x[(base + col)]);
-                                        const float sk_e54 = ((((sk_bitcast<unsigned int>(sk_e55) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e55) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e54 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e54 - row_m)))) * inv);
-                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                        double s64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e56 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, best, best_i);
                         }
                         {
-                            unsigned int col = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                const float sk_e57 = sk_bf16(x[(base + col)]);
-                                float rz = ((((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57) / temp);
-                                const unsigned int sk_e58 = (row * 12u);
-                                unsigned int rh = sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col);
-                                if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    float g32_any = sk_seeded_gumbel_screen(rh);
-                                    float g32 = (noisy ? g32_any : (0.0f));
-                                    bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u));
-                                    float sv32 = ((finite ? rz : (0.0f)) + g32);
-                                    float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) {
-                                        const float sk_e60 = sk_bf16(x[(base + col)]);
-                                        const float sk_e59 = ((((sk_bitcast<unsigned int>(sk_e60) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e60) / temp);
-                                        float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e59 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e59 - row_m)))) * inv);
-                                        double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
-                                        double s64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            const unsigned int sk_e61 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, best, best_i);
                         }
                     }
                 } else {
@@ -1087,63 +649,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_bf16(
                     }
                 }
                 unsigned int reads = 0u;
-                {
-                    unsigned int sk_v = (rescan ? 2u : 1u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_u32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    reads = sk_red_u32[32];
-                    __syncthreads();
-                }
+                reads = sk_block_max_u32((rescan ? 2u : 1u));
                 double win = (0.0);
                 unsigned int tok = 0u;
-                {
-                    double sk_v = best;
-                    unsigned int sk_i = best_i;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_am_f64[threadIdx.x >> 5] = sk_v;
-                        sk_am_i[threadIdx.x >> 5] = sk_i;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_am_f64[32] = sk_v;
-                            sk_am_i[32] = sk_i;
-                        }
-                    }
-                    __syncthreads();
-                    win = sk_am_f64[32];
-                    tok = sk_am_i[32];
-                    __syncthreads();
-                }
+                sk_block_argmax_f64(best, best_i, win, tok);
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {
                     // built by kernels::seeded::seeded_logits_finish
                     passes[row] = reads;

@@ -18,6 +18,68 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__shared__ float sk_am_f32[33];
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
@@ -111,12 +173,96 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
     float t = (high ? ((up != (1.0f)) ? ((l * q) / (up - (1.0f))) : q) : (-l));
     return ((h == 0u) ? (-709.7827f) : (-sk_log(fmaxf(t, (2.3283064e-10f)))));
 }
+#define sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, sk_c0, best, best_i) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float lp32 = ((float)lq0); \
+        float g32 = (0.0f); \
+        if (noisy) { \
+            /* built by kernels::seeded::seeded_screened */ \
+            const unsigned int sk_e55 = (row * 12u); \
+            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col)); \
+        } \
+        float s32 = (lp32 + g32); \
+        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
+        if ((all || ((s32 + err) >= floor))) { \
+            /* built by kernels::seeded::float64_race */ \
+            double s64 = lq0; \
+            if (noisy) { \
+                /* built by kernels::seeded::score64 */ \
+                const unsigned int sk_e56 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col))); \
+            } \
+            if (((s64 > best) || (best_i == 4294967295u))) { \
+                /* built by kernels::seeded::keep_best */ \
+                best = s64; \
+                best_i = col; \
+            } \
+        } \
+    } \
+}
+#define sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, sk_c0, best32, best32_i) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float lp32 = ((float)lq0); \
+        float g32 = (0.0f); \
+        if (noisy) { \
+            /* built by kernels::seeded::seeded_screened */ \
+            const unsigned int sk_e24 = (row * 12u); \
+            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)); \
+        } \
+        float s32 = (lp32 + g32); \
+        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
+        if (((s32 > best32) || (best32_i == 4294967295u))) { \
+            /* built by kernels::seeded::seeded_screened */ \
+            best32 = s32; \
+            best32_i = col; \
+        } \
+    } \
+}
+#define sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const unsigned int sk_e11 = (c0 + 0u); \
+    const bool sk_e10 = (sk_e11 < col_hi); \
+    const double sk_e9 = lp[(base + (sk_e10 ? sk_e11 : (col_hi - 1u)))]; \
+    const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9); \
+    lq0 = (sk_e10 ? ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9) : sk_bitcast<double>(18442240474082181120ull)); \
+    const unsigned int sk_e15 = (c0 + 1u); \
+    const bool sk_e14 = (sk_e15 < col_hi); \
+    const double sk_e13 = lp[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))]; \
+    const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13); \
+    lq1 = (sk_e14 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull)); \
+    const unsigned int sk_e19 = (c0 + 2u); \
+    const bool sk_e18 = (sk_e19 < col_hi); \
+    const double sk_e17 = lp[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))]; \
+    const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17); \
+    lq2 = (sk_e18 ? ((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17) : sk_bitcast<double>(18442240474082181120ull)); \
+    const unsigned int sk_e23 = (c0 + 3u); \
+    const bool sk_e22 = (sk_e23 < col_hi); \
+    const double sk_e21 = lp[(base + (sk_e22 ? sk_e23 : (col_hi - 1u)))]; \
+    const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21); \
+    lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull)); \
+}
+#define sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const double sk_e1 = lp[(size_t)(lq_at) + 0u]; \
+    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1); \
+    lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1); \
+    const double sk_e3 = lp[(size_t)(lq_at) + 1u]; \
+    const unsigned long long sk_e2 = sk_bitcast<unsigned long long>(sk_e3); \
+    lq1 = ((((sk_e2 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e2 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e3); \
+    const double sk_e5 = lp[(size_t)(lq_at) + 2u]; \
+    const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5); \
+    lq2 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5); \
+    const double sk_e7 = lp[(size_t)(lq_at) + 3u]; \
+    const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7); \
+    lq3 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7); \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
     const double* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_am_f32[33];
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
@@ -136,152 +282,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad_as
-                const double sk_e1 = lp[(size_t)(lq_at) + 0u];
-                const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
-                const double sk_e3 = lp[(size_t)(lq_at) + 1u];
-                const unsigned long long sk_e2 = sk_bitcast<unsigned long long>(sk_e3);
-                lq1 = ((((sk_e2 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e2 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e3);
-                const double sk_e5 = lp[(size_t)(lq_at) + 2u];
-                const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5);
-                lq2 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5);
-                const double sk_e7 = lp[(size_t)(lq_at) + 3u];
-                const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
-                lq3 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
+                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                // built by kernels::abi::load_quad_as
-                const unsigned int sk_e11 = (c0 + 0u);
-                const bool sk_e10 = (sk_e11 < col_hi);
-                const double sk_e9 = lp[(base + (sk_e10 ? sk_e11 : (col_hi - 1u)))];
-                const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9);
-                lq0 = (sk_e10 ? ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e15 = (c0 + 1u);
-                const bool sk_e14 = (sk_e15 < col_hi);
-                const double sk_e13 = lp[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))];
-                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-                lq1 = (sk_e14 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e19 = (c0 + 2u);
-                const bool sk_e18 = (sk_e19 < col_hi);
-                const double sk_e17 = lp[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))];
-                const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17);
-                lq2 = (sk_e18 ? ((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e23 = (c0 + 3u);
-                const bool sk_e22 = (sk_e23 < col_hi);
-                const double sk_e21 = lp[(base + (sk_e22 ? sk_e23 : (col_hi - 1u)))];
-                const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21);
-                lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull));
+                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq0);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e24 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq1);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e25 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq2);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e26 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq3);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e27 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
         unsigned int win32_i = 0u;
-        {
-            float sk_v = best32;
-            unsigned int sk_i = best32_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f32[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win32 = sk_am_f32[32];
-            win32_i = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f32(best32, best32_i, win32, win32_i);
         float floor = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
@@ -308,188 +328,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad_as
-                const double sk_e32 = lp[(size_t)(lq_at) + 0u];
-                const unsigned long long sk_e31 = sk_bitcast<unsigned long long>(sk_e32);
-                lq0 = ((((sk_e31 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e31 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e32);
-                const double sk_e34 = lp[(size_t)(lq_at) + 1u];
-                const unsigned long long sk_e33 = sk_bitcast<unsigned long long>(sk_e34);
-                lq1 = ((((sk_e33 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e33 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e34);
-                const double sk_e36 = lp[(size_t)(lq_at) + 2u];
-                const unsigned long long sk_e35 = sk_bitcast<unsigned long long>(sk_e36);
-                lq2 = ((((sk_e35 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e35 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e36);
-                const double sk_e38 = lp[(size_t)(lq_at) + 3u];
-                const unsigned long long sk_e37 = sk_bitcast<unsigned long long>(sk_e38);
-                lq3 = ((((sk_e37 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e37 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e38);
+                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                // built by kernels::abi::load_quad_as
-                const unsigned int sk_e42 = (c0 + 0u);
-                const bool sk_e41 = (sk_e42 < col_hi);
-                const double sk_e40 = lp[(base + (sk_e41 ? sk_e42 : (col_hi - 1u)))];
-                const unsigned long long sk_e39 = sk_bitcast<unsigned long long>(sk_e40);
-                lq0 = (sk_e41 ? ((((sk_e39 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e39 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e40) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e46 = (c0 + 1u);
-                const bool sk_e45 = (sk_e46 < col_hi);
-                const double sk_e44 = lp[(base + (sk_e45 ? sk_e46 : (col_hi - 1u)))];
-                const unsigned long long sk_e43 = sk_bitcast<unsigned long long>(sk_e44);
-                lq1 = (sk_e45 ? ((((sk_e43 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e43 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e44) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e50 = (c0 + 2u);
-                const bool sk_e49 = (sk_e50 < col_hi);
-                const double sk_e48 = lp[(base + (sk_e49 ? sk_e50 : (col_hi - 1u)))];
-                const unsigned long long sk_e47 = sk_bitcast<unsigned long long>(sk_e48);
-                lq2 = (sk_e49 ? ((((sk_e47 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e47 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e48) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e54 = (c0 + 3u);
-                const bool sk_e53 = (sk_e54 < col_hi);
-                const double sk_e52 = lp[(base + (sk_e53 ? sk_e54 : (col_hi - 1u)))];
-                const unsigned long long sk_e51 = sk_bitcast<unsigned long long>(sk_e52);
-                lq3 = (sk_e53 ? ((((sk_e51 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e51 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e52) : sk_bitcast<double>(18442240474082181120ull));
+                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq0);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e55 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq0;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e56 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq1);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e57 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq1;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e58 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq2);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e59 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq2;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e60 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq3);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e61 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq3;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e62 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);
         unsigned int tok = 0u;
-        {
-            double sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f64[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f64[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win = sk_am_f64[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f64(best, best_i, win, tok);
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
             // built by kernels::abi::write_results_as

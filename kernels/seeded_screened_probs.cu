@@ -18,6 +18,68 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__shared__ float sk_am_f32[33];
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_log(float x) {
     // built by kernels::math::log
     unsigned int ix = sk_bitcast<unsigned int>(x);
@@ -111,12 +173,104 @@ __device__ __forceinline__ float sk_seeded_gumbel32(unsigned int h) {
     float t = (high ? ((up != (1.0f)) ? ((l * q) / (up - (1.0f))) : q) : (-l));
     return ((h == 0u) ? (-709.7827f) : (-sk_log(fmaxf(t, (2.3283064e-10f)))));
 }
+#define sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, sk_c0, best, best_i) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float lp32 = ((float)lq0); \
+        float g32 = (0.0f); \
+        if (noisy) { \
+            /* built by kernels::seeded::seeded_screened */ \
+            const unsigned int sk_e72 = (row * 12u); \
+            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col)); \
+        } \
+        float s32 = (lp32 + g32); \
+        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
+        if ((all || ((s32 + err) >= floor))) { \
+            /* built by kernels::seeded::float64_race */ \
+            double s64 = lq0; \
+            if (noisy) { \
+                /* built by kernels::seeded::score64 */ \
+                const unsigned int sk_e73 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col))); \
+            } \
+            if (((s64 > best) || (best_i == 4294967295u))) { \
+                /* built by kernels::seeded::keep_best */ \
+                best = s64; \
+                best_i = col; \
+            } \
+        } \
+    } \
+}
+#define sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, sk_c0, best32, best32_i) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float lp32 = ((float)lq0); \
+        float g32 = (0.0f); \
+        if (noisy) { \
+            /* built by kernels::seeded::seeded_screened */ \
+            const unsigned int sk_e32 = (row * 12u); \
+            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)); \
+        } \
+        float s32 = (lp32 + g32); \
+        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
+        if (((s32 > best32) || (best32_i == 4294967295u))) { \
+            /* built by kernels::seeded::seeded_screened */ \
+            best32 = s32; \
+            best32_i = col; \
+        } \
+    } \
+}
+#define sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const unsigned int sk_e16 = (c0 + 0u); \
+    const bool sk_e15 = (sk_e16 < col_hi); \
+    const float sk_e14 = lp[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]; \
+    const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13); \
+    lq0 = (sk_e15 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull)); \
+    const unsigned int sk_e21 = (c0 + 1u); \
+    const bool sk_e20 = (sk_e21 < col_hi); \
+    const float sk_e19 = lp[(base + (sk_e20 ? sk_e21 : (col_hi - 1u)))]; \
+    const double sk_e18 = ((double)(((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f))) ? sk_log(sk_e19) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e17 = sk_bitcast<unsigned long long>(sk_e18); \
+    lq1 = (sk_e20 ? ((((sk_e17 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e17 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e18) : sk_bitcast<double>(18442240474082181120ull)); \
+    const unsigned int sk_e26 = (c0 + 2u); \
+    const bool sk_e25 = (sk_e26 < col_hi); \
+    const float sk_e24 = lp[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]; \
+    const double sk_e23 = ((double)(((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f))) ? sk_log(sk_e24) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e22 = sk_bitcast<unsigned long long>(sk_e23); \
+    lq2 = (sk_e25 ? ((((sk_e22 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e22 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e23) : sk_bitcast<double>(18442240474082181120ull)); \
+    const unsigned int sk_e31 = (c0 + 3u); \
+    const bool sk_e30 = (sk_e31 < col_hi); \
+    const float sk_e29 = lp[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]; \
+    const double sk_e28 = ((double)(((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f))) ? sk_log(sk_e29) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28); \
+    lq3 = (sk_e30 ? ((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28) : sk_bitcast<double>(18442240474082181120ull)); \
+}
+#define sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const float sk_e2 = lp[(size_t)(lq_at) + 0u]; \
+    const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1); \
+    lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1); \
+    const float sk_e5 = lp[(size_t)(lq_at) + 1u]; \
+    const double sk_e4 = ((double)(((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f))) ? sk_log(sk_e5) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4); \
+    lq1 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4); \
+    const float sk_e8 = lp[(size_t)(lq_at) + 2u]; \
+    const double sk_e7 = ((double)(((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f))) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7); \
+    lq2 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7); \
+    const float sk_e11 = lp[(size_t)(lq_at) + 3u]; \
+    const double sk_e10 = ((double)(((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f))) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u))); \
+    const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10); \
+    lq3 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10); \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_am_f32[33];
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
     for (unsigned int slot = blockIdx.x; slot < batch; slot += gridDim.x) {
         // built by kernels::abi::for_each_row_at
         unsigned int row = slot;
@@ -136,160 +290,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad_as
-                const float sk_e2 = lp[(size_t)(lq_at) + 0u];
-                const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
-                lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
-                const float sk_e5 = lp[(size_t)(lq_at) + 1u];
-                const double sk_e4 = ((double)(((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f))) ? sk_log(sk_e5) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
-                lq1 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
-                const float sk_e8 = lp[(size_t)(lq_at) + 2u];
-                const double sk_e7 = ((double)(((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f))) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
-                lq2 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
-                const float sk_e11 = lp[(size_t)(lq_at) + 3u];
-                const double sk_e10 = ((double)(((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f))) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
-                lq3 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
+                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                // built by kernels::abi::load_quad_as
-                const unsigned int sk_e16 = (c0 + 0u);
-                const bool sk_e15 = (sk_e16 < col_hi);
-                const float sk_e14 = lp[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))];
-                const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
-                lq0 = (sk_e15 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e21 = (c0 + 1u);
-                const bool sk_e20 = (sk_e21 < col_hi);
-                const float sk_e19 = lp[(base + (sk_e20 ? sk_e21 : (col_hi - 1u)))];
-                const double sk_e18 = ((double)(((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f))) ? sk_log(sk_e19) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e17 = sk_bitcast<unsigned long long>(sk_e18);
-                lq1 = (sk_e20 ? ((((sk_e17 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e17 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e18) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e26 = (c0 + 2u);
-                const bool sk_e25 = (sk_e26 < col_hi);
-                const float sk_e24 = lp[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))];
-                const double sk_e23 = ((double)(((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f))) ? sk_log(sk_e24) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e22 = sk_bitcast<unsigned long long>(sk_e23);
-                lq2 = (sk_e25 ? ((((sk_e22 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e22 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e23) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e31 = (c0 + 3u);
-                const bool sk_e30 = (sk_e31 < col_hi);
-                const float sk_e29 = lp[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))];
-                const double sk_e28 = ((double)(((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f))) ? sk_log(sk_e29) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28);
-                lq3 = (sk_e30 ? ((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28) : sk_bitcast<double>(18442240474082181120ull));
+                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq0);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq1);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e33 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq2);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e34 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e34 + 8u)], rows[(sk_e34 + 9u)], rows[(sk_e34 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq3);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e35 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e35 + 8u)], rows[(sk_e35 + 9u)], rows[(sk_e35 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
         unsigned int win32_i = 0u;
-        {
-            float sk_v = best32;
-            unsigned int sk_i = best32_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f32[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win32 = sk_am_f32[32];
-            win32_i = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f32(best32, best32_i, win32, win32_i);
         float floor = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
@@ -317,196 +337,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad_as
-                const float sk_e42 = lp[(size_t)(lq_at) + 0u];
-                const double sk_e41 = ((double)(((sk_e42 > (0.0f)) && (sk_e42 <= (3.4028235e38f))) ? sk_log(sk_e42) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e40 = sk_bitcast<unsigned long long>(sk_e41);
-                lq0 = ((((sk_e40 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e40 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e41);
-                const float sk_e45 = lp[(size_t)(lq_at) + 1u];
-                const double sk_e44 = ((double)(((sk_e45 > (0.0f)) && (sk_e45 <= (3.4028235e38f))) ? sk_log(sk_e45) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e43 = sk_bitcast<unsigned long long>(sk_e44);
-                lq1 = ((((sk_e43 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e43 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e44);
-                const float sk_e48 = lp[(size_t)(lq_at) + 2u];
-                const double sk_e47 = ((double)(((sk_e48 > (0.0f)) && (sk_e48 <= (3.4028235e38f))) ? sk_log(sk_e48) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e46 = sk_bitcast<unsigned long long>(sk_e47);
-                lq2 = ((((sk_e46 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e46 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e47);
-                const float sk_e51 = lp[(size_t)(lq_at) + 3u];
-                const double sk_e50 = ((double)(((sk_e51 > (0.0f)) && (sk_e51 <= (3.4028235e38f))) ? sk_log(sk_e51) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e49 = sk_bitcast<unsigned long long>(sk_e50);
-                lq3 = ((((sk_e49 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e49 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e50);
+                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                // built by kernels::abi::load_quad_as
-                const unsigned int sk_e56 = (c0 + 0u);
-                const bool sk_e55 = (sk_e56 < col_hi);
-                const float sk_e54 = lp[(base + (sk_e55 ? sk_e56 : (col_hi - 1u)))];
-                const double sk_e53 = ((double)(((sk_e54 > (0.0f)) && (sk_e54 <= (3.4028235e38f))) ? sk_log(sk_e54) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e52 = sk_bitcast<unsigned long long>(sk_e53);
-                lq0 = (sk_e55 ? ((((sk_e52 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e52 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e53) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e61 = (c0 + 1u);
-                const bool sk_e60 = (sk_e61 < col_hi);
-                const float sk_e59 = lp[(base + (sk_e60 ? sk_e61 : (col_hi - 1u)))];
-                const double sk_e58 = ((double)(((sk_e59 > (0.0f)) && (sk_e59 <= (3.4028235e38f))) ? sk_log(sk_e59) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e57 = sk_bitcast<unsigned long long>(sk_e58);
-                lq1 = (sk_e60 ? ((((sk_e57 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e57 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e58) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e66 = (c0 + 2u);
-                const bool sk_e65 = (sk_e66 < col_hi);
-                const float sk_e64 = lp[(base + (sk_e65 ? sk_e66 : (col_hi - 1u)))];
-                const double sk_e63 = ((double)(((sk_e64 > (0.0f)) && (sk_e64 <= (3.4028235e38f))) ? sk_log(sk_e64) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e62 = sk_bitcast<unsigned long long>(sk_e63);
-                lq2 = (sk_e65 ? ((((sk_e62 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e62 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e63) : sk_bitcast<double>(18442240474082181120ull));
-                const unsigned int sk_e71 = (c0 + 3u);
-                const bool sk_e70 = (sk_e71 < col_hi);
-                const float sk_e69 = lp[(base + (sk_e70 ? sk_e71 : (col_hi - 1u)))];
-                const double sk_e68 = ((double)(((sk_e69 > (0.0f)) && (sk_e69 <= (3.4028235e38f))) ? sk_log(sk_e69) : sk_bitcast<float>(4286578688u)));
-                const unsigned long long sk_e67 = sk_bitcast<unsigned long long>(sk_e68);
-                lq3 = (sk_e70 ? ((((sk_e67 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e67 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e68) : sk_bitcast<double>(18442240474082181120ull));
+                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                unsigned int col = (c0 + 0u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq0);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e72 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq0;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e73 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 1u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq1);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e74 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e74 + 8u)], rows[(sk_e74 + 9u)], rows[(sk_e74 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq1;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e75 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e75 + 8u)], rows[(sk_e75 + 9u)], rows[(sk_e75 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 2u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq2);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e76 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e76 + 8u)], rows[(sk_e76 + 9u)], rows[(sk_e76 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq2;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e77 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e77 + 8u)], rows[(sk_e77 + 9u)], rows[(sk_e77 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                unsigned int col = (c0 + 3u);
-                if ((col < col_hi)) {
-                    float lp32 = ((float)lq3);
-                    float g32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        const unsigned int sk_e78 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e78 + 8u)], rows[(sk_e78 + 9u)], rows[(sk_e78 + 10u)], col));
-                    }
-                    float s32 = (lp32 + g32);
-                    float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        double s64 = lq3;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e79 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e79 + 8u)], rows[(sk_e79 + 9u)], rows[(sk_e79 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);
         unsigned int tok = 0u;
-        {
-            double sk_v = best;
-            unsigned int sk_i = best_i;
-            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-            }
-            if ((threadIdx.x & 31u) == 0u) {
-                sk_am_f64[threadIdx.x >> 5] = sk_v;
-                sk_am_i[threadIdx.x >> 5] = sk_i;
-            }
-            __syncthreads();
-            if (threadIdx.x < 32u) {
-                sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                }
-                if (threadIdx.x == 0u) {
-                    sk_am_f64[32] = sk_v;
-                    sk_am_i[32] = sk_i;
-                }
-            }
-            __syncthreads();
-            win = sk_am_f64[32];
-            tok = sk_am_i[32];
-            __syncthreads();
-        }
+        sk_block_argmax_f64(best, best_i, win, tok);
         bool valid = (win > sk_bitcast<double>(18442240474082181120ull));
         if ((threadIdx.x == 0u)) {
             // built by kernels::abi::write_results_as

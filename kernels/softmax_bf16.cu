@@ -30,6 +30,56 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
+__shared__ float sk_red_f32[33];
+
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -53,10 +103,96 @@ __device__ __forceinline__ float sk_exp(float x) {
     int k2 = (k - k1);
     return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
+#define sk_for_each_column_then_2(c0, col_hi, x0, temp, sk_c0, m, s, comp) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    unsigned int col = (c0 + sk_c0); \
+    if ((col < col_hi)) { \
+        float z = (x0 / temp); \
+        if ((z > m)) { \
+            /* built by kernels::softmax::softmax_merge */ \
+            float r = sk_exp((m - z)); \
+            s = (s * r); \
+            comp = (comp * r); \
+            m = z; \
+        } \
+        float ex = sk_exp((z - m)); \
+        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp); \
+        float t = (s + y); \
+        comp = ((t - s) - y); \
+        s = t; \
+    } \
+}
+#define sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const unsigned int sk_e26 = (c0 + 0u); \
+    const bool sk_e25 = (sk_e26 < col_hi); \
+    const float sk_e24 = sk_bf16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]); \
+    x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e29 = (c0 + 1u); \
+    const bool sk_e28 = (sk_e29 < col_hi); \
+    const float sk_e27 = sk_bf16(x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]); \
+    x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e32 = (c0 + 2u); \
+    const bool sk_e31 = (sk_e32 < col_hi); \
+    const float sk_e30 = sk_bf16(x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]); \
+    x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e35 = (c0 + 3u); \
+    const bool sk_e34 = (sk_e35 < col_hi); \
+    const float sk_e33 = sk_bf16(x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]); \
+    x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u)); \
+}
+#define sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv) { \
+    /* built by kernels::abi::for_each_column_then */ \
+    float x0 = sk_bitcast<float>(4286578688u); \
+    float x1 = sk_bitcast<float>(4286578688u); \
+    float x2 = sk_bitcast<float>(4286578688u); \
+    float x3 = sk_bitcast<float>(4286578688u); \
+    unsigned int x_at = (base + c0); \
+    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
+        /* built by kernels::abi::load_quad_as */ \
+        const float sk_e0 = sk_bf16(x[(size_t)(x_at) + 0u]); \
+        x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0); \
+        const float sk_e1 = sk_bf16(x[(size_t)(x_at) + 1u]); \
+        x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
+        const float sk_e2 = sk_bf16(x[(size_t)(x_at) + 2u]); \
+        x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
+        const float sk_e3 = sk_bf16(x[(size_t)(x_at) + 3u]); \
+        x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
+    } else { \
+        sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3); \
+    } \
+    { \
+        unsigned int col = (c0 + 0u); \
+        if ((col < col_hi)) { \
+            const float sk_e16 = (x0 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e16 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e16 - row_max)))) * inv); \
+        } \
+    } \
+    { \
+        unsigned int col = (c0 + 1u); \
+        if ((col < col_hi)) { \
+            const float sk_e17 = (x1 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e17 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e17 - row_max)))) * inv); \
+        } \
+    } \
+    { \
+        unsigned int col = (c0 + 2u); \
+        if ((col < col_hi)) { \
+            const float sk_e18 = (x2 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv); \
+        } \
+    } \
+    { \
+        unsigned int col = (c0 + 3u); \
+        if ((col < col_hi)) { \
+            const float sk_e19 = (x3 / temp); \
+            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_max)))) * inv); \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_red_f32[33];
     unsigned int stage = ((flags >> 8u) & 255u);
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -88,120 +224,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_b
                 s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
             }
             float row_max = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                row_max = sk_red_f32[32];
-                __syncthreads();
-            }
+            row_max = sk_block_max_f32(m);
             float row_sum = (0.0f);
-            {
-                float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                row_sum = sk_red_f32[32];
-                __syncthreads();
-            }
+            row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::abi::for_each_column_then
-                float x0 = sk_bitcast<float>(4286578688u);
-                float x1 = sk_bitcast<float>(4286578688u);
-                float x2 = sk_bitcast<float>(4286578688u);
-                float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int x_at = (base + c0);
-                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    const float sk_e0 = sk_bf16(x[(size_t)(x_at) + 0u]);
-                    x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
-                    const float sk_e1 = sk_bf16(x[(size_t)(x_at) + 1u]);
-                    x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                    const float sk_e2 = sk_bf16(x[(size_t)(x_at) + 2u]);
-                    x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                    const float sk_e3 = sk_bf16(x[(size_t)(x_at) + 3u]);
-                    x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                } else {
-                    // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e6 = (c0 + 0u);
-                    const bool sk_e5 = (sk_e6 < col_hi);
-                    const float sk_e4 = sk_bf16(x[(base + (sk_e5 ? sk_e6 : (col_hi - 1u)))]);
-                    x0 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e9 = (c0 + 1u);
-                    const bool sk_e8 = (sk_e9 < col_hi);
-                    const float sk_e7 = sk_bf16(x[(base + (sk_e8 ? sk_e9 : (col_hi - 1u)))]);
-                    x1 = (sk_e8 ? (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e12 = (c0 + 2u);
-                    const bool sk_e11 = (sk_e12 < col_hi);
-                    const float sk_e10 = sk_bf16(x[(base + (sk_e11 ? sk_e12 : (col_hi - 1u)))]);
-                    x2 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e15 = (c0 + 3u);
-                    const bool sk_e14 = (sk_e15 < col_hi);
-                    const float sk_e13 = sk_bf16(x[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))]);
-                    x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) : sk_bitcast<float>(4286578688u));
-                }
-                {
-                    unsigned int col = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        const float sk_e16 = (x0 / temp);
-                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e16 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e16 - row_max)))) * inv);
-                    }
-                }
-                {
-                    unsigned int col = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        const float sk_e17 = (x1 / temp);
-                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e17 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e17 - row_max)))) * inv);
-                    }
-                }
-                {
-                    unsigned int col = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        const float sk_e18 = (x2 / temp);
-                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv);
-                    }
-                }
-                {
-                    unsigned int col = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        const float sk_e19 = (x3 / temp);
-                        probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_max)))) * inv);
-                    }
-                }
+                sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv);
             }
         } else {
             // built by kernels::softmax::softmax_kernel
@@ -226,214 +254,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_b
                     const float sk_e23 = sk_bf16(x[(size_t)(x_at) + 3u]);
                     x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    const unsigned int sk_e26 = (c0 + 0u);
-                    const bool sk_e25 = (sk_e26 < col_hi);
-                    const float sk_e24 = sk_bf16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]);
-                    x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e29 = (c0 + 1u);
-                    const bool sk_e28 = (sk_e29 < col_hi);
-                    const float sk_e27 = sk_bf16(x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]);
-                    x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e32 = (c0 + 2u);
-                    const bool sk_e31 = (sk_e32 < col_hi);
-                    const float sk_e30 = sk_bf16(x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]);
-                    x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u));
-                    const unsigned int sk_e35 = (c0 + 3u);
-                    const bool sk_e34 = (sk_e35 < col_hi);
-                    const float sk_e33 = sk_bf16(x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]);
-                    x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u));
+                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 {
-                    unsigned int col = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        float z = (x0 / temp);
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, m, s, comp);
                 }
                 {
-                    unsigned int col = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        float z = (x1 / temp);
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, m, s, comp);
                 }
                 {
-                    unsigned int col = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        float z = (x2 / temp);
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, m, s, comp);
                 }
                 {
-                    unsigned int col = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        float z = (x3 / temp);
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            float r = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        float ex = sk_exp((z - m));
-                        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp);
-                        float t = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, m, s, comp);
                 }
             }
             s = (s - comp);
             float row_max = (0.0f);
-            {
-                float sk_v = m;
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = fmaxf(sk_v, ov);
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                row_max = sk_red_f32[32];
-                __syncthreads();
-            }
+            row_max = sk_block_max_f32(m);
             float row_sum = (0.0f);
-            {
-                float sk_v = ((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                    sk_v = sk_v + ov;
-                }
-                if ((threadIdx.x & 31u) == 0u) {
-                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                }
-                __syncthreads();
-                if (threadIdx.x < 32u) {
-                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if (threadIdx.x == 0u) {
-                        sk_red_f32[32] = sk_v;
-                    }
-                }
-                __syncthreads();
-                row_sum = sk_red_f32[32];
-                __syncthreads();
-            }
+            row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
             if ((parts <= 1u)) {
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::abi::for_each_column_then
-                    float x0 = sk_bitcast<float>(4286578688u);
-                    float x1 = sk_bitcast<float>(4286578688u);
-                    float x2 = sk_bitcast<float>(4286578688u);
-                    float x3 = sk_bitcast<float>(4286578688u);
-                    unsigned int x_at = (base + c0);
-                    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                        // built by kernels::abi::load_quad_as
-                        const float sk_e36 = sk_bf16(x[(size_t)(x_at) + 0u]);
-                        x0 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36);
-                        const float sk_e37 = sk_bf16(x[(size_t)(x_at) + 1u]);
-                        x1 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37);
-                        const float sk_e38 = sk_bf16(x[(size_t)(x_at) + 2u]);
-                        x2 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38);
-                        const float sk_e39 = sk_bf16(x[(size_t)(x_at) + 3u]);
-                        x3 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39);
-                    } else {
-                        // built by kernels::abi::load_quad_as
-                        const unsigned int sk_e42 = (c0 + 0u);
-                        const bool sk_e41 = (sk_e42 < col_hi);
-                        const float sk_e40 = sk_bf16(x[(base + (sk_e41 ? sk_e42 : (col_hi - 1u)))]);
-                        x0 = (sk_e41 ? (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40) : sk_bitcast<float>(4286578688u));
-                        const unsigned int sk_e45 = (c0 + 1u);
-                        const bool sk_e44 = (sk_e45 < col_hi);
-                        const float sk_e43 = sk_bf16(x[(base + (sk_e44 ? sk_e45 : (col_hi - 1u)))]);
-                        x1 = (sk_e44 ? (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43) : sk_bitcast<float>(4286578688u));
-                        const unsigned int sk_e48 = (c0 + 2u);
-                        const bool sk_e47 = (sk_e48 < col_hi);
-                        const float sk_e46 = sk_bf16(x[(base + (sk_e47 ? sk_e48 : (col_hi - 1u)))]);
-                        x2 = (sk_e47 ? (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46) : sk_bitcast<float>(4286578688u));
-                        const unsigned int sk_e51 = (c0 + 3u);
-                        const bool sk_e50 = (sk_e51 < col_hi);
-                        const float sk_e49 = sk_bf16(x[(base + (sk_e50 ? sk_e51 : (col_hi - 1u)))]);
-                        x3 = (sk_e50 ? (((sk_bitcast<unsigned int>(sk_e49) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e49) : sk_bitcast<float>(4286578688u));
-                    }
-                    {
-                        unsigned int col = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            const float sk_e52 = (x0 / temp);
-                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e52 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e52 - row_max)))) * inv);
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            const float sk_e53 = (x1 / temp);
-                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e53 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e53 - row_max)))) * inv);
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            const float sk_e54 = (x2 / temp);
-                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e54 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e54 - row_max)))) * inv);
-                        }
-                    }
-                    {
-                        unsigned int col = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            const float sk_e55 = (x3 / temp);
-                            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e55 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e55 - row_max)))) * inv);
-                        }
-                    }
+                    sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv);
                 }
             } else {
                 if ((threadIdx.x == 0u)) {

@@ -22,6 +22,413 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
 
+__shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_red_f32[33];
+__shared__ unsigned long long sk_red_u64[33];
+__shared__ float sk_am_f32[33];
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+__shared__ unsigned int sk_scan[32];
+__shared__ unsigned int sk_many_u32[544];
+__shared__ unsigned long long sk_many_u64[544];
+__shared__ __align__(16) unsigned int listed_cols[4096];
+__shared__ __align__(16) unsigned int rank_count[1];
+__shared__ __align__(16) unsigned int bucket_cols[64];
+__shared__ __align__(16) unsigned int bucket_keys[64];
+__shared__ __align__(16) unsigned long long bucket_masses[64];
+__shared__ __align__(16) unsigned int cut_listing[1];
+
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_sum_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned long long sk_block_sum_u64(unsigned long long sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u64[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u64[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned long long sk_r = sk_red_u64[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
+    unsigned int sk_v = sk_x;
+    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+    }
+    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        unsigned int sk_own = sk_v;
+        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+            if (threadIdx.x >= sk_o) sk_v += on;
+        }
+        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+        sk_v = sk_own;
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned int sk_m1, unsigned int& sk_o0, unsigned int& sk_o1) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[2 * 32 + 0];
+    sk_o1 = sk_many_u32[2 * 32 + 1];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u64_3(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+    }
+    __syncthreads();
+    if (threadIdx.x < 3u) {
+        unsigned long long sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+        sk_many_u64[3 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u64[3 * 32 + 0];
+    sk_o1 = sk_many_u64[3 * 32 + 1];
+    sk_o2 = sk_many_u64[3 * 32 + 2];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u32_3(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+    }
+    __syncthreads();
+    if (threadIdx.x < 3u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[3 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[3 * 32 + 0];
+    sk_o1 = sk_many_u32[3 * 32 + 1];
+    sk_o2 = sk_many_u32[3 * 32 + 2];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[16 * 32 + 0];
+    sk_o1 = sk_many_u32[16 * 32 + 1];
+    sk_o2 = sk_many_u32[16 * 32 + 2];
+    sk_o3 = sk_many_u32[16 * 32 + 3];
+    sk_o4 = sk_many_u32[16 * 32 + 4];
+    sk_o5 = sk_many_u32[16 * 32 + 5];
+    sk_o6 = sk_many_u32[16 * 32 + 6];
+    sk_o7 = sk_many_u32[16 * 32 + 7];
+    sk_o8 = sk_many_u32[16 * 32 + 8];
+    sk_o9 = sk_many_u32[16 * 32 + 9];
+    sk_o10 = sk_many_u32[16 * 32 + 10];
+    sk_o11 = sk_many_u32[16 * 32 + 11];
+    sk_o12 = sk_many_u32[16 * 32 + 12];
+    sk_o13 = sk_many_u32[16 * 32 + 13];
+    sk_o14 = sk_many_u32[16 * 32 + 14];
+    sk_o15 = sk_many_u32[16 * 32 + 15];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u64_16(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long sk_m3, unsigned long long sk_m4, unsigned long long sk_m5, unsigned long long sk_m6, unsigned long long sk_m7, unsigned long long sk_m8, unsigned long long sk_m9, unsigned long long sk_m10, unsigned long long sk_m11, unsigned long long sk_m12, unsigned long long sk_m13, unsigned long long sk_m14, unsigned long long sk_m15, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2, unsigned long long& sk_o3, unsigned long long& sk_o4, unsigned long long& sk_o5, unsigned long long& sk_o6, unsigned long long& sk_o7, unsigned long long& sk_o8, unsigned long long& sk_o9, unsigned long long& sk_o10, unsigned long long& sk_o11, unsigned long long& sk_o12, unsigned long long& sk_o13, unsigned long long& sk_o14, unsigned long long& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned long long sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+        sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u64[16 * 32 + 0];
+    sk_o1 = sk_many_u64[16 * 32 + 1];
+    sk_o2 = sk_many_u64[16 * 32 + 2];
+    sk_o3 = sk_many_u64[16 * 32 + 3];
+    sk_o4 = sk_many_u64[16 * 32 + 4];
+    sk_o5 = sk_many_u64[16 * 32 + 5];
+    sk_o6 = sk_many_u64[16 * 32 + 6];
+    sk_o7 = sk_many_u64[16 * 32 + 7];
+    sk_o8 = sk_many_u64[16 * 32 + 8];
+    sk_o9 = sk_many_u64[16 * 32 + 9];
+    sk_o10 = sk_many_u64[16 * 32 + 10];
+    sk_o11 = sk_many_u64[16 * 32 + 11];
+    sk_o12 = sk_many_u64[16 * 32 + 12];
+    sk_o13 = sk_many_u64[16 * 32 + 13];
+    sk_o14 = sk_many_u64[16 * 32 + 14];
+    sk_o15 = sk_many_u64[16 * 32 + 15];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -283,24 +690,406 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
+#define sk_select_step(kk, lim, cnt_s15, mas_s15, sk_c0, nb, mb, chosen, cn, cm) { \
+    /* built by kernels::filters::select_step */ \
+    if (((nb < kk) && (mb <= lim))) { \
+        chosen = sk_c0; \
+        cn = nb; \
+        cm = mb; \
+    } \
+    nb = (nb + cnt_s15); \
+    mb = (mb + mas_s15); \
+}
+#define sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept) { \
+    /* built by kernels::filters::sweep_set */ \
+    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+    ok = (wv > (0.0f)); \
+    mv = sk_fixed(wv); \
+    if (ok) { \
+        all_mass = (all_mass + mv); \
+    } \
+    bool tie = (ok && (key == s_key)); \
+    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col)))))); \
+    if (tie) { \
+        /* built by kernels::filters::kept */ \
+        tie_rank = (tie_rank + 1u); \
+    } \
+    kept = in_set; \
+}
+#define sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if (((key & sel_mask) == sel_key)) { \
+        /* built by kernels::filters::candidate */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if ((ok && (list_at < 4096u))) { \
+        /* built by kernels::filters::list_bucket */ \
+        listed_cols[list_at] = col; \
+        list_at = (list_at + 1u); \
+    } \
+}
+#define sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if ((key == s_key)) { \
+        /* built by kernels::filters::count_ties */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if (ok) { \
+        /* built by kernels::filters::count_ties */ \
+        mine = (mine + 1u); \
+    } \
+}
+#define sk_select_in_range(dk, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
+    /* built by kernels::filter_top_p::select_in_range */ \
+    unsigned int digit = ((dk >> shift) & 15u); \
+    { \
+        const unsigned int sk_bin = digit; \
+        const unsigned int sk_add = 1u; \
+        if (sk_bin == 0u) { cnt_0 += sk_add; } \
+        if (sk_bin == 1u) { cnt_1 += sk_add; } \
+        if (sk_bin == 2u) { cnt_2 += sk_add; } \
+        if (sk_bin == 3u) { cnt_3 += sk_add; } \
+        if (sk_bin == 4u) { cnt_4 += sk_add; } \
+        if (sk_bin == 5u) { cnt_5 += sk_add; } \
+        if (sk_bin == 6u) { cnt_6 += sk_add; } \
+        if (sk_bin == 7u) { cnt_7 += sk_add; } \
+        if (sk_bin == 8u) { cnt_8 += sk_add; } \
+        if (sk_bin == 9u) { cnt_9 += sk_add; } \
+        if (sk_bin == 10u) { cnt_10 += sk_add; } \
+        if (sk_bin == 11u) { cnt_11 += sk_add; } \
+        if (sk_bin == 12u) { cnt_12 += sk_add; } \
+        if (sk_bin == 13u) { cnt_13 += sk_add; } \
+        if (sk_bin == 14u) { cnt_14 += sk_add; } \
+        if (sk_bin == 15u) { cnt_15 += sk_add; } \
+    } \
+    { \
+        const unsigned int sk_bin = digit; \
+        const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))))); \
+        if (sk_bin == 0u) { mas_0 += sk_add; } \
+        if (sk_bin == 1u) { mas_1 += sk_add; } \
+        if (sk_bin == 2u) { mas_2 += sk_add; } \
+        if (sk_bin == 3u) { mas_3 += sk_add; } \
+        if (sk_bin == 4u) { mas_4 += sk_add; } \
+        if (sk_bin == 5u) { mas_5 += sk_add; } \
+        if (sk_bin == 6u) { mas_6 += sk_add; } \
+        if (sk_bin == 7u) { mas_7 += sk_add; } \
+        if (sk_bin == 8u) { mas_8 += sk_add; } \
+        if (sk_bin == 9u) { mas_9 += sk_add; } \
+        if (sk_bin == 10u) { mas_10 += sk_add; } \
+        if (sk_bin == 11u) { mas_11 += sk_add; } \
+        if (sk_bin == 12u) { mas_12 += sk_add; } \
+        if (sk_bin == 13u) { mas_13 += sk_add; } \
+        if (sk_bin == 14u) { mas_14 += sk_add; } \
+        if (sk_bin == 15u) { mas_15 += sk_add; } \
+    } \
+}
+#define sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15) { \
+    /* built by kernels::filter_top_k::select_top */ \
+    { \
+        const unsigned int sk_bin = ((tk >> t_shift) & 15u); \
+        const unsigned int sk_add = 1u; \
+        if (sk_bin == 0u) { t_cnt_0 += sk_add; } \
+        if (sk_bin == 1u) { t_cnt_1 += sk_add; } \
+        if (sk_bin == 2u) { t_cnt_2 += sk_add; } \
+        if (sk_bin == 3u) { t_cnt_3 += sk_add; } \
+        if (sk_bin == 4u) { t_cnt_4 += sk_add; } \
+        if (sk_bin == 5u) { t_cnt_5 += sk_add; } \
+        if (sk_bin == 6u) { t_cnt_6 += sk_add; } \
+        if (sk_bin == 7u) { t_cnt_7 += sk_add; } \
+        if (sk_bin == 8u) { t_cnt_8 += sk_add; } \
+        if (sk_bin == 9u) { t_cnt_9 += sk_add; } \
+        if (sk_bin == 10u) { t_cnt_10 += sk_add; } \
+        if (sk_bin == 11u) { t_cnt_11 += sk_add; } \
+        if (sk_bin == 12u) { t_cnt_12 += sk_add; } \
+        if (sk_bin == 13u) { t_cnt_13 += sk_add; } \
+        if (sk_bin == 14u) { t_cnt_14 += sk_add; } \
+        if (sk_bin == 15u) { t_cnt_15 += sk_add; } \
+    } \
+}
+#define sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if ((key == rk_key)) { \
+        /* built by kernels::filter_rank::token_at */ \
+        if ((rk_seen == rk_t)) { \
+            rk_found = (col + 1u); \
+        } \
+        rk_seen = (rk_seen + 1u); \
+    } \
+}
+#define sk_race_sweep(ov, noisy, row, col, best64, best64_i) { \
+    /* built by kernels::filters::race_sweep */ \
+    double s64 = ((double)ov); \
+    if (noisy) { \
+        /* built by kernels::seeded::score64 */ \
+        const unsigned int sk_e178 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e178 + 8u)], rows[(sk_e178 + 9u)], rows[(sk_e178 + 10u)], col))); \
+    } \
+    if (((s64 > best64) || (best64_i == 4294967295u))) { \
+        /* built by kernels::filters::keep_best */ \
+        best64 = s64; \
+        best64_i = col; \
+    } \
+}
+#define sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if ((key == rk_key)) { \
+        /* built by kernels::filter_rank::token_at */ \
+        rk_mine = (rk_mine + 1u); \
+    } \
+}
+#define sk_gather(key) { \
+    /* built by kernels::filter_rank::gather */ \
+    unsigned int rank_at = 0u; \
+    rank_at = atomicAdd(&rank_count[0u], 1u); \
+    if ((rank_at < 4096u)) { \
+        listed_cols[rank_at] = key; \
+    } \
+}
+#define sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i) { \
+    /* built by kernels::filter_top_k::merge_row */ \
+    double s64 = ((double)(rz - row_m)); \
+    if (noisy) { \
+        /* built by kernels::seeded::score64 */ \
+        const unsigned int sk_e116 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e116 + 8u)], rows[(sk_e116 + 9u)], rows[(sk_e116 + 10u)], r))); \
+    } \
+    if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best64 = s64; \
+        best64_i = r; \
+    } \
+}
+#define sk_select_step_2(kk, pp, sel_tn, sel_tm, sel_n, lim, sel_m, sel_key, sel_mask) { \
+    /* built by kernels::filters::select_step */ \
+    unsigned long long tn64 = ((unsigned long long)sel_tn); \
+    unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
+    const bool sk_e33 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull)))); \
+    lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
+    sel_key = 0u; \
+    sel_mask = 0u; \
+    sel_n = 0u; \
+    sel_tn = 0u; \
+    sel_m = 0ull; \
+    sel_tm = 0ull; \
+}
+#define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
+    /* built by kernels::filters::digit_counts */ \
+    unsigned int digit = ((key >> shift) & 15u); \
+    { \
+        const unsigned int sk_bin = digit; \
+        const unsigned int sk_add = 1u; \
+        if (sk_bin == 0u) { cnt_0 += sk_add; } \
+        if (sk_bin == 1u) { cnt_1 += sk_add; } \
+        if (sk_bin == 2u) { cnt_2 += sk_add; } \
+        if (sk_bin == 3u) { cnt_3 += sk_add; } \
+        if (sk_bin == 4u) { cnt_4 += sk_add; } \
+        if (sk_bin == 5u) { cnt_5 += sk_add; } \
+        if (sk_bin == 6u) { cnt_6 += sk_add; } \
+        if (sk_bin == 7u) { cnt_7 += sk_add; } \
+        if (sk_bin == 8u) { cnt_8 += sk_add; } \
+        if (sk_bin == 9u) { cnt_9 += sk_add; } \
+        if (sk_bin == 10u) { cnt_10 += sk_add; } \
+        if (sk_bin == 11u) { cnt_11 += sk_add; } \
+        if (sk_bin == 12u) { cnt_12 += sk_add; } \
+        if (sk_bin == 13u) { cnt_13 += sk_add; } \
+        if (sk_bin == 14u) { cnt_14 += sk_add; } \
+        if (sk_bin == 15u) { cnt_15 += sk_add; } \
+    } \
+    { \
+        const unsigned int sk_bin = digit; \
+        const unsigned long long sk_add = mv; \
+        if (sk_bin == 0u) { mas_0 += sk_add; } \
+        if (sk_bin == 1u) { mas_1 += sk_add; } \
+        if (sk_bin == 2u) { mas_2 += sk_add; } \
+        if (sk_bin == 3u) { mas_3 += sk_add; } \
+        if (sk_bin == 4u) { mas_4 += sk_add; } \
+        if (sk_bin == 5u) { mas_5 += sk_add; } \
+        if (sk_bin == 6u) { mas_6 += sk_add; } \
+        if (sk_bin == 7u) { mas_7 += sk_add; } \
+        if (sk_bin == 8u) { mas_8 += sk_add; } \
+        if (sk_bin == 9u) { mas_9 += sk_add; } \
+        if (sk_bin == 10u) { mas_10 += sk_add; } \
+        if (sk_bin == 11u) { mas_11 += sk_add; } \
+        if (sk_bin == 12u) { mas_12 += sk_add; } \
+        if (sk_bin == 13u) { mas_13 += sk_add; } \
+        if (sk_bin == 14u) { mas_14 += sk_add; } \
+        if (sk_bin == 15u) { mas_15 += sk_add; } \
+    } \
+}
+#define sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    if (((key & sel_mask) == sel_key)) { \
+        /* built by kernels::filters::candidate */ \
+        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
+        ok = (wv > (0.0f)); \
+        mv = sk_fixed(wv); \
+    } \
+    if (ok) { \
+        sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+    } \
+}
+#define sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    bool kept = false; \
+    if (((!searched) || (key >= s_key))) { \
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
+    } \
+    if (kept) { \
+        sk_gather(key); \
+    } \
+}
+#define sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = (zx0 / temp); \
+    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    bool kept = false; \
+    if (((!searched) || (key >= s_key))) { \
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
+    } \
+    if (kept) { \
+        sk_race_sweep(ov, noisy, row, col, best64, best64_i); \
+    } \
+}
+#define sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
+    uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+    const unsigned int sk_e118 = (rc & 3u); \
+    float score = (rz + sk_gumbel(((sk_e118 == 3u) ? ((w4).w) : ((sk_e118 == 2u) ? ((w4).z) : ((sk_e118 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    if (((score > best) || ((score == best) && (rc < best_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best = score; \
+        best_i = rc; \
+    } \
+}
+#define sk_race_one_2(rov, noisy, row, rcol, best64, best64_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
+    double s64 = ((double)rov); \
+    if (noisy) { \
+        /* built by kernels::seeded::score64 */ \
+        const unsigned int sk_e36 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], rcol))); \
+    } \
+    if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best64 = s64; \
+        best64_i = rcol; \
+    } \
+}
+#define sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
+    /* built by kernels::filter_top_p::select_in_range */ \
+    const float sk_e35 = sk_bf16(x[(base + rcol)]); \
+    float rz_x = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+    float rz = (rz_x / temp); \
+    if (cut_seeded) { \
+        sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \
+    } else { \
+        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
+    } \
+}
+#define sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i) { \
+    /* built by kernels::filter_top_p::tied_range */ \
+    if (cut_seeded) { \
+        sk_race_one_2(tov, noisy, row, col, best64, best64_i); \
+    } else { \
+        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
+    } \
+}
+#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (zx0 / temp); \
+    float cov = (cz - cut_mx); \
+    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - floorf((cz * (16.0f)))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                sk_tied_range(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best64, best64_i, best, best_i); \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    sk_tied_range(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, bestr64, bestr64_i, bestr, bestr_i); \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 384u)) { \
+                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ float sk_red_f32[33];
-    __shared__ unsigned long long sk_red_u64[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
-    __shared__ unsigned int sk_scan[32];
-    __shared__ unsigned int sk_many_u32[544];
-    __shared__ unsigned long long sk_many_u64[544];
-    __shared__ __align__(16) unsigned int listed_cols[4096];
-    __shared__ __align__(16) unsigned int rank_count[1];
-    __shared__ __align__(16) unsigned int bucket_cols[64];
-    __shared__ __align__(16) unsigned int bucket_keys[64];
-    __shared__ __align__(16) unsigned long long bucket_masses[64];
-    __shared__ __align__(16) unsigned int cut_listing[1];
     unsigned int parts = max((flags >> 16u), 1u);
     bool cut_here = ((flags & 64u) != 0u);
     for (unsigned int group = blockIdx.x; group < (batch * (cut_here ? parts : 1u)); group += gridDim.x) {
@@ -393,598 +1182,41 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e8) ? li3 : (sk_e8 - 1u))))]);
                                 float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                                 if ((li0 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    unsigned int col = (col_lo + li0);
-                                    float cz = (zx0 / temp);
-                                    float cov = (cz - cut_mx);
-                                    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                        unsigned long long cmv = sk_fixed(cw);
-                                        float cg = (grid_r - floorf((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    double s64 = ((double)cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        const unsigned int sk_e9 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    const unsigned int sk_e10 = (col & 3u);
-                                                    float score = (cz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        double s64 = ((double)cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            const unsigned int sk_e11 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        const unsigned int sk_e12 = (col & 3u);
-                                                        float score = (cz + sk_gumbel(((sk_e12 == 3u) ? ((w4).w) : ((sk_e12 == 2u) ? ((w4).z) : ((sk_e12 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                unsigned int cut_at = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = fmaxf(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    unsigned int col = (col_lo + li1);
-                                    float cz = (zx1 / temp);
-                                    float cov = (cz - cut_mx);
-                                    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                        unsigned long long cmv = sk_fixed(cw);
-                                        float cg = (grid_r - floorf((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    double s64 = ((double)cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        const unsigned int sk_e13 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    const unsigned int sk_e14 = (col & 3u);
-                                                    float score = (cz + sk_gumbel(((sk_e14 == 3u) ? ((w4).w) : ((sk_e14 == 2u) ? ((w4).z) : ((sk_e14 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        double s64 = ((double)cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            const unsigned int sk_e15 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        const unsigned int sk_e16 = (col & 3u);
-                                                        float score = (cz + sk_gumbel(((sk_e16 == 3u) ? ((w4).w) : ((sk_e16 == 2u) ? ((w4).z) : ((sk_e16 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                unsigned int cut_at = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = fmaxf(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    unsigned int col = (col_lo + li2);
-                                    float cz = (zx2 / temp);
-                                    float cov = (cz - cut_mx);
-                                    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                        unsigned long long cmv = sk_fixed(cw);
-                                        float cg = (grid_r - floorf((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    double s64 = ((double)cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        const unsigned int sk_e17 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    const unsigned int sk_e18 = (col & 3u);
-                                                    float score = (cz + sk_gumbel(((sk_e18 == 3u) ? ((w4).w) : ((sk_e18 == 2u) ? ((w4).z) : ((sk_e18 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        double s64 = ((double)cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            const unsigned int sk_e19 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        const unsigned int sk_e20 = (col & 3u);
-                                                        float score = (cz + sk_gumbel(((sk_e20 == 3u) ? ((w4).w) : ((sk_e20 == 2u) ? ((w4).z) : ((sk_e20 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                unsigned int cut_at = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = fmaxf(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    unsigned int col = (col_lo + li3);
-                                    float cz = (zx3 / temp);
-                                    float cov = (cz - cut_mx);
-                                    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                        unsigned long long cmv = sk_fixed(cw);
-                                        float cg = (grid_r - floorf((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    double s64 = ((double)cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        const unsigned int sk_e21 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    const unsigned int sk_e22 = (col & 3u);
-                                                    float score = (cz + sk_gumbel(((sk_e22 == 3u) ? ((w4).w) : ((sk_e22 == 2u) ? ((w4).z) : ((sk_e22 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        double s64 = ((double)cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            const unsigned int sk_e23 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        const unsigned int sk_e24 = (col & 3u);
-                                                        float score = (cz + sk_gumbel(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                unsigned int cut_at = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = fmaxf(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                             }
                             unsigned int part_n_above = 0u;
                             unsigned int part_n_range = 0u;
-                            {
-                                unsigned int sk_m0 = n_above;
-                                unsigned int sk_m1 = n_range;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 2u) {
-                                    unsigned int sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                    sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                part_n_above = sk_many_u32[2 * 32 + 0];
-                                part_n_range = sk_many_u32[2 * 32 + 1];
-                                __syncthreads();
-                            }
+                            sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range);
                             unsigned long long part_m_above = 0ull;
                             unsigned long long part_m_range = 0ull;
                             unsigned long long part_m_below = 0ull;
-                            {
-                                unsigned long long sk_m0 = m_above;
-                                unsigned long long sk_m1 = m_range;
-                                unsigned long long sk_m2 = m_below;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                    sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                    sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 3u) {
-                                    unsigned long long sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                                    sk_many_u64[3 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                part_m_above = sk_many_u64[3 * 32 + 0];
-                                part_m_range = sk_many_u64[3 * 32 + 1];
-                                part_m_below = sk_many_u64[3 * 32 + 2];
-                                __syncthreads();
-                            }
+                            sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
                             unsigned int part_min_above_not = 0u;
-                            {
-                                unsigned int sk_v = min_above_not;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                part_min_above_not = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            part_min_above_not = sk_block_max_u32(min_above_not);
                             unsigned int part_min_range_not = 0u;
-                            {
-                                unsigned int sk_v = min_range_not;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                part_min_range_not = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            part_min_range_not = sk_block_max_u32(min_range_not);
                             unsigned int part_max_range = 0u;
-                            {
-                                unsigned int sk_v = max_range;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                part_max_range = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            part_max_range = sk_block_max_u32(max_range);
                             unsigned int part_max_below = 0u;
-                            {
-                                unsigned int sk_v = max_below;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                part_max_below = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            part_max_below = sk_block_max_u32(max_below);
                             float part_w_below = (0.0f);
-                            {
-                                float sk_v = w_below;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = fmaxf(sk_v, ov);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = fmaxf(sk_v, ov);
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_f32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                part_w_below = sk_red_f32[32];
-                                __syncthreads();
-                            }
+                            part_w_below = sk_block_max_f32(w_below);
                             float part_best = (0.0f);
                             unsigned int part_best_i = 0u;
-                            {
-                                float sk_v = best;
-                                unsigned int sk_i = best_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f32[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                part_best = sk_am_f32[32];
-                                part_best_i = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f32(best, best_i, part_best, part_best_i);
                             double part_best64 = (0.0);
                             unsigned int part_best64_i = 0u;
-                            {
-                                double sk_v = best64;
-                                unsigned int sk_i = best64_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f64[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                part_best64 = sk_am_f64[32];
-                                part_best64_i = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f64(best64, best64_i, part_best64, part_best64_i);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
                                 partials[((((row_slot * parts) + part) * 805u) + 792u)] = sk_bitcast<unsigned int>(part_best);
@@ -995,70 +1227,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                             float part_bestr = (0.0f);
                             unsigned int part_bestr_i = 0u;
-                            {
-                                float sk_v = bestr;
-                                unsigned int sk_i = bestr_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f32[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                part_bestr = sk_am_f32[32];
-                                part_bestr_i = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f32(bestr, bestr_i, part_bestr, part_bestr_i);
                             double part_bestr64 = (0.0);
                             unsigned int part_bestr64_i = 0u;
-                            {
-                                double sk_v = bestr64;
-                                unsigned int sk_i = bestr64_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f64[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                part_bestr64 = sk_am_f64[32];
-                                part_bestr64_i = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f64(bestr64, bestr64_i, part_bestr64, part_bestr64_i);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
                                 partials[((((row_slot * parts) + part) * 805u) + 797u)] = sk_bitcast<unsigned int>(part_bestr);
@@ -1099,30 +1271,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             arrived = (before + 1u);
                         }
                         unsigned int arrivals = 0u;
-                        {
-                            unsigned int sk_v = arrived;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = ov > sk_v ? ov : sk_v;
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_u32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_u32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            arrivals = sk_red_u32[32];
-                            __syncthreads();
-                        }
+                        arrivals = sk_block_max_u32(arrived);
                         if ((arrivals == parts)) {
                             // built by kernels::combine::last_part_on
                             __threadfence();
@@ -1204,186 +1353,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsigned int n_above_all = 0u;
                                 unsigned int n_range_all = 0u;
                                 unsigned int short_all = 0u;
-                                {
-                                    unsigned int sk_m0 = r_n_above;
-                                    unsigned int sk_m1 = r_n_range;
-                                    unsigned int sk_m2 = r_short;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 3u) {
-                                        unsigned int sk_s = 0;
-                                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                        sk_many_u32[3 * 32 + threadIdx.x] = sk_s;
-                                    }
-                                    __syncthreads();
-                                    n_above_all = sk_many_u32[3 * 32 + 0];
-                                    n_range_all = sk_many_u32[3 * 32 + 1];
-                                    short_all = sk_many_u32[3 * 32 + 2];
-                                    __syncthreads();
-                                }
+                                sk_block_sums_u32_3(r_n_above, r_n_range, r_short, n_above_all, n_range_all, short_all);
                                 unsigned long long m_above_all = 0ull;
                                 unsigned long long m_range_all = 0ull;
                                 unsigned long long m_below_all = 0ull;
-                                {
-                                    unsigned long long sk_m0 = r_m_above;
-                                    unsigned long long sk_m1 = r_m_range;
-                                    unsigned long long sk_m2 = r_m_below;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 3u) {
-                                        unsigned long long sk_s = 0;
-                                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                                        sk_many_u64[3 * 32 + threadIdx.x] = sk_s;
-                                    }
-                                    __syncthreads();
-                                    m_above_all = sk_many_u64[3 * 32 + 0];
-                                    m_range_all = sk_many_u64[3 * 32 + 1];
-                                    m_below_all = sk_many_u64[3 * 32 + 2];
-                                    __syncthreads();
-                                }
+                                sk_block_sums_u64_3(r_m_above, r_m_range, r_m_below, m_above_all, m_range_all, m_below_all);
                                 unsigned int min_above_not_all = 0u;
-                                {
-                                    unsigned int sk_v = r_min_above_not;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if (threadIdx.x == 0u) {
-                                            sk_red_u32[32] = sk_v;
-                                        }
-                                    }
-                                    __syncthreads();
-                                    min_above_not_all = sk_red_u32[32];
-                                    __syncthreads();
-                                }
+                                min_above_not_all = sk_block_max_u32(r_min_above_not);
                                 unsigned int min_range_not_all = 0u;
-                                {
-                                    unsigned int sk_v = r_min_range_not;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if (threadIdx.x == 0u) {
-                                            sk_red_u32[32] = sk_v;
-                                        }
-                                    }
-                                    __syncthreads();
-                                    min_range_not_all = sk_red_u32[32];
-                                    __syncthreads();
-                                }
+                                min_range_not_all = sk_block_max_u32(r_min_range_not);
                                 unsigned int max_range_all = 0u;
-                                {
-                                    unsigned int sk_v = r_max_range;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if (threadIdx.x == 0u) {
-                                            sk_red_u32[32] = sk_v;
-                                        }
-                                    }
-                                    __syncthreads();
-                                    max_range_all = sk_red_u32[32];
-                                    __syncthreads();
-                                }
+                                max_range_all = sk_block_max_u32(r_max_range);
                                 unsigned int max_below_all = 0u;
-                                {
-                                    unsigned int sk_v = r_max_below;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if (threadIdx.x == 0u) {
-                                            sk_red_u32[32] = sk_v;
-                                        }
-                                    }
-                                    __syncthreads();
-                                    max_below_all = sk_red_u32[32];
-                                    __syncthreads();
-                                }
+                                max_below_all = sk_block_max_u32(r_max_below);
                                 float w_below_all = (0.0f);
-                                {
-                                    float sk_v = r_w_below;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = fmaxf(sk_v, ov);
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = fmaxf(sk_v, ov);
-                                        }
-                                        if (threadIdx.x == 0u) {
-                                            sk_red_f32[32] = sk_v;
-                                        }
-                                    }
-                                    __syncthreads();
-                                    w_below_all = sk_red_f32[32];
-                                    __syncthreads();
-                                }
+                                w_below_all = sk_block_max_f32(r_w_below);
                                 unsigned long long cut_row_mass = ((m_above_all + m_range_all) + m_below_all);
                                 unsigned long long cut_lim = sk_fraction(pp, cut_row_mass);
                                 bool cut_listed = (short_all == 0u);
@@ -1422,54 +1406,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             l_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 805u) + 786u)]);
                                         }
                                         unsigned int l_from = 0u;
-                                        {
-                                            unsigned int sk_x = l_n;
-                                            unsigned int sk_v = sk_x;
-                                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                                if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                            }
-                                            if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                unsigned int sk_own = sk_v;
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                                    if (threadIdx.x >= sk_o) sk_v += on;
-                                                }
-                                                if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                                sk_v = sk_own;
-                                            }
-                                            __syncthreads();
-                                            l_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                            __syncthreads();
-                                        }
+                                        l_from = sk_block_scan(l_n);
                                         unsigned int l_chunk = 0u;
-                                        {
-                                            unsigned int sk_v = l_n;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = sk_v + ov;
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                    sk_v = sk_v + ov;
-                                                }
-                                                if (threadIdx.x == 0u) {
-                                                    sk_red_u32[32] = sk_v;
-                                                }
-                                            }
-                                            __syncthreads();
-                                            l_chunk = sk_red_u32[32];
-                                            __syncthreads();
-                                        }
+                                        l_chunk = sk_block_sum_u32(l_n);
                                         unsigned int l_start = (l_base + l_from);
                                         for (unsigned int li = 0u; li < l_n; li += 1u) {
                                             // built by kernels::filter_top_p::select_in_range
@@ -1519,47 +1458,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) {
                                             unsigned int dk = listed_cols[i];
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
-                                                unsigned int digit = ((dk >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u)))));
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
+                                                sk_select_in_range(dk, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                         }
                                         unsigned int cnt_s0 = 0u;
@@ -1578,84 +1477,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int cnt_s13 = 0u;
                                         unsigned int cnt_s14 = 0u;
                                         unsigned int cnt_s15 = 0u;
-                                        {
-                                            unsigned int sk_m0 = cnt_0;
-                                            unsigned int sk_m1 = cnt_1;
-                                            unsigned int sk_m2 = cnt_2;
-                                            unsigned int sk_m3 = cnt_3;
-                                            unsigned int sk_m4 = cnt_4;
-                                            unsigned int sk_m5 = cnt_5;
-                                            unsigned int sk_m6 = cnt_6;
-                                            unsigned int sk_m7 = cnt_7;
-                                            unsigned int sk_m8 = cnt_8;
-                                            unsigned int sk_m9 = cnt_9;
-                                            unsigned int sk_m10 = cnt_10;
-                                            unsigned int sk_m11 = cnt_11;
-                                            unsigned int sk_m12 = cnt_12;
-                                            unsigned int sk_m13 = cnt_13;
-                                            unsigned int sk_m14 = cnt_14;
-                                            unsigned int sk_m15 = cnt_15;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                                sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                                sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                                sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                                sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                                sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                                sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                                sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                                sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                                sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                                sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                                sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                                sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                                sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                                sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                                sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                                sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                                sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                                sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                                sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                                sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                                sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                                sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                                sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                                sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                                sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                                sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                                sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                                sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                                sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 16u) {
-                                                unsigned int sk_s = 0;
-                                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                                sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                            }
-                                            __syncthreads();
-                                            cnt_s0 = sk_many_u32[16 * 32 + 0];
-                                            cnt_s1 = sk_many_u32[16 * 32 + 1];
-                                            cnt_s2 = sk_many_u32[16 * 32 + 2];
-                                            cnt_s3 = sk_many_u32[16 * 32 + 3];
-                                            cnt_s4 = sk_many_u32[16 * 32 + 4];
-                                            cnt_s5 = sk_many_u32[16 * 32 + 5];
-                                            cnt_s6 = sk_many_u32[16 * 32 + 6];
-                                            cnt_s7 = sk_many_u32[16 * 32 + 7];
-                                            cnt_s8 = sk_many_u32[16 * 32 + 8];
-                                            cnt_s9 = sk_many_u32[16 * 32 + 9];
-                                            cnt_s10 = sk_many_u32[16 * 32 + 10];
-                                            cnt_s11 = sk_many_u32[16 * 32 + 11];
-                                            cnt_s12 = sk_many_u32[16 * 32 + 12];
-                                            cnt_s13 = sk_many_u32[16 * 32 + 13];
-                                            cnt_s14 = sk_many_u32[16 * 32 + 14];
-                                            cnt_s15 = sk_many_u32[16 * 32 + 15];
-                                            __syncthreads();
-                                        }
+                                        sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
                                         unsigned long long mas_s0 = 0ull;
                                         unsigned long long mas_s1 = 0ull;
                                         unsigned long long mas_s2 = 0ull;
@@ -1672,248 +1494,59 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mas_s13 = 0ull;
                                         unsigned long long mas_s14 = 0ull;
                                         unsigned long long mas_s15 = 0ull;
-                                        {
-                                            unsigned long long sk_m0 = mas_0;
-                                            unsigned long long sk_m1 = mas_1;
-                                            unsigned long long sk_m2 = mas_2;
-                                            unsigned long long sk_m3 = mas_3;
-                                            unsigned long long sk_m4 = mas_4;
-                                            unsigned long long sk_m5 = mas_5;
-                                            unsigned long long sk_m6 = mas_6;
-                                            unsigned long long sk_m7 = mas_7;
-                                            unsigned long long sk_m8 = mas_8;
-                                            unsigned long long sk_m9 = mas_9;
-                                            unsigned long long sk_m10 = mas_10;
-                                            unsigned long long sk_m11 = mas_11;
-                                            unsigned long long sk_m12 = mas_12;
-                                            unsigned long long sk_m13 = mas_13;
-                                            unsigned long long sk_m14 = mas_14;
-                                            unsigned long long sk_m15 = mas_15;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                                sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                                sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                                sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                                sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                                sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                                sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                                sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                                sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                                sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                                sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                                sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                                sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                                sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                                sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                                sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                                sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                                sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                                sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                                sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                                sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                                sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                                sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                                sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                                sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                                sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                                sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                                sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                                sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                                sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 16u) {
-                                                unsigned long long sk_s = 0;
-                                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                                                sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
-                                            }
-                                            __syncthreads();
-                                            mas_s0 = sk_many_u64[16 * 32 + 0];
-                                            mas_s1 = sk_many_u64[16 * 32 + 1];
-                                            mas_s2 = sk_many_u64[16 * 32 + 2];
-                                            mas_s3 = sk_many_u64[16 * 32 + 3];
-                                            mas_s4 = sk_many_u64[16 * 32 + 4];
-                                            mas_s5 = sk_many_u64[16 * 32 + 5];
-                                            mas_s6 = sk_many_u64[16 * 32 + 6];
-                                            mas_s7 = sk_many_u64[16 * 32 + 7];
-                                            mas_s8 = sk_many_u64[16 * 32 + 8];
-                                            mas_s9 = sk_many_u64[16 * 32 + 9];
-                                            mas_s10 = sk_many_u64[16 * 32 + 10];
-                                            mas_s11 = sk_many_u64[16 * 32 + 11];
-                                            mas_s12 = sk_many_u64[16 * 32 + 12];
-                                            mas_s13 = sk_many_u64[16 * 32 + 13];
-                                            mas_s14 = sk_many_u64[16 * 32 + 14];
-                                            mas_s15 = sk_many_u64[16 * 32 + 15];
-                                            __syncthreads();
-                                        }
+                                        sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
                                         unsigned int nb = sel_n;
                                         unsigned long long mb = sel_m;
                                         unsigned int chosen = 4294967295u;
                                         unsigned int cn = sel_n;
                                         unsigned long long cm = sel_m;
                                         if ((cnt_s15 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 15u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s15);
-                                            mb = (mb + mas_s15);
+                                            sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s14 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 14u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s14);
-                                            mb = (mb + mas_s14);
+                                            sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s13 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 13u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s13);
-                                            mb = (mb + mas_s13);
+                                            sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s12 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 12u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s12);
-                                            mb = (mb + mas_s12);
+                                            sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s11 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 11u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s11);
-                                            mb = (mb + mas_s11);
+                                            sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s10 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 10u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s10);
-                                            mb = (mb + mas_s10);
+                                            sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s9 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 9u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s9);
-                                            mb = (mb + mas_s9);
+                                            sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s8 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 8u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s8);
-                                            mb = (mb + mas_s8);
+                                            sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s7 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 7u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s7);
-                                            mb = (mb + mas_s7);
+                                            sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s6 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 6u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s6);
-                                            mb = (mb + mas_s6);
+                                            sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s5 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 5u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s5);
-                                            mb = (mb + mas_s5);
+                                            sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s4 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 4u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s4);
-                                            mb = (mb + mas_s4);
+                                            sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s3 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 3u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s3);
-                                            mb = (mb + mas_s3);
+                                            sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s2 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 2u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s2);
-                                            mb = (mb + mas_s2);
+                                            sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s1 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 1u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s1);
-                                            mb = (mb + mas_s1);
+                                            sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s0 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 0u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s0);
-                                            mb = (mb + mas_s0);
+                                            sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((chosen != 4294967295u)) {
                                             // built by kernels::filters::select_step
@@ -1925,18 +1558,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                         sel_mask = (sel_mask | (15u << shift));
                                         if ((in_a && (digit_pass == 7u))) {
-                                            // built by kernels::filters::select_step
-                                            unsigned long long tn64 = ((unsigned long long)sel_tn);
-                                            unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                            const bool sk_e33 = (tie_v == 0ull);
-                                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull))));
-                                            lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
-                                            sel_key = 0u;
-                                            sel_mask = 0u;
-                                            sel_n = 0u;
-                                            sel_tn = 0u;
-                                            sel_m = 0ull;
-                                            sel_tm = 0ull;
+                                            sk_select_step_2(kk, pp, sel_tn, sel_tm, sel_n, lim, sel_m, sel_key, sel_mask);
                                         }
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
@@ -1970,26 +1592,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             unsigned int tk_key = listed_cols[ti];
                                             unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
                                             if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                {
-                                                    const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { t_cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { t_cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { t_cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { t_cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { t_cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { t_cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { t_cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { t_cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { t_cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { t_cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { t_cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { t_cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { t_cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { t_cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { t_cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { t_cnt_15 += sk_add; }
-                                                }
+                                                sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
                                             }
                                         }
                                         unsigned int t_cs0 = 0u;
@@ -2008,84 +1611,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int t_cs13 = 0u;
                                         unsigned int t_cs14 = 0u;
                                         unsigned int t_cs15 = 0u;
-                                        {
-                                            unsigned int sk_m0 = t_cnt_0;
-                                            unsigned int sk_m1 = t_cnt_1;
-                                            unsigned int sk_m2 = t_cnt_2;
-                                            unsigned int sk_m3 = t_cnt_3;
-                                            unsigned int sk_m4 = t_cnt_4;
-                                            unsigned int sk_m5 = t_cnt_5;
-                                            unsigned int sk_m6 = t_cnt_6;
-                                            unsigned int sk_m7 = t_cnt_7;
-                                            unsigned int sk_m8 = t_cnt_8;
-                                            unsigned int sk_m9 = t_cnt_9;
-                                            unsigned int sk_m10 = t_cnt_10;
-                                            unsigned int sk_m11 = t_cnt_11;
-                                            unsigned int sk_m12 = t_cnt_12;
-                                            unsigned int sk_m13 = t_cnt_13;
-                                            unsigned int sk_m14 = t_cnt_14;
-                                            unsigned int sk_m15 = t_cnt_15;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                                sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                                sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                                sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                                sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                                sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                                sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                                sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                                sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                                sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                                sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                                sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                                sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                                sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                                sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                                sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                                sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                                sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                                sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                                sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                                sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                                sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                                sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                                sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                                sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                                sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                                sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                                sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                                sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                                sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 16u) {
-                                                unsigned int sk_s = 0;
-                                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                                sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                            }
-                                            __syncthreads();
-                                            t_cs0 = sk_many_u32[16 * 32 + 0];
-                                            t_cs1 = sk_many_u32[16 * 32 + 1];
-                                            t_cs2 = sk_many_u32[16 * 32 + 2];
-                                            t_cs3 = sk_many_u32[16 * 32 + 3];
-                                            t_cs4 = sk_many_u32[16 * 32 + 4];
-                                            t_cs5 = sk_many_u32[16 * 32 + 5];
-                                            t_cs6 = sk_many_u32[16 * 32 + 6];
-                                            t_cs7 = sk_many_u32[16 * 32 + 7];
-                                            t_cs8 = sk_many_u32[16 * 32 + 8];
-                                            t_cs9 = sk_many_u32[16 * 32 + 9];
-                                            t_cs10 = sk_many_u32[16 * 32 + 10];
-                                            t_cs11 = sk_many_u32[16 * 32 + 11];
-                                            t_cs12 = sk_many_u32[16 * 32 + 12];
-                                            t_cs13 = sk_many_u32[16 * 32 + 13];
-                                            t_cs14 = sk_many_u32[16 * 32 + 14];
-                                            t_cs15 = sk_many_u32[16 * 32 + 15];
-                                            __syncthreads();
-                                        }
+                                        sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
                                         unsigned int t_nb = t_above;
                                         unsigned int t_chosen = 4294967295u;
                                         unsigned int t_cn = t_above;
@@ -2216,33 +1742,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int rcol = listed_cols[(i + 2048u)];
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            const float sk_e35 = sk_bf16(x[(base + rcol)]);
-                                            float rz_x = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35);
-                                            float rz = (rz_x / temp);
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)rov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e36 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], rcol)));
-                                                }
-                                                if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best64 = s64;
-                                                    best64_i = rcol;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e37 = (rcol & 3u);
-                                                float score = (rz + sk_gumbel(((sk_e37 == 3u) ? ((w4).w) : ((sk_e37 == 2u) ? ((w4).z) : ((sk_e37 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > best) || ((score == best) && (rcol < best_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best = score;
-                                                    best_i = rcol;
-                                                }
-                                            }
+                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
                                         }
                                     }
                                 }
@@ -2299,47 +1799,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
-                                                unsigned int digit = ((dk >> shift) & 15u);
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                }
-                                                {
-                                                    const unsigned int sk_bin = digit;
-                                                    const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u)))));
-                                                    if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                    if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                    if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                    if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                    if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                    if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                    if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                    if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                    if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                    if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                    if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                    if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                    if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                    if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                    if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                    if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                }
+                                                sk_select_in_range(dk, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                         }
                                         unsigned int cnt_s0 = 0u;
@@ -2358,84 +1818,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int cnt_s13 = 0u;
                                         unsigned int cnt_s14 = 0u;
                                         unsigned int cnt_s15 = 0u;
-                                        {
-                                            unsigned int sk_m0 = cnt_0;
-                                            unsigned int sk_m1 = cnt_1;
-                                            unsigned int sk_m2 = cnt_2;
-                                            unsigned int sk_m3 = cnt_3;
-                                            unsigned int sk_m4 = cnt_4;
-                                            unsigned int sk_m5 = cnt_5;
-                                            unsigned int sk_m6 = cnt_6;
-                                            unsigned int sk_m7 = cnt_7;
-                                            unsigned int sk_m8 = cnt_8;
-                                            unsigned int sk_m9 = cnt_9;
-                                            unsigned int sk_m10 = cnt_10;
-                                            unsigned int sk_m11 = cnt_11;
-                                            unsigned int sk_m12 = cnt_12;
-                                            unsigned int sk_m13 = cnt_13;
-                                            unsigned int sk_m14 = cnt_14;
-                                            unsigned int sk_m15 = cnt_15;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                                sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                                sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                                sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                                sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                                sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                                sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                                sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                                sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                                sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                                sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                                sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                                sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                                sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                                sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                                sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                                sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                                sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                                sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                                sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                                sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                                sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                                sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                                sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                                sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                                sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                                sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                                sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                                sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                                sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 16u) {
-                                                unsigned int sk_s = 0;
-                                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                                sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                            }
-                                            __syncthreads();
-                                            cnt_s0 = sk_many_u32[16 * 32 + 0];
-                                            cnt_s1 = sk_many_u32[16 * 32 + 1];
-                                            cnt_s2 = sk_many_u32[16 * 32 + 2];
-                                            cnt_s3 = sk_many_u32[16 * 32 + 3];
-                                            cnt_s4 = sk_many_u32[16 * 32 + 4];
-                                            cnt_s5 = sk_many_u32[16 * 32 + 5];
-                                            cnt_s6 = sk_many_u32[16 * 32 + 6];
-                                            cnt_s7 = sk_many_u32[16 * 32 + 7];
-                                            cnt_s8 = sk_many_u32[16 * 32 + 8];
-                                            cnt_s9 = sk_many_u32[16 * 32 + 9];
-                                            cnt_s10 = sk_many_u32[16 * 32 + 10];
-                                            cnt_s11 = sk_many_u32[16 * 32 + 11];
-                                            cnt_s12 = sk_many_u32[16 * 32 + 12];
-                                            cnt_s13 = sk_many_u32[16 * 32 + 13];
-                                            cnt_s14 = sk_many_u32[16 * 32 + 14];
-                                            cnt_s15 = sk_many_u32[16 * 32 + 15];
-                                            __syncthreads();
-                                        }
+                                        sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
                                         unsigned long long mas_s0 = 0ull;
                                         unsigned long long mas_s1 = 0ull;
                                         unsigned long long mas_s2 = 0ull;
@@ -2452,248 +1835,59 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mas_s13 = 0ull;
                                         unsigned long long mas_s14 = 0ull;
                                         unsigned long long mas_s15 = 0ull;
-                                        {
-                                            unsigned long long sk_m0 = mas_0;
-                                            unsigned long long sk_m1 = mas_1;
-                                            unsigned long long sk_m2 = mas_2;
-                                            unsigned long long sk_m3 = mas_3;
-                                            unsigned long long sk_m4 = mas_4;
-                                            unsigned long long sk_m5 = mas_5;
-                                            unsigned long long sk_m6 = mas_6;
-                                            unsigned long long sk_m7 = mas_7;
-                                            unsigned long long sk_m8 = mas_8;
-                                            unsigned long long sk_m9 = mas_9;
-                                            unsigned long long sk_m10 = mas_10;
-                                            unsigned long long sk_m11 = mas_11;
-                                            unsigned long long sk_m12 = mas_12;
-                                            unsigned long long sk_m13 = mas_13;
-                                            unsigned long long sk_m14 = mas_14;
-                                            unsigned long long sk_m15 = mas_15;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                                sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                                sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                                sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                                sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                                sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                                sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                                sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                                sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                                sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                                sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                                sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                                sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                                sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                                sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                                sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                                sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                                sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                                sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                                sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                                sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                                sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                                sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                                sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                                sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                                sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                                sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                                sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                                sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                                sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 16u) {
-                                                unsigned long long sk_s = 0;
-                                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                                                sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
-                                            }
-                                            __syncthreads();
-                                            mas_s0 = sk_many_u64[16 * 32 + 0];
-                                            mas_s1 = sk_many_u64[16 * 32 + 1];
-                                            mas_s2 = sk_many_u64[16 * 32 + 2];
-                                            mas_s3 = sk_many_u64[16 * 32 + 3];
-                                            mas_s4 = sk_many_u64[16 * 32 + 4];
-                                            mas_s5 = sk_many_u64[16 * 32 + 5];
-                                            mas_s6 = sk_many_u64[16 * 32 + 6];
-                                            mas_s7 = sk_many_u64[16 * 32 + 7];
-                                            mas_s8 = sk_many_u64[16 * 32 + 8];
-                                            mas_s9 = sk_many_u64[16 * 32 + 9];
-                                            mas_s10 = sk_many_u64[16 * 32 + 10];
-                                            mas_s11 = sk_many_u64[16 * 32 + 11];
-                                            mas_s12 = sk_many_u64[16 * 32 + 12];
-                                            mas_s13 = sk_many_u64[16 * 32 + 13];
-                                            mas_s14 = sk_many_u64[16 * 32 + 14];
-                                            mas_s15 = sk_many_u64[16 * 32 + 15];
-                                            __syncthreads();
-                                        }
+                                        sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
                                         unsigned int nb = sel_n;
                                         unsigned long long mb = sel_m;
                                         unsigned int chosen = 4294967295u;
                                         unsigned int cn = sel_n;
                                         unsigned long long cm = sel_m;
                                         if ((cnt_s15 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 15u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s15);
-                                            mb = (mb + mas_s15);
+                                            sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s14 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 14u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s14);
-                                            mb = (mb + mas_s14);
+                                            sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s13 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 13u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s13);
-                                            mb = (mb + mas_s13);
+                                            sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s12 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 12u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s12);
-                                            mb = (mb + mas_s12);
+                                            sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s11 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 11u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s11);
-                                            mb = (mb + mas_s11);
+                                            sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s10 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 10u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s10);
-                                            mb = (mb + mas_s10);
+                                            sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s9 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 9u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s9);
-                                            mb = (mb + mas_s9);
+                                            sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s8 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 8u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s8);
-                                            mb = (mb + mas_s8);
+                                            sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s7 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 7u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s7);
-                                            mb = (mb + mas_s7);
+                                            sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s6 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 6u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s6);
-                                            mb = (mb + mas_s6);
+                                            sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s5 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 5u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s5);
-                                            mb = (mb + mas_s5);
+                                            sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s4 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 4u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s4);
-                                            mb = (mb + mas_s4);
+                                            sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s3 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 3u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s3);
-                                            mb = (mb + mas_s3);
+                                            sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s2 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 2u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s2);
-                                            mb = (mb + mas_s2);
+                                            sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s1 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 1u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s1);
-                                            mb = (mb + mas_s1);
+                                            sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((cnt_s0 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 0u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s0);
-                                            mb = (mb + mas_s0);
+                                            sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
                                         }
                                         if ((chosen != 4294967295u)) {
                                             // built by kernels::filters::select_step
@@ -2705,18 +1899,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                         sel_mask = (sel_mask | (15u << shift));
                                         if ((in_a && (digit_pass == 7u))) {
-                                            // built by kernels::filters::select_step
-                                            unsigned long long tn64 = ((unsigned long long)sel_tn);
-                                            unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                            const bool sk_e39 = (tie_v == 0ull);
-                                            unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e39 ? tn64 : (((lim - sel_m) / (sk_e39 ? 1ull : tie_v)) + 1ull))));
-                                            lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
-                                            sel_key = 0u;
-                                            sel_mask = 0u;
-                                            sel_n = 0u;
-                                            sel_tn = 0u;
-                                            sel_m = 0ull;
-                                            sel_tm = 0ull;
+                                            sk_select_step_2(kk, pp, sel_tn, sel_tm, sel_n, lim, sel_m, sel_key, sel_mask);
                                         }
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
@@ -2758,26 +1941,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             const unsigned int sk_e42 = (ti / 384u);
                                             unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                {
-                                                    const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                                                    const unsigned int sk_add = 1u;
-                                                    if (sk_bin == 0u) { t_cnt_0 += sk_add; }
-                                                    if (sk_bin == 1u) { t_cnt_1 += sk_add; }
-                                                    if (sk_bin == 2u) { t_cnt_2 += sk_add; }
-                                                    if (sk_bin == 3u) { t_cnt_3 += sk_add; }
-                                                    if (sk_bin == 4u) { t_cnt_4 += sk_add; }
-                                                    if (sk_bin == 5u) { t_cnt_5 += sk_add; }
-                                                    if (sk_bin == 6u) { t_cnt_6 += sk_add; }
-                                                    if (sk_bin == 7u) { t_cnt_7 += sk_add; }
-                                                    if (sk_bin == 8u) { t_cnt_8 += sk_add; }
-                                                    if (sk_bin == 9u) { t_cnt_9 += sk_add; }
-                                                    if (sk_bin == 10u) { t_cnt_10 += sk_add; }
-                                                    if (sk_bin == 11u) { t_cnt_11 += sk_add; }
-                                                    if (sk_bin == 12u) { t_cnt_12 += sk_add; }
-                                                    if (sk_bin == 13u) { t_cnt_13 += sk_add; }
-                                                    if (sk_bin == 14u) { t_cnt_14 += sk_add; }
-                                                    if (sk_bin == 15u) { t_cnt_15 += sk_add; }
-                                                }
+                                                sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
                                             }
                                         }
                                         unsigned int t_cs0 = 0u;
@@ -2796,84 +1960,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int t_cs13 = 0u;
                                         unsigned int t_cs14 = 0u;
                                         unsigned int t_cs15 = 0u;
-                                        {
-                                            unsigned int sk_m0 = t_cnt_0;
-                                            unsigned int sk_m1 = t_cnt_1;
-                                            unsigned int sk_m2 = t_cnt_2;
-                                            unsigned int sk_m3 = t_cnt_3;
-                                            unsigned int sk_m4 = t_cnt_4;
-                                            unsigned int sk_m5 = t_cnt_5;
-                                            unsigned int sk_m6 = t_cnt_6;
-                                            unsigned int sk_m7 = t_cnt_7;
-                                            unsigned int sk_m8 = t_cnt_8;
-                                            unsigned int sk_m9 = t_cnt_9;
-                                            unsigned int sk_m10 = t_cnt_10;
-                                            unsigned int sk_m11 = t_cnt_11;
-                                            unsigned int sk_m12 = t_cnt_12;
-                                            unsigned int sk_m13 = t_cnt_13;
-                                            unsigned int sk_m14 = t_cnt_14;
-                                            unsigned int sk_m15 = t_cnt_15;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                                sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                                sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                                sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                                sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                                sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                                sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                                sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                                sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                                sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                                sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                                sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                                sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                                sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                                sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                                sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                                sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                                sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                                sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                                sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                                sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                                sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                                sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                                sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                                sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                                sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                                sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                                sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                                sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                                sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                                sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 16u) {
-                                                unsigned int sk_s = 0;
-                                                for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                                sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                            }
-                                            __syncthreads();
-                                            t_cs0 = sk_many_u32[16 * 32 + 0];
-                                            t_cs1 = sk_many_u32[16 * 32 + 1];
-                                            t_cs2 = sk_many_u32[16 * 32 + 2];
-                                            t_cs3 = sk_many_u32[16 * 32 + 3];
-                                            t_cs4 = sk_many_u32[16 * 32 + 4];
-                                            t_cs5 = sk_many_u32[16 * 32 + 5];
-                                            t_cs6 = sk_many_u32[16 * 32 + 6];
-                                            t_cs7 = sk_many_u32[16 * 32 + 7];
-                                            t_cs8 = sk_many_u32[16 * 32 + 8];
-                                            t_cs9 = sk_many_u32[16 * 32 + 9];
-                                            t_cs10 = sk_many_u32[16 * 32 + 10];
-                                            t_cs11 = sk_many_u32[16 * 32 + 11];
-                                            t_cs12 = sk_many_u32[16 * 32 + 12];
-                                            t_cs13 = sk_many_u32[16 * 32 + 13];
-                                            t_cs14 = sk_many_u32[16 * 32 + 14];
-                                            t_cs15 = sk_many_u32[16 * 32 + 15];
-                                            __syncthreads();
-                                        }
+                                        sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
                                         unsigned int t_nb = t_above;
                                         unsigned int t_chosen = 4294967295u;
                                         unsigned int t_cn = t_above;
@@ -3011,33 +2098,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((i - (sk_e44 * 384u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            const float sk_e45 = sk_bf16(x[(base + rcol)]);
-                                            float rz_x = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
-                                            float rz = (rz_x / temp);
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)rov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e46 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], rcol)));
-                                                }
-                                                if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best64 = s64;
-                                                    best64_i = rcol;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e47 = (rcol & 3u);
-                                                float score = (rz + sk_gumbel(((sk_e47 == 3u) ? ((w4).w) : ((sk_e47 == 2u) ? ((w4).z) : ((sk_e47 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > best) || ((score == best) && (rcol < best_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best = score;
-                                                    best_i = rcol;
-                                                }
-                                            }
+                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
                                         }
                                     }
                                 }
@@ -3061,54 +2122,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             t_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 779u)]);
                                         }
                                         unsigned int t_from = 0u;
-                                        {
-                                            unsigned int sk_x = t_n;
-                                            unsigned int sk_v = sk_x;
-                                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                                if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                            }
-                                            if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                unsigned int sk_own = sk_v;
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                                    if (threadIdx.x >= sk_o) sk_v += on;
-                                                }
-                                                if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                                sk_v = sk_own;
-                                            }
-                                            __syncthreads();
-                                            t_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                            __syncthreads();
-                                        }
+                                        t_from = sk_block_scan(t_n);
                                         unsigned int t_chunk = 0u;
-                                        {
-                                            unsigned int sk_v = t_n;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = sk_v + ov;
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                    sk_v = sk_v + ov;
-                                                }
-                                                if (threadIdx.x == 0u) {
-                                                    sk_red_u32[32] = sk_v;
-                                                }
-                                            }
-                                            __syncthreads();
-                                            t_chunk = sk_red_u32[32];
-                                            __syncthreads();
-                                        }
+                                        t_chunk = sk_block_sum_u32(t_n);
                                         unsigned int t_start = (t_base + t_from);
                                         if ((t_n > 0u)) {
                                             // built by kernels::filter_top_p::tied_range
@@ -3145,55 +2161,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         t_base = (t_base + t_chunk);
                                     }
                                     unsigned int t_cut_part = 0u;
-                                    {
-                                        unsigned int sk_v = t_part;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = ov > sk_v ? ov : sk_v;
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_red_u32[32] = sk_v;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        t_cut_part = sk_red_u32[32];
-                                        __syncthreads();
-                                    }
+                                    t_cut_part = sk_block_max_u32(t_part);
                                     unsigned int t_cut_left = 0u;
-                                    {
-                                        unsigned int sk_v = t_left;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = ov > sk_v ? ov : sk_v;
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_red_u32[32] = sk_v;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        t_cut_left = sk_red_u32[32];
-                                        __syncthreads();
-                                    }
+                                    t_cut_left = sk_block_max_u32(t_left);
                                     if ((t_cut_part > 0u)) {
                                         // built by kernels::filter_top_p::tied_range
                                         unsigned int t_lo = min(((t_cut_part - 1u) * ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
@@ -3212,29 +2182,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             }
                                         }
                                         unsigned int t_rank0 = 0u;
-                                        {
-                                            unsigned int sk_x = t_mine;
-                                            unsigned int sk_v = sk_x;
-                                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                                if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                            }
-                                            if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                unsigned int sk_own = sk_v;
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                                    if (threadIdx.x >= sk_o) sk_v += on;
-                                                }
-                                                if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                                sk_v = sk_own;
-                                            }
-                                            __syncthreads();
-                                            t_rank0 = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                            __syncthreads();
-                                        }
+                                        t_rank0 = sk_block_scan(t_mine);
                                         unsigned int t_rank = t_rank0;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
                                             const float sk_e54 = sk_bf16(x[(base + col)]);
@@ -3243,30 +2191,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                                 if ((t_rank < t_cut_left)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        double s64 = ((double)tov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            const unsigned int sk_e55 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best64 = s64;
-                                                            best64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        const unsigned int sk_e56 = (col & 3u);
-                                                        float score = (tz + sk_gumbel(((sk_e56 == 3u) ? ((w4).w) : ((sk_e56 == 2u) ? ((w4).z) : ((sk_e56 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                        if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best = score;
-                                                            best_i = col;
-                                                        }
-                                                    }
+                                                    sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i);
                                                 }
                                                 t_rank = (t_rank + 1u);
                                             }
@@ -3277,70 +2202,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     // built by kernels::filter_top_p::cut_row
                                     float ow_win = (0.0f);
                                     unsigned int ow_tok32 = 0u;
-                                    {
-                                        float sk_v = best;
-                                        unsigned int sk_i = best_i;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_am_f32[32] = sk_v;
-                                                sk_am_i[32] = sk_i;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        ow_win = sk_am_f32[32];
-                                        ow_tok32 = sk_am_i[32];
-                                        __syncthreads();
-                                    }
+                                    sk_block_argmax_f32(best, best_i, ow_win, ow_tok32);
                                     double ow_win64 = (0.0);
                                     unsigned int ow_tok64 = 0u;
-                                    {
-                                        double sk_v = best64;
-                                        unsigned int sk_i = best64_i;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_am_f64[32] = sk_v;
-                                                sk_am_i[32] = sk_i;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        ow_win64 = sk_am_f64[32];
-                                        ow_tok64 = sk_am_i[32];
-                                        __syncthreads();
-                                    }
+                                    sk_block_argmax_f64(best64, best64_i, ow_win64, ow_tok64);
                                     unsigned int ow_tok = (cut_seeded ? ow_tok64 : ow_tok32);
                                     bool ow_valid = (ow_tok < vocab);
                                     unsigned int ow_at = (ow_valid ? ow_tok : 0u);
@@ -3376,30 +2241,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]));
                             }
                             float row_m = (0.0f);
-                            {
-                                float sk_v = m;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = fmaxf(sk_v, ov);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = fmaxf(sk_v, ov);
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_f32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                row_m = sk_red_f32[32];
-                                __syncthreads();
-                            }
+                            row_m = sk_block_max_f32(m);
                             float s = (0.0f);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::merge_row
@@ -3409,30 +2251,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             float row_s = (0.0f);
-                            {
-                                float sk_v = s;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_f32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = sk_v + ov;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_f32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                row_s = sk_red_f32[32];
-                                __syncthreads();
-                            }
+                            row_s = sk_block_sum_f32(s);
                             if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                                 // built by kernels::filter_top_k::merge_row
                                 unsigned int want = (kc + 1u);
@@ -3470,26 +2289,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                         unsigned int tk = ik;
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                            {
-                                                const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                                                const unsigned int sk_add = 1u;
-                                                if (sk_bin == 0u) { t_cnt_0 += sk_add; }
-                                                if (sk_bin == 1u) { t_cnt_1 += sk_add; }
-                                                if (sk_bin == 2u) { t_cnt_2 += sk_add; }
-                                                if (sk_bin == 3u) { t_cnt_3 += sk_add; }
-                                                if (sk_bin == 4u) { t_cnt_4 += sk_add; }
-                                                if (sk_bin == 5u) { t_cnt_5 += sk_add; }
-                                                if (sk_bin == 6u) { t_cnt_6 += sk_add; }
-                                                if (sk_bin == 7u) { t_cnt_7 += sk_add; }
-                                                if (sk_bin == 8u) { t_cnt_8 += sk_add; }
-                                                if (sk_bin == 9u) { t_cnt_9 += sk_add; }
-                                                if (sk_bin == 10u) { t_cnt_10 += sk_add; }
-                                                if (sk_bin == 11u) { t_cnt_11 += sk_add; }
-                                                if (sk_bin == 12u) { t_cnt_12 += sk_add; }
-                                                if (sk_bin == 13u) { t_cnt_13 += sk_add; }
-                                                if (sk_bin == 14u) { t_cnt_14 += sk_add; }
-                                                if (sk_bin == 15u) { t_cnt_15 += sk_add; }
-                                            }
+                                            sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
                                         }
                                     }
                                     unsigned int t_cs0 = 0u;
@@ -3508,84 +2308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int t_cs13 = 0u;
                                     unsigned int t_cs14 = 0u;
                                     unsigned int t_cs15 = 0u;
-                                    {
-                                        unsigned int sk_m0 = t_cnt_0;
-                                        unsigned int sk_m1 = t_cnt_1;
-                                        unsigned int sk_m2 = t_cnt_2;
-                                        unsigned int sk_m3 = t_cnt_3;
-                                        unsigned int sk_m4 = t_cnt_4;
-                                        unsigned int sk_m5 = t_cnt_5;
-                                        unsigned int sk_m6 = t_cnt_6;
-                                        unsigned int sk_m7 = t_cnt_7;
-                                        unsigned int sk_m8 = t_cnt_8;
-                                        unsigned int sk_m9 = t_cnt_9;
-                                        unsigned int sk_m10 = t_cnt_10;
-                                        unsigned int sk_m11 = t_cnt_11;
-                                        unsigned int sk_m12 = t_cnt_12;
-                                        unsigned int sk_m13 = t_cnt_13;
-                                        unsigned int sk_m14 = t_cnt_14;
-                                        unsigned int sk_m15 = t_cnt_15;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 16u) {
-                                            unsigned int sk_s = 0;
-                                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                        }
-                                        __syncthreads();
-                                        t_cs0 = sk_many_u32[16 * 32 + 0];
-                                        t_cs1 = sk_many_u32[16 * 32 + 1];
-                                        t_cs2 = sk_many_u32[16 * 32 + 2];
-                                        t_cs3 = sk_many_u32[16 * 32 + 3];
-                                        t_cs4 = sk_many_u32[16 * 32 + 4];
-                                        t_cs5 = sk_many_u32[16 * 32 + 5];
-                                        t_cs6 = sk_many_u32[16 * 32 + 6];
-                                        t_cs7 = sk_many_u32[16 * 32 + 7];
-                                        t_cs8 = sk_many_u32[16 * 32 + 8];
-                                        t_cs9 = sk_many_u32[16 * 32 + 9];
-                                        t_cs10 = sk_many_u32[16 * 32 + 10];
-                                        t_cs11 = sk_many_u32[16 * 32 + 11];
-                                        t_cs12 = sk_many_u32[16 * 32 + 12];
-                                        t_cs13 = sk_many_u32[16 * 32 + 13];
-                                        t_cs14 = sk_many_u32[16 * 32 + 14];
-                                        t_cs15 = sk_many_u32[16 * 32 + 15];
-                                        __syncthreads();
-                                    }
+                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
                                     unsigned int t_nb = t_above;
                                     unsigned int t_chosen = 4294967295u;
                                     unsigned int t_cn = t_above;
@@ -3734,53 +2457,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                 }
                                 unsigned int g_tie_start = 0u;
-                                {
-                                    unsigned int sk_x = g_ties;
-                                    unsigned int sk_v = sk_x;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                    }
-                                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        unsigned int sk_own = sk_v;
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                            if (threadIdx.x >= sk_o) sk_v += on;
-                                        }
-                                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                        sk_v = sk_own;
-                                    }
-                                    __syncthreads();
-                                    g_tie_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                    __syncthreads();
-                                }
+                                g_tie_start = sk_block_scan(g_ties);
                                 unsigned int g_out_start = 0u;
-                                {
-                                    unsigned int sk_x = (g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties));
-                                    unsigned int sk_v = sk_x;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                    }
-                                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        unsigned int sk_own = sk_v;
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                            if (threadIdx.x >= sk_o) sk_v += on;
-                                        }
-                                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                        sk_v = sk_own;
-                                    }
-                                    __syncthreads();
-                                    g_out_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                    __syncthreads();
-                                }
+                                g_out_start = sk_block_scan((g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties)));
                                 unsigned int g_rank = g_tie_start;
                                 unsigned int g_out = g_out_start;
                                 for (unsigned int gj = g_lo; gj < g_hi; gj += 1u) {
@@ -3838,30 +2517,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                 }
                                 unsigned long long top_k_mass = 0ull;
-                                {
-                                    unsigned long long sk_v = tk_mass;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = sk_v + ov;
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_red_u64[threadIdx.x >> 5] = sk_v;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = sk_v + ov;
-                                        }
-                                        if (threadIdx.x == 0u) {
-                                            sk_red_u64[32] = sk_v;
-                                        }
-                                    }
-                                    __syncthreads();
-                                    top_k_mass = sk_red_u64[32];
-                                    __syncthreads();
-                                }
+                                top_k_mass = sk_block_sum_u64(tk_mass);
                                 __syncthreads();
                                 bool joint_p = ((pp < (1.0f)) && (!k_first));
                                 unsigned long long lim_k = ((pp < (1.0f)) ? sk_fraction(pp, top_k_mass) : 18446744073709551615ull);
@@ -3886,28 +2542,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                                 unsigned int kept_n = 0u;
                                 unsigned int unsure_n = 0u;
-                                {
-                                    unsigned int sk_m0 = n_lo;
-                                    unsigned int sk_m1 = n_unsure;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                    }
-                                    if ((threadIdx.x & 31u) == 0u) {
-                                        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                    }
-                                    __syncthreads();
-                                    if (threadIdx.x < 2u) {
-                                        unsigned int sk_s = 0;
-                                        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                        sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                                    }
-                                    __syncthreads();
-                                    kept_n = sk_many_u32[2 * 32 + 0];
-                                    unsure_n = sk_many_u32[2 * 32 + 1];
-                                    __syncthreads();
-                                }
+                                sk_block_sums_u32_2(n_lo, n_unsure, kept_n, unsure_n);
                                 if ((joint_p && (unsure_n > 0u))) {
                                     unsigned long long rm_own = 0ull;
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
@@ -4058,30 +2693,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
-                                    {
-                                        unsigned long long sk_v = rm_own;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = sk_v + ov;
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_red_u64[threadIdx.x >> 5] = sk_v;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = sk_v + ov;
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_red_u64[32] = sk_v;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        rm_row = sk_red_u64[32];
-                                        __syncthreads();
-                                    }
+                                    rm_row = sk_block_sum_u64(rm_own);
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
@@ -4095,30 +2707,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     unsigned int kept_exact = 0u;
-                                    {
-                                        unsigned int sk_v = n_lo;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = sk_v + ov;
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = sk_v + ov;
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_red_u32[32] = sk_v;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        kept_exact = sk_red_u32[32];
-                                        __syncthreads();
-                                    }
+                                    kept_exact = sk_block_sum_u32(n_lo);
                                     kept_n = kept_exact;
                                     unsure_n = 0u;
                                     reads_before = (reads_before + 1u);
@@ -4167,30 +2756,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     unsigned int tie_bad_n = 0u;
-                                    {
-                                        unsigned int sk_v = tie_bad;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = sk_v + ov;
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = sk_v + ov;
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_red_u32[32] = sk_v;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        tie_bad_n = sk_red_u32[32];
-                                        __syncthreads();
-                                    }
+                                    tie_bad_n = sk_block_sum_u32(tie_bad);
                                     prefix_exact = (tie_bad_n == 0u);
                                 }
                                 bool decided = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
@@ -4211,110 +2777,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         const unsigned int sk_e115 = listed_cols[(1285u + r)];
                                         float rz = sk_bitcast<float>((((sk_e115 & 2147483648u) != 0u) ? (sk_e115 ^ 2147483648u) : (sk_e115 ^ 4294967295u)));
                                         if (ow_ranked) {
-                                            double s64 = ((double)(rz - row_m));
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e116 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e116 + 8u)], rows[(sk_e116 + 9u)], rows[(sk_e116 + 10u)], r)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = r;
-                                            }
+                                            sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i);
                                         } else {
                                             if (ow_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)(rz - row_m));
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e117 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e117 + 8u)], rows[(sk_e117 + 9u)], rows[(sk_e117 + 10u)], rc)));
-                                                }
-                                                if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best64 = s64;
-                                                    best64_i = rc;
-                                                }
+                                                sk_merge_row(rz, row_m, noisy, row, rc, best64, best64_i);
                                             } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e118 = (rc & 3u);
-                                                float score = (rz + sk_gumbel(((sk_e118 == 3u) ? ((w4).w) : ((sk_e118 == 2u) ? ((w4).z) : ((sk_e118 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > best) || ((score == best) && (rc < best_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best = score;
-                                                    best_i = rc;
-                                                }
+                                                sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
                                             }
                                         }
                                     }
                                     float ow_win = (0.0f);
                                     unsigned int ow_tok32 = 0u;
-                                    {
-                                        float sk_v = best;
-                                        unsigned int sk_i = best_i;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_am_f32[32] = sk_v;
-                                                sk_am_i[32] = sk_i;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        ow_win = sk_am_f32[32];
-                                        ow_tok32 = sk_am_i[32];
-                                        __syncthreads();
-                                    }
+                                    sk_block_argmax_f32(best, best_i, ow_win, ow_tok32);
                                     double ow_win64 = (0.0);
                                     unsigned int ow_tok64 = 0u;
-                                    {
-                                        double sk_v = best64;
-                                        unsigned int sk_i = best64_i;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_am_f64[32] = sk_v;
-                                                sk_am_i[32] = sk_i;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        ow_win64 = sk_am_f64[32];
-                                        ow_tok64 = sk_am_i[32];
-                                        __syncthreads();
-                                    }
+                                    sk_block_argmax_f64(best64, best64_i, ow_win64, ow_tok64);
                                     unsigned int ow_tok = (ow_seeded ? ((ow_ranked && (ow_tok64 < kept_n)) ? (listed_cols[(1542u + min(ow_tok64, 256u))]) : ow_tok64) : ow_tok32);
                                     bool ow_valid = (ow_tok < vocab);
                                     unsigned int ow_at = (ow_valid ? ow_tok : 0u);
@@ -4357,30 +2834,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
-                                    {
-                                        unsigned int sk_v = mo_left;
-                                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                            sk_v = ov > sk_v ? ov : sk_v;
-                                        }
-                                        if ((threadIdx.x & 31u) == 0u) {
-                                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                        }
-                                        __syncthreads();
-                                        if (threadIdx.x < 32u) {
-                                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                sk_v = ov > sk_v ? ov : sk_v;
-                                            }
-                                            if (threadIdx.x == 0u) {
-                                                sk_red_u32[32] = sk_v;
-                                            }
-                                        }
-                                        __syncthreads();
-                                        mo_uncovered = sk_red_u32[32];
-                                        __syncthreads();
-                                    }
+                                    mo_uncovered = sk_block_max_u32(mo_left);
                                     const unsigned int sk_e126 = (row * 12u);
                                     if (((mo_uncovered == 0u) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
@@ -4403,98 +2857,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                                 if (((sk_e128 > (0.0f)) && (sk_e128 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        double s64 = ((double)(mo_z - row_m));
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            const unsigned int sk_e129 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e129 + 8u)], rows[(sk_e129 + 9u)], rows[(sk_e129 + 10u)], mo_col)));
-                                                        }
-                                                        if (((s64 > best64) || ((s64 == best64) && (mo_col < best64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best64 = s64;
-                                                            best64_i = mo_col;
-                                                        }
+                                                        sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i);
                                                     } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        uint4 w4 = sk_philox(make_uint4(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        const unsigned int sk_e130 = (mo_col & 3u);
-                                                        float score = (mo_z + sk_gumbel(((sk_e130 == 3u) ? ((w4).w) : ((sk_e130 == 2u) ? ((w4).z) : ((sk_e130 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                        if (((score > best) || ((score == best) && (mo_col < best_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best = score;
-                                                            best_i = mo_col;
-                                                        }
+                                                        sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i);
                                                     }
                                                 }
                                             }
                                         }
                                         float ow_win = (0.0f);
                                         unsigned int ow_tok32 = 0u;
-                                        {
-                                            float sk_v = best;
-                                            unsigned int sk_i = best_i;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_am_f32[threadIdx.x >> 5] = sk_v;
-                                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                                }
-                                                if (threadIdx.x == 0u) {
-                                                    sk_am_f32[32] = sk_v;
-                                                    sk_am_i[32] = sk_i;
-                                                }
-                                            }
-                                            __syncthreads();
-                                            ow_win = sk_am_f32[32];
-                                            ow_tok32 = sk_am_i[32];
-                                            __syncthreads();
-                                        }
+                                        sk_block_argmax_f32(best, best_i, ow_win, ow_tok32);
                                         double ow_win64 = (0.0);
                                         unsigned int ow_tok64 = 0u;
-                                        {
-                                            double sk_v = best64;
-                                            unsigned int sk_i = best64_i;
-                                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                            }
-                                            if ((threadIdx.x & 31u) == 0u) {
-                                                sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                                sk_am_i[threadIdx.x >> 5] = sk_i;
-                                            }
-                                            __syncthreads();
-                                            if (threadIdx.x < 32u) {
-                                                sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                                sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                                }
-                                                if (threadIdx.x == 0u) {
-                                                    sk_am_f64[32] = sk_v;
-                                                    sk_am_i[32] = sk_i;
-                                                }
-                                            }
-                                            __syncthreads();
-                                            ow_win64 = sk_am_f64[32];
-                                            ow_tok64 = sk_am_i[32];
-                                            __syncthreads();
-                                        }
+                                        sk_block_argmax_f64(best64, best64_i, ow_win64, ow_tok64);
                                         unsigned int ow_tok = (mo_seeded ? ow_tok64 : ow_tok32);
                                         bool ow_valid = (ow_tok < vocab);
                                         unsigned int ow_at = (ow_valid ? ow_tok : 0u);
@@ -4570,30 +2945,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         }
                     }
                     float part_max = (0.0f);
-                    {
-                        float sk_v = m;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_f32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_f32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        part_max = sk_red_f32[32];
-                        __syncthreads();
-                    }
+                    part_max = sk_block_max_f32(m);
                     float mx = part_max;
                     unsigned int sel_key = 0u;
                     unsigned int sel_mask = 0u;
@@ -4621,29 +2973,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         }
                         if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
                             unsigned int list_from = 0u;
-                            {
-                                unsigned int sk_x = mine;
-                                unsigned int sk_v = sk_x;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                }
-                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    unsigned int sk_own = sk_v;
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if (threadIdx.x >= sk_o) sk_v += on;
-                                    }
-                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                    sk_v = sk_own;
-                                }
-                                __syncthreads();
-                                list_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                __syncthreads();
-                            }
+                            list_from = sk_block_scan(mine);
                             unsigned int list_at = list_from;
                             sweeps = (sweeps + 1u);
                             {
@@ -4664,88 +2994,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     const float sk_e140 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e140) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e140);
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li0);
-                                        float zv = (zx0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li1);
-                                        float zv = (zx1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li2);
-                                        float zv = (zx2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li3);
-                                        float zv = (zx3 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                 }
                             }
@@ -4778,29 +3036,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 }
                             }
                             unsigned int bucket_from = 0u;
-                            {
-                                unsigned int sk_x = mine;
-                                unsigned int sk_v = sk_x;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                }
-                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    unsigned int sk_own = sk_v;
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if (threadIdx.x >= sk_o) sk_v += on;
-                                    }
-                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                    sk_v = sk_own;
-                                }
-                                __syncthreads();
-                                bucket_from = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                __syncthreads();
-                            }
+                            bucket_from = sk_block_scan(mine);
                             unsigned int bucket_at = bucket_from;
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
@@ -4854,28 +3090,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                             unsigned int last_key = 0u;
                             unsigned int last_col = 0u;
-                            {
-                                unsigned int sk_m0 = found_key;
-                                unsigned int sk_m1 = found_col;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 2u) {
-                                    unsigned int sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                    sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                last_key = sk_many_u32[2 * 32 + 0];
-                                last_col = sk_many_u32[2 * 32 + 1];
-                                __syncthreads();
-                            }
+                            sk_block_sums_u32_2(found_key, found_col, last_key, last_col);
                             sel_key = last_key;
                             tie_col = last_col;
                             done = true;
@@ -4933,48 +3148,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         mv = sk_fixed(wv);
                                     }
                                     if (ok) {
-                                        // built by kernels::filters::digit_counts
-                                        unsigned int digit = ((key >> shift) & 15u);
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned int sk_add = 1u;
-                                            if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                            if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                            if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                            if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                            if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                            if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                            if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                            if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                            if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                            if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                            if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                            if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                            if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                            if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                            if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                            if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                        }
-                                        {
-                                            const unsigned int sk_bin = digit;
-                                            const unsigned long long sk_add = mv;
-                                            if (sk_bin == 0u) { mas_0 += sk_add; }
-                                            if (sk_bin == 1u) { mas_1 += sk_add; }
-                                            if (sk_bin == 2u) { mas_2 += sk_add; }
-                                            if (sk_bin == 3u) { mas_3 += sk_add; }
-                                            if (sk_bin == 4u) { mas_4 += sk_add; }
-                                            if (sk_bin == 5u) { mas_5 += sk_add; }
-                                            if (sk_bin == 6u) { mas_6 += sk_add; }
-                                            if (sk_bin == 7u) { mas_7 += sk_add; }
-                                            if (sk_bin == 8u) { mas_8 += sk_add; }
-                                            if (sk_bin == 9u) { mas_9 += sk_add; }
-                                            if (sk_bin == 10u) { mas_10 += sk_add; }
-                                            if (sk_bin == 11u) { mas_11 += sk_add; }
-                                            if (sk_bin == 12u) { mas_12 += sk_add; }
-                                            if (sk_bin == 13u) { mas_13 += sk_add; }
-                                            if (sk_bin == 14u) { mas_14 += sk_add; }
-                                            if (sk_bin == 15u) { mas_15 += sk_add; }
-                                        }
+                                        sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                     }
                                 }
                             }
@@ -5001,244 +3175,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             const float sk_e148 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                             float zx3 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li0);
-                                                float zv = (zx0 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li1);
-                                                float zv = (zx1 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li2);
-                                                float zv = (zx2 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li3);
-                                                float zv = (zx3 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                         }
                                     } else {
@@ -5257,244 +3203,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             const float sk_e152 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                             float zx3 = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li0);
-                                                float zv = (zx0 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li1);
-                                                float zv = (zx1 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li2);
-                                                float zv = (zx2 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li3);
-                                                float zv = (zx3 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    unsigned int digit = ((key >> shift) & 15u);
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned int sk_add = 1u;
-                                                        if (sk_bin == 0u) { cnt_0 += sk_add; }
-                                                        if (sk_bin == 1u) { cnt_1 += sk_add; }
-                                                        if (sk_bin == 2u) { cnt_2 += sk_add; }
-                                                        if (sk_bin == 3u) { cnt_3 += sk_add; }
-                                                        if (sk_bin == 4u) { cnt_4 += sk_add; }
-                                                        if (sk_bin == 5u) { cnt_5 += sk_add; }
-                                                        if (sk_bin == 6u) { cnt_6 += sk_add; }
-                                                        if (sk_bin == 7u) { cnt_7 += sk_add; }
-                                                        if (sk_bin == 8u) { cnt_8 += sk_add; }
-                                                        if (sk_bin == 9u) { cnt_9 += sk_add; }
-                                                        if (sk_bin == 10u) { cnt_10 += sk_add; }
-                                                        if (sk_bin == 11u) { cnt_11 += sk_add; }
-                                                        if (sk_bin == 12u) { cnt_12 += sk_add; }
-                                                        if (sk_bin == 13u) { cnt_13 += sk_add; }
-                                                        if (sk_bin == 14u) { cnt_14 += sk_add; }
-                                                        if (sk_bin == 15u) { cnt_15 += sk_add; }
-                                                    }
-                                                    {
-                                                        const unsigned int sk_bin = digit;
-                                                        const unsigned long long sk_add = mv;
-                                                        if (sk_bin == 0u) { mas_0 += sk_add; }
-                                                        if (sk_bin == 1u) { mas_1 += sk_add; }
-                                                        if (sk_bin == 2u) { mas_2 += sk_add; }
-                                                        if (sk_bin == 3u) { mas_3 += sk_add; }
-                                                        if (sk_bin == 4u) { mas_4 += sk_add; }
-                                                        if (sk_bin == 5u) { mas_5 += sk_add; }
-                                                        if (sk_bin == 6u) { mas_6 += sk_add; }
-                                                        if (sk_bin == 7u) { mas_7 += sk_add; }
-                                                        if (sk_bin == 8u) { mas_8 += sk_add; }
-                                                        if (sk_bin == 9u) { mas_9 += sk_add; }
-                                                        if (sk_bin == 10u) { mas_10 += sk_add; }
-                                                        if (sk_bin == 11u) { mas_11 += sk_add; }
-                                                        if (sk_bin == 12u) { mas_12 += sk_add; }
-                                                        if (sk_bin == 13u) { mas_13 += sk_add; }
-                                                        if (sk_bin == 14u) { mas_14 += sk_add; }
-                                                        if (sk_bin == 15u) { mas_15 += sk_add; }
-                                                    }
-                                                }
+                                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
                                         }
                                     }
@@ -5516,84 +3234,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int cnt_s13 = 0u;
                             unsigned int cnt_s14 = 0u;
                             unsigned int cnt_s15 = 0u;
-                            {
-                                unsigned int sk_m0 = cnt_0;
-                                unsigned int sk_m1 = cnt_1;
-                                unsigned int sk_m2 = cnt_2;
-                                unsigned int sk_m3 = cnt_3;
-                                unsigned int sk_m4 = cnt_4;
-                                unsigned int sk_m5 = cnt_5;
-                                unsigned int sk_m6 = cnt_6;
-                                unsigned int sk_m7 = cnt_7;
-                                unsigned int sk_m8 = cnt_8;
-                                unsigned int sk_m9 = cnt_9;
-                                unsigned int sk_m10 = cnt_10;
-                                unsigned int sk_m11 = cnt_11;
-                                unsigned int sk_m12 = cnt_12;
-                                unsigned int sk_m13 = cnt_13;
-                                unsigned int sk_m14 = cnt_14;
-                                unsigned int sk_m15 = cnt_15;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                    sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                    sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                    sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                    sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                    sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                    sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                    sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                    sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                    sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                    sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                    sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                    sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                    sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                    sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                    sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                    sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                    sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                    sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                    sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                    sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                    sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                    sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                    sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                    sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                    sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                    sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                    sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                    sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 16u) {
-                                    unsigned int sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                    sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                cnt_s0 = sk_many_u32[16 * 32 + 0];
-                                cnt_s1 = sk_many_u32[16 * 32 + 1];
-                                cnt_s2 = sk_many_u32[16 * 32 + 2];
-                                cnt_s3 = sk_many_u32[16 * 32 + 3];
-                                cnt_s4 = sk_many_u32[16 * 32 + 4];
-                                cnt_s5 = sk_many_u32[16 * 32 + 5];
-                                cnt_s6 = sk_many_u32[16 * 32 + 6];
-                                cnt_s7 = sk_many_u32[16 * 32 + 7];
-                                cnt_s8 = sk_many_u32[16 * 32 + 8];
-                                cnt_s9 = sk_many_u32[16 * 32 + 9];
-                                cnt_s10 = sk_many_u32[16 * 32 + 10];
-                                cnt_s11 = sk_many_u32[16 * 32 + 11];
-                                cnt_s12 = sk_many_u32[16 * 32 + 12];
-                                cnt_s13 = sk_many_u32[16 * 32 + 13];
-                                cnt_s14 = sk_many_u32[16 * 32 + 14];
-                                cnt_s15 = sk_many_u32[16 * 32 + 15];
-                                __syncthreads();
-                            }
+                            sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
                             unsigned long long mas_s0 = 0ull;
                             unsigned long long mas_s1 = 0ull;
                             unsigned long long mas_s2 = 0ull;
@@ -5610,84 +3251,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned long long mas_s13 = 0ull;
                             unsigned long long mas_s14 = 0ull;
                             unsigned long long mas_s15 = 0ull;
-                            {
-                                unsigned long long sk_m0 = mas_0;
-                                unsigned long long sk_m1 = mas_1;
-                                unsigned long long sk_m2 = mas_2;
-                                unsigned long long sk_m3 = mas_3;
-                                unsigned long long sk_m4 = mas_4;
-                                unsigned long long sk_m5 = mas_5;
-                                unsigned long long sk_m6 = mas_6;
-                                unsigned long long sk_m7 = mas_7;
-                                unsigned long long sk_m8 = mas_8;
-                                unsigned long long sk_m9 = mas_9;
-                                unsigned long long sk_m10 = mas_10;
-                                unsigned long long sk_m11 = mas_11;
-                                unsigned long long sk_m12 = mas_12;
-                                unsigned long long sk_m13 = mas_13;
-                                unsigned long long sk_m14 = mas_14;
-                                unsigned long long sk_m15 = mas_15;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                    sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                                    sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                                    sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                                    sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                                    sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                                    sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                                    sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                                    sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                                    sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                                    sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                                    sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                                    sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                                    sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                                    sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                    sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                                    sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                                    sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                                    sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                                    sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                                    sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                                    sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                                    sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                                    sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                                    sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                                    sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                                    sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                                    sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                                    sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 16u) {
-                                    unsigned long long sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                                    sk_many_u64[16 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                mas_s0 = sk_many_u64[16 * 32 + 0];
-                                mas_s1 = sk_many_u64[16 * 32 + 1];
-                                mas_s2 = sk_many_u64[16 * 32 + 2];
-                                mas_s3 = sk_many_u64[16 * 32 + 3];
-                                mas_s4 = sk_many_u64[16 * 32 + 4];
-                                mas_s5 = sk_many_u64[16 * 32 + 5];
-                                mas_s6 = sk_many_u64[16 * 32 + 6];
-                                mas_s7 = sk_many_u64[16 * 32 + 7];
-                                mas_s8 = sk_many_u64[16 * 32 + 8];
-                                mas_s9 = sk_many_u64[16 * 32 + 9];
-                                mas_s10 = sk_many_u64[16 * 32 + 10];
-                                mas_s11 = sk_many_u64[16 * 32 + 11];
-                                mas_s12 = sk_many_u64[16 * 32 + 12];
-                                mas_s13 = sk_many_u64[16 * 32 + 13];
-                                mas_s14 = sk_many_u64[16 * 32 + 14];
-                                mas_s15 = sk_many_u64[16 * 32 + 15];
-                                __syncthreads();
-                            }
+                            sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
                             if ((digit_pass == 0u)) {
                                 // built by kernels::filters::decide
                                 row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
@@ -5701,164 +3265,52 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             unsigned int cn = sel_n;
                             unsigned long long cm = sel_m;
                             if ((cnt_s15 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 15u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s15);
-                                mb = (mb + mas_s15);
+                                sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s14 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 14u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s14);
-                                mb = (mb + mas_s14);
+                                sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s13 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 13u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s13);
-                                mb = (mb + mas_s13);
+                                sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s12 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 12u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s12);
-                                mb = (mb + mas_s12);
+                                sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s11 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 11u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s11);
-                                mb = (mb + mas_s11);
+                                sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s10 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 10u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s10);
-                                mb = (mb + mas_s10);
+                                sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s9 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 9u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s9);
-                                mb = (mb + mas_s9);
+                                sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s8 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 8u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s8);
-                                mb = (mb + mas_s8);
+                                sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s7 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 7u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s7);
-                                mb = (mb + mas_s7);
+                                sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s6 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 6u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s6);
-                                mb = (mb + mas_s6);
+                                sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s5 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 5u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s5);
-                                mb = (mb + mas_s5);
+                                sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s4 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 4u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s4);
-                                mb = (mb + mas_s4);
+                                sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s3 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 3u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s3);
-                                mb = (mb + mas_s3);
+                                sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s2 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 2u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s2);
-                                mb = (mb + mas_s2);
+                                sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s1 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 1u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s1);
-                                mb = (mb + mas_s1);
+                                sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
                             }
                             if ((cnt_s0 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 0u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s0);
-                                mb = (mb + mas_s0);
+                                sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
                             }
                             if ((chosen != 4294967295u)) {
                                 // built by kernels::filters::select_step
@@ -5871,18 +3323,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                             sel_mask = (sel_mask | (15u << shift));
                             if ((in_a && (digit_pass == 7u))) {
-                                // built by kernels::filters::select_step
-                                unsigned long long tn64 = ((unsigned long long)sel_tn);
-                                unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                const bool sk_e153 = (tie_v == 0ull);
-                                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e153 ? tn64 : (((lim - sel_m) / (sk_e153 ? 1ull : tie_v)) + 1ull))));
-                                lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
-                                sel_key = 0u;
-                                sel_mask = 0u;
-                                sel_n = 0u;
-                                sel_tn = 0u;
-                                sel_m = 0ull;
-                                sel_tm = 0ull;
+                                sk_select_step_2(kk, pp, sel_tn, sel_tm, sel_n, lim, sel_m, sel_key, sel_mask);
                             }
                         }
                     }
@@ -5930,84 +3371,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             const float sk_e158 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                             float zx3 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li0);
-                                                float zv = (zx0 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li1);
-                                                float zv = (zx1 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li2);
-                                                float zv = (zx2 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li3);
-                                                float zv = (zx3 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                             }
                                         }
                                     }
@@ -6015,29 +3388,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                         }
                         unsigned int ties_before = 0u;
-                        {
-                            unsigned int sk_x = mine;
-                            unsigned int sk_v = sk_x;
-                            for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                            }
-                            if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                unsigned int sk_own = sk_v;
-                                sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if (threadIdx.x >= sk_o) sk_v += on;
-                                }
-                                if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                sk_v = sk_own;
-                            }
-                            __syncthreads();
-                            ties_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                            __syncthreads();
-                        }
+                        ties_before = sk_block_scan(mine);
                         tie_start = ties_before;
                     }
                     bool rank_done = false;
@@ -6073,144 +3424,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     const float sk_e163 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163);
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li0);
-                                        float zv = (zx0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            unsigned int rank_at = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li1);
-                                        float zv = (zx1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            unsigned int rank_at = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li2);
-                                        float zv = (zx2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            unsigned int rank_at = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li3);
-                                        float zv = (zx3 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            unsigned int rank_at = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                 }
                             }
@@ -6271,37 +3494,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                             double rk_win = (0.0);
                             unsigned int rk_rank = 0u;
-                            {
-                                double sk_v = bestrk64;
-                                unsigned int sk_i = bestrk64_i;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                    if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_am_f64[threadIdx.x >> 5] = sk_v;
-                                    sk_am_i[threadIdx.x >> 5] = sk_i;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                                    sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_am_f64[32] = sk_v;
-                                        sk_am_i[32] = sk_i;
-                                    }
-                                }
-                                __syncthreads();
-                                rk_win = sk_am_f64[32];
-                                rk_rank = sk_am_i[32];
-                                __syncthreads();
-                            }
+                            sk_block_argmax_f64(bestrk64, bestrk64_i, rk_win, rk_rank);
                             unsigned int rk_key = listed_cols[min(rk_rank, 4095u)];
                             unsigned int rk_above = 0u;
                             unsigned int rk_same = 0u;
@@ -6317,28 +3510,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             }
                             unsigned int rk_above_n = 0u;
                             unsigned int rk_same_n = 0u;
-                            {
-                                unsigned int sk_m0 = rk_above;
-                                unsigned int sk_m1 = rk_same;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                                    sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                                    sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 2u) {
-                                    unsigned int sk_s = 0;
-                                    for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                                    sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                                }
-                                __syncthreads();
-                                rk_above_n = sk_many_u32[2 * 32 + 0];
-                                rk_same_n = sk_many_u32[2 * 32 + 1];
-                                __syncthreads();
-                            }
+                            sk_block_sums_u32_2(rk_above, rk_same, rk_above_n, rk_same_n);
                             unsigned int rk_t = (rk_rank - rk_above_n);
                             unsigned int rk_start = 0u;
                             if ((rk_same_n > 1u)) {
@@ -6365,88 +3537,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                             const float sk_e169 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                             float zx3 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169);
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li0);
-                                                float zv = (zx0 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li1);
-                                                float zv = (zx1 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li2);
-                                                float zv = (zx2 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                unsigned int col = (col_lo + li3);
-                                                float zv = (zx3 / temp);
-                                                float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                                float wv = (0.0f);
-                                                bool ok = false;
-                                                unsigned long long mv = 0ull;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, rk_mine);
                                             }
                                         }
                                     }
                                 }
                                 unsigned int rk_before = 0u;
-                                {
-                                    unsigned int sk_x = rk_mine;
-                                    unsigned int sk_v = sk_x;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                    }
-                                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                    __syncthreads();
-                                    if (threadIdx.x < 32u) {
-                                        unsigned int sk_own = sk_v;
-                                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                            if (threadIdx.x >= sk_o) sk_v += on;
-                                        }
-                                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                        sk_v = sk_own;
-                                    }
-                                    __syncthreads();
-                                    rk_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                    __syncthreads();
-                                }
+                                rk_before = sk_block_scan(rk_mine);
                                 rk_start = rk_before;
                             }
                             unsigned int rk_seen = rk_start;
@@ -6472,101 +3578,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         const float sk_e173 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                         float zx3 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
                                         if ((li0 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li0);
-                                            float zv = (zx0 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li1);
-                                            float zv = (zx1 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li2);
-                                            float zv = (zx2 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            unsigned int col = (col_lo + li3);
-                                            float zv = (zx3 / temp);
-                                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                            float wv = (0.0f);
-                                            bool ok = false;
-                                            unsigned long long mv = 0ull;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                     }
                                 }
                             }
                             unsigned int rk_found_all = 0u;
-                            {
-                                unsigned int sk_v = rk_found;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                rk_found_all = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            rk_found_all = sk_block_max_u32(rk_found);
                             rank_col = (((rk_rank < 4294967295u) && (rk_found_all > 0u)) ? (rk_found_all - 1u) : 4294967295u);
                             rank_done = true;
                         } else {
@@ -6604,168 +3631,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     const float sk_e177 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li0);
-                                        float zv = (zx0 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            double s64 = ((double)ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e178 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e178 + 8u)], rows[(sk_e178 + 9u)], rows[(sk_e178 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li1);
-                                        float zv = (zx1 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            double s64 = ((double)ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e179 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e179 + 8u)], rows[(sk_e179 + 9u)], rows[(sk_e179 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li2);
-                                        float zv = (zx2 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            double s64 = ((double)ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e180 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e180 + 8u)], rows[(sk_e180 + 9u)], rows[(sk_e180 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        unsigned int col = (col_lo + li3);
-                                        float zv = (zx3 / temp);
-                                        float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
-                                        float wv = (0.0f);
-                                        bool ok = false;
-                                        unsigned long long mv = 0ull;
-                                        bool kept = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            double s64 = ((double)ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e181 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e181 + 8u)], rows[(sk_e181 + 9u)], rows[(sk_e181 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                 }
                             }
@@ -6813,20 +3688,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mv = 0ull;
                                         bool kept = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6850,20 +3712,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mv = 0ull;
                                         bool kept = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6887,20 +3736,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mv = 0ull;
                                         bool kept = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6924,20 +3760,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mv = 0ull;
                                         bool kept = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            bool tie = (ok && (key == s_key));
-                                            bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6956,95 +3779,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     }
                     float win = (0.0f);
                     unsigned int tok32 = 0u;
-                    {
-                        float sk_v = best;
-                        unsigned int sk_i = best_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f32[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        win = sk_am_f32[32];
-                        tok32 = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f32(best, best_i, win, tok32);
                     double win64 = (0.0);
                     unsigned int tok64 = 0u;
-                    {
-                        double sk_v = best64;
-                        unsigned int sk_i = best64_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f64[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f64[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        win64 = sk_am_f64[32];
-                        tok64 = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f64(best64, best64_i, win64, tok64);
                     unsigned long long summed_mass = 0ull;
-                    {
-                        unsigned long long sk_v = all_mass;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u64[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u64[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned long long ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = sk_v + ov;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u64[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        summed_mass = sk_red_u64[32];
-                        __syncthreads();
-                    }
+                    summed_mass = sk_block_sum_u64(all_mass);
                     unsigned int tok = ((rows[((row * 12u) + 1u)] == 1u) ? (rank_done ? rank_col : tok64) : tok32);
                     bool valid = (tok < vocab);
                     unsigned int tok_at = (valid ? tok : 0u);

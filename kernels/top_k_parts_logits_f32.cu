@@ -18,6 +18,194 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
+__shared__ unsigned int sk_scan[32];
+__shared__ unsigned int sk_many_u32[544];
+__shared__ __align__(16) unsigned int part_keys[4096];
+__shared__ __align__(16) unsigned int part_hist[512];
+
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_sum_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
+    unsigned int sk_v = sk_x;
+    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
+    }
+    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        unsigned int sk_own = sk_v;
+        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
+        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
+            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
+            if (threadIdx.x >= sk_o) sk_v += on;
+        }
+        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
+        sk_v = sk_own;
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
+        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
+        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
+        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
+        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
+        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
+        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
+        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
+        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
+        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
+        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
+        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
+        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
+        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
+        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
+        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
+        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
+        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
+        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
+        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
+        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
+        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
+        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
+        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
+        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    }
+    __syncthreads();
+    if (threadIdx.x < 16u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[16 * 32 + 0];
+    sk_o1 = sk_many_u32[16 * 32 + 1];
+    sk_o2 = sk_many_u32[16 * 32 + 2];
+    sk_o3 = sk_many_u32[16 * 32 + 3];
+    sk_o4 = sk_many_u32[16 * 32 + 4];
+    sk_o5 = sk_many_u32[16 * 32 + 5];
+    sk_o6 = sk_many_u32[16 * 32 + 6];
+    sk_o7 = sk_many_u32[16 * 32 + 7];
+    sk_o8 = sk_many_u32[16 * 32 + 8];
+    sk_o9 = sk_many_u32[16 * 32 + 9];
+    sk_o10 = sk_many_u32[16 * 32 + 10];
+    sk_o11 = sk_many_u32[16 * 32 + 11];
+    sk_o12 = sk_many_u32[16 * 32 + 12];
+    sk_o13 = sk_many_u32[16 * 32 + 13];
+    sk_o14 = sk_many_u32[16 * 32 + 14];
+    sk_o15 = sk_many_u32[16 * 32 + 15];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -41,15 +229,46 @@ __device__ __forceinline__ float sk_exp(float x) {
     int k2 = (k - k1);
     return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
+#define sk_read_step(zx0, temp, li0, m) { \
+    /* built by kernels::filter_values::read_step */ \
+    float z = (zx0 / temp); \
+    bool z_ok = (z > sk_bitcast<float>(4286578688u)); \
+    part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u); \
+    if (z_ok) { \
+        /* built by kernels::filter_top_k::load_part */ \
+        m = fmaxf(m, z); \
+    } \
+}
+#define sk_for_each_read(i0, base, col_lo, n_cols, temp, m) { \
+    /* built by kernels::filter_values::for_each_read */ \
+    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
+    const float sk_e1 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]; \
+    float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
+    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
+    const float sk_e2 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]; \
+    float zx1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
+    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
+    const float sk_e3 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]; \
+    float zx2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
+    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
+    const float sk_e4 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]; \
+    float zx3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
+    if ((li0 < n_cols)) { \
+        sk_read_step(zx0, temp, li0, m); \
+    } \
+    if ((li1 < n_cols)) { \
+        sk_read_step(zx1, temp, li1, m); \
+    } \
+    if ((li2 < n_cols)) { \
+        sk_read_step(zx2, temp, li2, m); \
+    } \
+    if ((li3 < n_cols)) { \
+        sk_read_step(zx3, temp, li3, m); \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ float sk_red_f32[33];
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ unsigned int sk_scan[32];
-    __shared__ unsigned int sk_many_u32[544];
-    __shared__ __align__(16) unsigned int part_keys[4096];
-    __shared__ __align__(16) unsigned int part_hist[512];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -89,85 +308,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e1 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e2 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))];
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e3 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))];
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e4 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))];
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                    if ((li0 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx0 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
-                    if ((li1 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx1 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
-                    if ((li2 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx2 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
-                    if ((li3 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx3 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
                 }
                 float part_m = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_m = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_m = sk_block_max_f32(m);
                 __syncthreads();
                 float grid_r = (-floorf((-(part_m * (16.0f)))));
                 float s = (0.0f);
@@ -188,30 +332,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     }
                 }
                 float part_s = (0.0f);
-                {
-                    float sk_v = s;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_s = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_s = sk_block_sum_f32(s);
                 __syncthreads();
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
@@ -256,30 +377,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     arrived = (before + 1u);
                 }
                 unsigned int arrivals = 0u;
-                {
-                    unsigned int sk_v = arrived;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_u32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    arrivals = sk_red_u32[32];
-                    __syncthreads();
-                }
+                arrivals = sk_block_max_u32(arrived);
                 if ((arrivals == parts)) {
                     // built by kernels::combine::last_part_on
                     __threadfence();
@@ -291,30 +389,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                             m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)])));
                         }
                         float row_m = (0.0f);
-                        {
-                            float sk_v = m;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if ((threadIdx.x & 31u) == 0u) {
-                                sk_red_f32[threadIdx.x >> 5] = sk_v;
-                            }
-                            __syncthreads();
-                            if (threadIdx.x < 32u) {
-                                sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = fmaxf(sk_v, ov);
-                                }
-                                if (threadIdx.x == 0u) {
-                                    sk_red_f32[32] = sk_v;
-                                }
-                            }
-                            __syncthreads();
-                            row_m = sk_red_f32[32];
-                            __syncthreads();
-                        }
+                        row_m = sk_block_max_f32(m);
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             float grid_r = (-floorf((-(row_m * (16.0f)))));
@@ -357,54 +432,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                                 e_m_own = (e_m_own + part_keys[(0u + g)]);
                             }
                             unsigned int e_m_before = 0u;
-                            {
-                                unsigned int sk_x = e_m_own;
-                                unsigned int sk_v = sk_x;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                }
-                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    unsigned int sk_own = sk_v;
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if (threadIdx.x >= sk_o) sk_v += on;
-                                    }
-                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                    sk_v = sk_own;
-                                }
-                                __syncthreads();
-                                e_m_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                __syncthreads();
-                            }
+                            e_m_before = sk_block_scan(e_m_own);
                             unsigned int e_m_total = 0u;
-                            {
-                                unsigned int sk_v = e_m_own;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = sk_v + ov;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_m_total = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_m_total = sk_block_sum_u32(e_m_own);
                             unsigned int e_lim = ((unsigned int)(pp * (3500000000.0f)));
                             unsigned int e_m_cum = e_m_before;
                             unsigned int e_m_first = 0u;
@@ -421,134 +451,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                                 e_m_cum = (e_m_cum + e_m_x);
                             }
                             unsigned int e_m_bin = 0u;
-                            {
-                                unsigned int sk_v = e_m_first;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_m_bin = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_m_bin = sk_block_max_u32(e_m_first);
                             unsigned int e_m_bin_start = 0u;
-                            {
-                                unsigned int sk_v = e_m_near_start;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_m_bin_start = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_m_bin_start = sk_block_max_u32(e_m_near_start);
                             unsigned int e_m_bin_end = 0u;
-                            {
-                                unsigned int sk_v = e_m_near_end;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_m_bin_end = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_m_bin_end = sk_block_max_u32(e_m_near_end);
                             unsigned int e_n_own = 0u;
                             for (unsigned int g = e_lo; g < e_hi; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 e_n_own = (e_n_own + part_keys[(512u + g)]);
                             }
                             unsigned int e_n_before = 0u;
-                            {
-                                unsigned int sk_x = e_n_own;
-                                unsigned int sk_v = sk_x;
-                                for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                    unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                    if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                                }
-                                if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    unsigned int sk_own = sk_v;
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                                        if (threadIdx.x >= sk_o) sk_v += on;
-                                    }
-                                    if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                                    sk_v = sk_own;
-                                }
-                                __syncthreads();
-                                e_n_before = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                                __syncthreads();
-                            }
+                            e_n_before = sk_block_scan(e_n_own);
                             unsigned int e_n_total = 0u;
-                            {
-                                unsigned int sk_v = e_n_own;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = sk_v + ov;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = sk_v + ov;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_n_total = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_n_total = sk_block_sum_u32(e_n_own);
                             unsigned int e_n_cum = e_n_before;
                             unsigned int e_n_first = 0u;
                             unsigned int e_n_near_start = 0u;
@@ -565,80 +481,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                                 e_n_cum = (e_n_cum + e_n_x);
                             }
                             unsigned int e_n_bin = 0u;
-                            {
-                                unsigned int sk_v = e_n_first;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_n_bin = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_n_bin = sk_block_max_u32(e_n_first);
                             unsigned int e_n_bin_start = 0u;
-                            {
-                                unsigned int sk_v = e_n_near_start;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_n_bin_start = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_n_bin_start = sk_block_max_u32(e_n_near_start);
                             unsigned int e_n_bin_end = 0u;
-                            {
-                                unsigned int sk_v = e_n_near_end;
-                                for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                    unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                    sk_v = ov > sk_v ? ov : sk_v;
-                                }
-                                if ((threadIdx.x & 31u) == 0u) {
-                                    sk_red_u32[threadIdx.x >> 5] = sk_v;
-                                }
-                                __syncthreads();
-                                if (threadIdx.x < 32u) {
-                                    sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                        sk_v = ov > sk_v ? ov : sk_v;
-                                    }
-                                    if (threadIdx.x == 0u) {
-                                        sk_red_u32[32] = sk_v;
-                                    }
-                                }
-                                __syncthreads();
-                                e_n_bin_end = sk_red_u32[32];
-                                __syncthreads();
-                            }
+                            e_n_bin_end = sk_block_max_u32(e_n_near_end);
                             const unsigned int sk_e10 = max(e_m_bin, e_n_bin);
                             unsigned int e_cut = (512u - ((sk_e10 > 0u) ? sk_e10 : 1u));
                             unsigned int e_above = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_start : 1u);
@@ -675,85 +522,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e11 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))];
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
-                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e12 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))];
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
-                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e13 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))];
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
-                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e14 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))];
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
-                    if ((li0 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx0 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
-                    if ((li1 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx1 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li1] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
-                    if ((li2 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx2 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li2] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
-                    if ((li3 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        float z = (zx3 / temp);
-                        bool z_ok = (z > sk_bitcast<float>(4286578688u));
-                        part_keys[li3] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = fmaxf(m, z);
-                        }
-                    }
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
                 }
                 float part_m = (0.0f);
-                {
-                    float sk_v = m;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = fmaxf(sk_v, ov);
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_m = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_m = sk_block_max_f32(m);
                 __syncthreads();
                 float s = (0.0f);
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
@@ -766,30 +538,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     }
                 }
                 float part_s = (0.0f);
-                {
-                    float sk_v = s;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = sk_v + ov;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_f32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = sk_v + ov;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_f32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_s = sk_red_f32[32];
-                    __syncthreads();
-                }
+                part_s = sk_block_sum_f32(s);
                 unsigned int t_key = 0u;
                 unsigned int t_mask = 0u;
                 unsigned int t_above = 0u;
@@ -854,84 +603,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     unsigned int t_cs13 = 0u;
                     unsigned int t_cs14 = 0u;
                     unsigned int t_cs15 = 0u;
-                    {
-                        unsigned int sk_m0 = t_cnt_0;
-                        unsigned int sk_m1 = t_cnt_1;
-                        unsigned int sk_m2 = t_cnt_2;
-                        unsigned int sk_m3 = t_cnt_3;
-                        unsigned int sk_m4 = t_cnt_4;
-                        unsigned int sk_m5 = t_cnt_5;
-                        unsigned int sk_m6 = t_cnt_6;
-                        unsigned int sk_m7 = t_cnt_7;
-                        unsigned int sk_m8 = t_cnt_8;
-                        unsigned int sk_m9 = t_cnt_9;
-                        unsigned int sk_m10 = t_cnt_10;
-                        unsigned int sk_m11 = t_cnt_11;
-                        unsigned int sk_m12 = t_cnt_12;
-                        unsigned int sk_m13 = t_cnt_13;
-                        unsigned int sk_m14 = t_cnt_14;
-                        unsigned int sk_m15 = t_cnt_15;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                            sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-                            sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-                            sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-                            sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-                            sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-                            sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-                            sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-                            sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-                            sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-                            sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-                            sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-                            sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-                            sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                            sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-                            sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-                            sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-                            sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-                            sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-                            sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-                            sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-                            sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-                            sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-                            sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-                            sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-                            sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-                            sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 16u) {
-                            unsigned int sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                            sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        t_cs0 = sk_many_u32[16 * 32 + 0];
-                        t_cs1 = sk_many_u32[16 * 32 + 1];
-                        t_cs2 = sk_many_u32[16 * 32 + 2];
-                        t_cs3 = sk_many_u32[16 * 32 + 3];
-                        t_cs4 = sk_many_u32[16 * 32 + 4];
-                        t_cs5 = sk_many_u32[16 * 32 + 5];
-                        t_cs6 = sk_many_u32[16 * 32 + 6];
-                        t_cs7 = sk_many_u32[16 * 32 + 7];
-                        t_cs8 = sk_many_u32[16 * 32 + 8];
-                        t_cs9 = sk_many_u32[16 * 32 + 9];
-                        t_cs10 = sk_many_u32[16 * 32 + 10];
-                        t_cs11 = sk_many_u32[16 * 32 + 11];
-                        t_cs12 = sk_many_u32[16 * 32 + 12];
-                        t_cs13 = sk_many_u32[16 * 32 + 13];
-                        t_cs14 = sk_many_u32[16 * 32 + 14];
-                        t_cs15 = sk_many_u32[16 * 32 + 15];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
                     unsigned int t_nb = t_above;
                     unsigned int t_chosen = 4294967295u;
                     unsigned int t_cn = t_above;
@@ -1073,53 +745,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     }
                 }
                 unsigned int g_tie_start = 0u;
-                {
-                    unsigned int sk_x = g_ties;
-                    unsigned int sk_v = sk_x;
-                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                    }
-                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        unsigned int sk_own = sk_v;
-                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                            if (threadIdx.x >= sk_o) sk_v += on;
-                        }
-                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                        sk_v = sk_own;
-                    }
-                    __syncthreads();
-                    g_tie_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                    __syncthreads();
-                }
+                g_tie_start = sk_block_scan(g_ties);
                 unsigned int g_out_start = 0u;
-                {
-                    unsigned int sk_x = (g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties));
-                    unsigned int sk_v = sk_x;
-                    for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                        unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                        if ((threadIdx.x & 31u) >= sk_o) sk_v += on;
-                    }
-                    if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        unsigned int sk_own = sk_v;
-                        sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;
-                        for (unsigned int sk_o = 1u; sk_o < 32u; sk_o <<= 1) {
-                            unsigned int on = __shfl_up_sync(0xffffffffu, sk_v, sk_o);
-                            if (threadIdx.x >= sk_o) sk_v += on;
-                        }
-                        if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;
-                        sk_v = sk_own;
-                    }
-                    __syncthreads();
-                    g_out_start = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
-                    __syncthreads();
-                }
+                g_out_start = sk_block_scan((g_above + min(((t_take > g_tie_start) ? (t_take - g_tie_start) : 0u), g_ties)));
                 unsigned int g_rank = g_tie_start;
                 unsigned int g_out = g_out_start;
                 for (unsigned int gj = g_lo; gj < g_hi; gj += 1u) {
@@ -1146,30 +774,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f32(
                     }
                 }
                 unsigned int part_below = 0u;
-                {
-                    unsigned int sk_v = below;
-                    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                        sk_v = ov > sk_v ? ov : sk_v;
-                    }
-                    if ((threadIdx.x & 31u) == 0u) {
-                        sk_red_u32[threadIdx.x >> 5] = sk_v;
-                    }
-                    __syncthreads();
-                    if (threadIdx.x < 32u) {
-                        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if (threadIdx.x == 0u) {
-                            sk_red_u32[32] = sk_v;
-                        }
-                    }
-                    __syncthreads();
-                    part_below = sk_red_u32[32];
-                    __syncthreads();
-                }
+                part_below = sk_block_max_u32(below);
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_k::read_part
                     partials[((slot * 805u) + 0u)] = sk_bitcast<unsigned int>(part_m);

@@ -24,6 +24,164 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
+__shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_red_f32[33];
+__shared__ float sk_am_f32[33];
+__shared__ double sk_am_f64[33];
+__shared__ unsigned int sk_am_i[33];
+__shared__ unsigned int sk_many_u32[96];
+__shared__ unsigned long long sk_many_u64[128];
+__shared__ __align__(16) unsigned int cut_listing[1];
+
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = fmaxf(sk_v, ov);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = fmaxf(sk_v, ov);
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned int sk_m1, unsigned int& sk_o0, unsigned int& sk_o1) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 2u) {
+        unsigned int sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
+        sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u32[2 * 32 + 0];
+    sk_o1 = sk_many_u32[2 * 32 + 1];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_sums_u64_3(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
+        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
+        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+    }
+    __syncthreads();
+    if (threadIdx.x < 3u) {
+        unsigned long long sk_s = 0;
+        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
+        sk_many_u64[3 * 32 + threadIdx.x] = sk_s;
+    }
+    __syncthreads();
+    sk_o0 = sk_many_u64[3 * 32 + 0];
+    sk_o1 = sk_many_u64[3 * 32 + 1];
+    sk_o2 = sk_many_u64[3 * 32 + 2];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_i, float& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f32[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f32[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f32[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
+__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_am_f64[threadIdx.x >> 5] = sk_v;
+        sk_am_i[threadIdx.x >> 5] = sk_i;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
+        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
+            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
+        }
+        if (threadIdx.x == 0u) {
+            sk_am_f64[32] = sk_v;
+            sk_am_i[32] = sk_i;
+        }
+    }
+    __syncthreads();
+    sk_ov = sk_am_f64[32];
+    sk_oi = sk_am_i[32];
+    __syncthreads();
+}
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
     if ((x < (-104.0f))) {
@@ -276,17 +434,77 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
+#define sk_cut_part(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best64, best64_i, best, best_i) { \
+    /* built by kernels::filter_top_p::cut_part */ \
+    if (cut_seeded) { \
+        /* built by kernels::filter_top_k::race_one */ \
+        double s64 = ((double)cov); \
+        if (noisy) { \
+            /* built by kernels::seeded::score64 */ \
+            const unsigned int sk_e9 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col))); \
+        } \
+        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
+            /* built by kernels::filter_top_k::keep_lower */ \
+            best64 = s64; \
+            best64_i = col; \
+        } \
+    } else { \
+        /* built by kernels::filter_top_k::race_one */ \
+        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+        const unsigned int sk_e10 = (col & 3u); \
+        float score = (cz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        if (((score > best) || ((score == best) && (col < best_i)))) { \
+            /* built by kernels::filter_top_k::keep_lower */ \
+            best = score; \
+            best_i = col; \
+        } \
+    } \
+}
+#define sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (zx0 / temp); \
+    float cov = (cz - cut_mx); \
+    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - floorf((cz * (16.0f)))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                sk_cut_part(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best64, best64_i, best, best_i); \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    sk_cut_part(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, bestr64, bestr64_i, bestr, bestr_i); \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 384u)) { \
+                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
+    } \
+}
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
-    __shared__ unsigned int sk_red_u32[33];
-    __shared__ float sk_red_f32[33];
-    __shared__ float sk_am_f32[33];
-    __shared__ double sk_am_f64[33];
-    __shared__ unsigned int sk_am_i[33];
-    __shared__ unsigned int sk_many_u32[96];
-    __shared__ unsigned long long sk_many_u64[128];
-    __shared__ __align__(16) unsigned int cut_listing[1];
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
         // built by kernels::abi::for_each_row_part_at
@@ -370,598 +588,41 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                         const float sk_e7 = sk_f16(x[(base + (col_lo + ((li3 < sk_e8) ? li3 : (sk_e8 - 1u))))]);
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                         if ((li0 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li0);
-                            float cz = (zx0 / temp);
-                            float cov = (cz - cut_mx);
-                            float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                unsigned long long cmv = sk_fixed(cw);
-                                float cg = (grid_r - floorf((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            double s64 = ((double)cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e9 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e10 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x))))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e11 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e12 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e12 == 3u) ? ((w4).w) : ((sk_e12 == 2u) ? ((w4).z) : ((sk_e12 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        unsigned int cut_at = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = fmaxf(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li1);
-                            float cz = (zx1 / temp);
-                            float cov = (cz - cut_mx);
-                            float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                unsigned long long cmv = sk_fixed(cw);
-                                float cg = (grid_r - floorf((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            double s64 = ((double)cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e13 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e14 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e14 == 3u) ? ((w4).w) : ((sk_e14 == 2u) ? ((w4).z) : ((sk_e14 == 1u) ? ((w4).y) : ((w4).x))))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e15 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e16 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e16 == 3u) ? ((w4).w) : ((sk_e16 == 2u) ? ((w4).z) : ((sk_e16 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        unsigned int cut_at = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = fmaxf(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li2);
-                            float cz = (zx2 / temp);
-                            float cov = (cz - cut_mx);
-                            float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                unsigned long long cmv = sk_fixed(cw);
-                                float cg = (grid_r - floorf((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            double s64 = ((double)cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e17 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e18 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e18 == 3u) ? ((w4).w) : ((sk_e18 == 2u) ? ((w4).z) : ((sk_e18 == 1u) ? ((w4).y) : ((w4).x))))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e19 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e20 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e20 == 3u) ? ((w4).w) : ((sk_e20 == 2u) ? ((w4).z) : ((sk_e20 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        unsigned int cut_at = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = fmaxf(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            unsigned int col = (col_lo + li3);
-                            float cz = (zx3 / temp);
-                            float cov = (cz - cut_mx);
-                            float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx))));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u));
-                                unsigned long long cmv = sk_fixed(cw);
-                                float cg = (grid_r - floorf((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            double s64 = ((double)cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                const unsigned int sk_e21 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            const unsigned int sk_e22 = (col & 3u);
-                                            float score = (cz + sk_gumbel(((sk_e22 == 3u) ? ((w4).w) : ((sk_e22 == 2u) ? ((w4).z) : ((sk_e22 == 1u) ? ((w4).y) : ((w4).x))))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                double s64 = ((double)cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    const unsigned int sk_e23 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                const unsigned int sk_e24 = (col & 3u);
-                                                float score = (cz + sk_gumbel(((sk_e24 == 3u) ? ((w4).w) : ((sk_e24 == 2u) ? ((w4).z) : ((sk_e24 == 1u) ? ((w4).y) : ((w4).x))))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        unsigned int cut_at = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = fmaxf(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;
-                    {
-                        unsigned int sk_m0 = n_above;
-                        unsigned int sk_m1 = n_range;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 2u) {
-                            unsigned int sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-                            sk_many_u32[2 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        part_n_above = sk_many_u32[2 * 32 + 0];
-                        part_n_range = sk_many_u32[2 * 32 + 1];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range);
                     unsigned long long part_m_above = 0ull;
                     unsigned long long part_m_range = 0ull;
                     unsigned long long part_m_below = 0ull;
-                    {
-                        unsigned long long sk_m0 = m_above;
-                        unsigned long long sk_m1 = m_range;
-                        unsigned long long sk_m2 = m_below;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-                            sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-                            sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-                            sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-                            sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 3u) {
-                            unsigned long long sk_s = 0;
-                            for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u64[threadIdx.x * 32 + sk_w];
-                            sk_many_u64[3 * 32 + threadIdx.x] = sk_s;
-                        }
-                        __syncthreads();
-                        part_m_above = sk_many_u64[3 * 32 + 0];
-                        part_m_range = sk_many_u64[3 * 32 + 1];
-                        part_m_below = sk_many_u64[3 * 32 + 2];
-                        __syncthreads();
-                    }
+                    sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
                     unsigned int part_min_above_not = 0u;
-                    {
-                        unsigned int sk_v = min_above_not;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = ov > sk_v ? ov : sk_v;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        part_min_above_not = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    part_min_above_not = sk_block_max_u32(min_above_not);
                     unsigned int part_min_range_not = 0u;
-                    {
-                        unsigned int sk_v = min_range_not;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = ov > sk_v ? ov : sk_v;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        part_min_range_not = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    part_min_range_not = sk_block_max_u32(min_range_not);
                     unsigned int part_max_range = 0u;
-                    {
-                        unsigned int sk_v = max_range;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = ov > sk_v ? ov : sk_v;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        part_max_range = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    part_max_range = sk_block_max_u32(max_range);
                     unsigned int part_max_below = 0u;
-                    {
-                        unsigned int sk_v = max_below;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = ov > sk_v ? ov : sk_v;
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_u32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = ov > sk_v ? ov : sk_v;
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_u32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        part_max_below = sk_red_u32[32];
-                        __syncthreads();
-                    }
+                    part_max_below = sk_block_max_u32(max_below);
                     float part_w_below = (0.0f);
-                    {
-                        float sk_v = w_below;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            sk_v = fmaxf(sk_v, ov);
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_red_f32[threadIdx.x >> 5] = sk_v;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                sk_v = fmaxf(sk_v, ov);
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_red_f32[32] = sk_v;
-                            }
-                        }
-                        __syncthreads();
-                        part_w_below = sk_red_f32[32];
-                        __syncthreads();
-                    }
+                    part_w_below = sk_block_max_f32(w_below);
                     float part_best = (0.0f);
                     unsigned int part_best_i = 0u;
-                    {
-                        float sk_v = best;
-                        unsigned int sk_i = best_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f32[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        part_best = sk_am_f32[32];
-                        part_best_i = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f32(best, best_i, part_best, part_best_i);
                     double part_best64 = (0.0);
                     unsigned int part_best64_i = 0u;
-                    {
-                        double sk_v = best64;
-                        unsigned int sk_i = best64_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f64[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f64[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        part_best64 = sk_am_f64[32];
-                        part_best64_i = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f64(best64, best64_i, part_best64, part_best64_i);
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::store_winners
                         partials[((((row_slot * parts) + part) * 805u) + 792u)] = sk_bitcast<unsigned int>(part_best);
@@ -972,70 +633,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f16(
                     }
                     float part_bestr = (0.0f);
                     unsigned int part_bestr_i = 0u;
-                    {
-                        float sk_v = bestr;
-                        unsigned int sk_i = bestr_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f32[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f32[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        part_bestr = sk_am_f32[32];
-                        part_bestr_i = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f32(bestr, bestr_i, part_bestr, part_bestr_i);
                     double part_bestr64 = (0.0);
                     unsigned int part_bestr64_i = 0u;
-                    {
-                        double sk_v = bestr64;
-                        unsigned int sk_i = bestr64_i;
-                        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                        }
-                        if ((threadIdx.x & 31u) == 0u) {
-                            sk_am_f64[threadIdx.x >> 5] = sk_v;
-                            sk_am_i[threadIdx.x >> 5] = sk_i;
-                        }
-                        __syncthreads();
-                        if (threadIdx.x < 32u) {
-                            sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-                            sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-                            for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-                                double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-                                unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-                                if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-                            }
-                            if (threadIdx.x == 0u) {
-                                sk_am_f64[32] = sk_v;
-                                sk_am_i[32] = sk_i;
-                            }
-                        }
-                        __syncthreads();
-                        part_bestr64 = sk_am_f64[32];
-                        part_bestr64_i = sk_am_i[32];
-                        __syncthreads();
-                    }
+                    sk_block_argmax_f64(bestr64, bestr64_i, part_bestr64, part_bestr64_i);
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::store_winners
                         partials[((((row_slot * parts) + part) * 805u) + 797u)] = sk_bitcast<unsigned int>(part_bestr);

@@ -44,6 +44,387 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_u64(sk_lid: u32, sk_v: u64) -> u64 {
+    sk_red_u64[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u64[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
+    sk_scan[sk_lid] = sk_x;
+    workgroupBarrier();
+    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+        workgroupBarrier();
+        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+        workgroupBarrier();
+    }
+    let sk_r = sk_scan[sk_lid] - sk_x;
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sums_u32_2(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>) {
+    if (sk_lid < 2u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    workgroupBarrier();
+}
+fn sk_block_sums_u32_16(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_m3: u32, sk_m4: u32, sk_m5: u32, sk_m6: u32, sk_m7: u32, sk_m8: u32, sk_m9: u32, sk_m10: u32, sk_m11: u32, sk_m12: u32, sk_m13: u32, sk_m14: u32, sk_m15: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>, sk_o2: ptr<function, u32>, sk_o3: ptr<function, u32>, sk_o4: ptr<function, u32>, sk_o5: ptr<function, u32>, sk_o6: ptr<function, u32>, sk_o7: ptr<function, u32>, sk_o8: ptr<function, u32>, sk_o9: ptr<function, u32>, sk_o10: ptr<function, u32>, sk_o11: ptr<function, u32>, sk_o12: ptr<function, u32>, sk_o13: ptr<function, u32>, sk_o14: ptr<function, u32>, sk_o15: ptr<function, u32>) {
+    if (sk_lid < 16u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    {
+        let sk_v = sk_m2;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+    }
+    {
+        let sk_v = sk_m3;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+    }
+    {
+        let sk_v = sk_m4;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+    }
+    {
+        let sk_v = sk_m5;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+    }
+    {
+        let sk_v = sk_m6;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+    }
+    {
+        let sk_v = sk_m7;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+    }
+    {
+        let sk_v = sk_m8;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+    }
+    {
+        let sk_v = sk_m9;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+    }
+    {
+        let sk_v = sk_m10;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+    }
+    {
+        let sk_v = sk_m11;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+    }
+    {
+        let sk_v = sk_m12;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+    }
+    {
+        let sk_v = sk_m13;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+    }
+    {
+        let sk_v = sk_m14;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+    }
+    {
+        let sk_v = sk_m15;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
+    *sk_o3 = atomicLoad(&sk_sum_lo[3]);
+    *sk_o4 = atomicLoad(&sk_sum_lo[4]);
+    *sk_o5 = atomicLoad(&sk_sum_lo[5]);
+    *sk_o6 = atomicLoad(&sk_sum_lo[6]);
+    *sk_o7 = atomicLoad(&sk_sum_lo[7]);
+    *sk_o8 = atomicLoad(&sk_sum_lo[8]);
+    *sk_o9 = atomicLoad(&sk_sum_lo[9]);
+    *sk_o10 = atomicLoad(&sk_sum_lo[10]);
+    *sk_o11 = atomicLoad(&sk_sum_lo[11]);
+    *sk_o12 = atomicLoad(&sk_sum_lo[12]);
+    *sk_o13 = atomicLoad(&sk_sum_lo[13]);
+    *sk_o14 = atomicLoad(&sk_sum_lo[14]);
+    *sk_o15 = atomicLoad(&sk_sum_lo[15]);
+    workgroupBarrier();
+}
+fn sk_block_sums_u64_16(sk_lid: u32, sk_m0: u64, sk_m1: u64, sk_m2: u64, sk_m3: u64, sk_m4: u64, sk_m5: u64, sk_m6: u64, sk_m7: u64, sk_m8: u64, sk_m9: u64, sk_m10: u64, sk_m11: u64, sk_m12: u64, sk_m13: u64, sk_m14: u64, sk_m15: u64, sk_o0: ptr<function, u64>, sk_o1: ptr<function, u64>, sk_o2: ptr<function, u64>, sk_o3: ptr<function, u64>, sk_o4: ptr<function, u64>, sk_o5: ptr<function, u64>, sk_o6: ptr<function, u64>, sk_o7: ptr<function, u64>, sk_o8: ptr<function, u64>, sk_o9: ptr<function, u64>, sk_o10: ptr<function, u64>, sk_o11: ptr<function, u64>, sk_o12: ptr<function, u64>, sk_o13: ptr<function, u64>, sk_o14: ptr<function, u64>, sk_o15: ptr<function, u64>) {
+    if (sk_lid < 16u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+        atomicStore(&sk_sum_hi[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+    }
+    {
+        let sk_v = sk_m1;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+    }
+    {
+        let sk_v = sk_m2;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+    }
+    {
+        let sk_v = sk_m3;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
+    }
+    {
+        let sk_v = sk_m4;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
+    }
+    {
+        let sk_v = sk_m5;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
+    }
+    {
+        let sk_v = sk_m6;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
+    }
+    {
+        let sk_v = sk_m7;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
+    }
+    {
+        let sk_v = sk_m8;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
+    }
+    {
+        let sk_v = sk_m9;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
+    }
+    {
+        let sk_v = sk_m10;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
+    }
+    {
+        let sk_v = sk_m11;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
+    }
+    {
+        let sk_v = sk_m12;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
+    }
+    {
+        let sk_v = sk_m13;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
+    }
+    {
+        let sk_v = sk_m14;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
+    }
+    {
+        let sk_v = sk_m15;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+    }
+    workgroupBarrier();
+    *sk_o0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+    *sk_o1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+    *sk_o2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+    *sk_o3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
+    *sk_o4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
+    *sk_o5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
+    *sk_o6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
+    *sk_o7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
+    *sk_o8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
+    *sk_o9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
+    *sk_o10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
+    *sk_o11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
+    *sk_o12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
+    *sk_o13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
+    *sk_o14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
+    *sk_o15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+    workgroupBarrier();
+}
+fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f64>, sk_oi: ptr<function, u32>) {
+    sk_am_f64[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f64[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f64[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f64[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -323,6 +704,233 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
+fn sk_sweep_set(mx: f32, zv: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
+    var wv: f32 = *sk_io_wv;
+    var ok: bool = *sk_io_ok;
+    var mv: u64 = *sk_io_mv;
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    var kept: bool = *sk_io_kept;
+    // built by kernels::filters::sweep_set
+    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    ok = (wv > (0.0f));
+    mv = sk_fixed(wv);
+    if (ok) {
+        all_mass = (all_mass + mv);
+    }
+    var tie: bool = (ok && (key == s_key));
+    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+    if (tie) {
+        // built by kernels::filters::kept
+        tie_rank = (tie_rank + 1u);
+    }
+    kept = in_set;
+    *sk_io_wv = wv;
+    *sk_io_ok = ok;
+    *sk_io_mv = mv;
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+    *sk_io_kept = kept;
+}
+fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_io_nb: ptr<function, u32>, sk_io_mb: ptr<function, u64>, sk_io_chosen: ptr<function, u32>, sk_io_cn: ptr<function, u32>, sk_io_cm: ptr<function, u64>) {
+    var nb: u32 = *sk_io_nb;
+    var mb: u64 = *sk_io_mb;
+    var chosen: u32 = *sk_io_chosen;
+    var cn: u32 = *sk_io_cn;
+    var cm: u64 = *sk_io_cm;
+    // built by kernels::filters::select_step
+    if (((nb < kk) && (mb <= lim))) {
+        chosen = sk_c0;
+        cn = nb;
+        cm = mb;
+    }
+    nb = (nb + cnt_s15);
+    mb = (mb + mas_s15);
+    *sk_io_nb = nb;
+    *sk_io_mb = mb;
+    *sk_io_chosen = chosen;
+    *sk_io_cn = cn;
+    *sk_io_cm = cm;
+}
+fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, sk_io_list_at: ptr<function, u32>) {
+    var list_at: u32 = *sk_io_list_at;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if (((key & sel_mask) == sel_key)) {
+        // built by kernels::filters::candidate
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if ((ok && (list_at < 4096u))) {
+        // built by kernels::filters::list_bucket
+        listed_cols[list_at] = col;
+        list_at = (list_at + 1u);
+    }
+    *sk_io_list_at = list_at;
+}
+fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u32, sk_io_mine: ptr<function, u32>) {
+    var mine: u32 = *sk_io_mine;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if ((key == s_key)) {
+        // built by kernels::filters::count_ties
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if (ok) {
+        // built by kernels::filters::count_ties
+        mine = (mine + 1u);
+    }
+    *sk_io_mine = mine;
+}
+fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
+    var rk_seen: u32 = *sk_io_rk_seen;
+    var rk_found: u32 = *sk_io_rk_found;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if ((key == rk_key)) {
+        // built by kernels::filter_rank::token_at
+        if ((rk_seen == rk_t)) {
+            rk_found = (col + 1u);
+        }
+        rk_seen = (rk_seen + 1u);
+    }
+    *sk_io_rk_seen = rk_seen;
+    *sk_io_rk_found = rk_found;
+}
+fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filters::race_sweep
+    var s64: f64 = f64(ov);
+    if (noisy) {
+        // built by kernels::seeded::score64
+        let sk_e46: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
+    }
+    if (((s64 > best64) || (best64_i == 4294967295u))) {
+        // built by kernels::filters::keep_best
+        best64 = s64;
+        best64_i = col;
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
+fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
+    var rk_mine: u32 = *sk_io_rk_mine;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if ((key == rk_key)) {
+        // built by kernels::filter_rank::token_at
+        rk_mine = (rk_mine + 1u);
+    }
+    *sk_io_rk_mine = rk_mine;
+}
+fn sk_gather(key: u32) {
+    // built by kernels::filter_rank::gather
+    var rank_at: u32 = 0u;
+    rank_at = atomicAdd(&rank_count[0u], 1u);
+    if ((rank_at < 4096u)) {
+        listed_cols[rank_at] = key;
+    }
+}
+fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filters::digit_counts
+    var digit: u32 = ((key >> shift) & 15u);
+    (*cnt)[digit] += 1u;
+    (*mas)[digit] += mv;
+}
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if (((key & sel_mask) == sel_key)) {
+        // built by kernels::filters::candidate
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if (ok) {
+        sk_digit_counts(key, shift, mv, cnt, mas);
+    }
+}
+fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    var kept: bool = false;
+    if (((!searched) || (key >= s_key))) {
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+    }
+    if (kept) {
+        sk_gather(key);
+    }
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+}
+fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    var kept: bool = false;
+    if (((!searched) || (key >= s_key))) {
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+    }
+    if (kept) {
+        sk_race_sweep(ov, noisy, row, col, &best64, &best64_i);
+    }
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -389,18 +997,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
             }
             var part_max: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = m;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                part_max = sk_red_f32[0];
-                workgroupBarrier();
-            }
+            part_max = sk_block_max_f32(sk_lid, m);
             var mx: f32 = part_max;
             var sel_key: u32 = 0u;
             var sel_mask: u32 = 0u;
@@ -428,19 +1025,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
                     var list_from: u32 = 0u;
-                    {
-                        let sk_x = mine;
-                        sk_scan[sk_lid] = sk_x;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                            let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                            workgroupBarrier();
-                            sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                            workgroupBarrier();
-                        }
-                        list_from = sk_scan[sk_lid] - sk_x;
-                        workgroupBarrier();
-                    }
+                    list_from = sk_block_scan(sk_lid, mine);
                     var list_at: u32 = list_from;
                     sweeps = (sweeps + 1u);
                     {
@@ -461,88 +1046,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e8: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li0);
-                                var zv: f32 = (zx0 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_2(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li1);
-                                var zv: f32 = (zx1 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_2(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li2);
-                                var zv: f32 = (zx2 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_2(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li3);
-                                var zv: f32 = (zx3 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                if (((key & sel_mask) == sel_key)) {
-                                    // built by kernels::filters::candidate
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                }
-                                if ((ok && (list_at < 4096u))) {
-                                    // built by kernels::filters::list_bucket
-                                    listed_cols[list_at] = col;
-                                    list_at = (list_at + 1u);
-                                }
+                                sk_read_step_2(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
                             }
                         }
                     }
@@ -575,19 +1088,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     var bucket_from: u32 = 0u;
-                    {
-                        let sk_x = mine;
-                        sk_scan[sk_lid] = sk_x;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                            let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                            workgroupBarrier();
-                            sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                            workgroupBarrier();
-                        }
-                        bucket_from = sk_scan[sk_lid] - sk_x;
-                        workgroupBarrier();
-                    }
+                    bucket_from = sk_block_scan(sk_lid, mine);
                     var bucket_at: u32 = bucket_from;
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
@@ -641,24 +1142,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var last_key: u32 = 0u;
                     var last_col: u32 = 0u;
-                    {
-                        if (sk_lid < 2u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = found_key;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                        }
-                        {
-                            let sk_v = found_col;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                        }
-                        workgroupBarrier();
-                        last_key = atomicLoad(&sk_sum_lo[0]);
-                        last_col = atomicLoad(&sk_sum_lo[1]);
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u32_2(sk_lid, found_key, found_col, &last_key, &last_col);
                     sel_key = last_key;
                     tie_col = last_col;
                     done = true;
@@ -686,10 +1170,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mv = sk_fixed(wv);
                             }
                             if (ok) {
-                                // built by kernels::filters::digit_counts
-                                var digit: u32 = ((key >> shift) & 15u);
-                                cnt[digit] += 1u;
-                                mas[digit] += mv;
+                                sk_digit_counts(key, shift, mv, &cnt, &mas);
                             }
                         }
                     }
@@ -716,92 +1197,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e16: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     var zx3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                 }
                             } else {
@@ -820,92 +1225,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e20: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     var zx3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::digit_counts
-                                            var digit: u32 = ((key >> shift) & 15u);
-                                            cnt[digit] += 1u;
-                                            mas[digit] += mv;
-                                        }
+                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                     }
                                 }
                             }
@@ -927,94 +1256,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cnt_s13: u32 = 0u;
                     var cnt_s14: u32 = 0u;
                     var cnt_s15: u32 = 0u;
-                    {
-                        if (sk_lid < 16u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = cnt[0];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[1];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[2];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[3];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[4];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[5];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[6];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[7];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[8];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[9];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[10];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[11];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[12];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[13];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[14];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                        }
-                        {
-                            let sk_v = cnt[15];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                        }
-                        workgroupBarrier();
-                        cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                        cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                        cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                        cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                        cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                        cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                        cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                        cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                        cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                        cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                        cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                        cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                        cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                        cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                        cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                        cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
                     var mas_s0: u64 = 0lu;
                     var mas_s1: u64 = 0lu;
                     var mas_s2: u64 = 0lu;
@@ -1031,191 +1273,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var mas_s13: u64 = 0lu;
                     var mas_s14: u64 = 0lu;
                     var mas_s15: u64 = 0lu;
-                    {
-                        if (sk_lid < 16u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                            atomicStore(&sk_sum_hi[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = mas[0];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[1];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[2];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[3];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[4];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[5];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[6];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[7];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[8];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[9];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[10];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[11];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[12];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[13];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[14];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                        }
-                        {
-                            let sk_v = mas[15];
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
-                        }
-                        workgroupBarrier();
-                        mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                        mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                        mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                        mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                        mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                        mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                        mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                        mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                        mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                        mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                        mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                        mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                        mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                        mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                        mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                        mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
                     if ((digit_pass == 0u)) {
                         // built by kernels::filters::decide
                         row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
@@ -1229,164 +1287,52 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var cn: u32 = sel_n;
                     var cm: u64 = sel_m;
                     if ((cnt_s15 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 15u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s15);
-                        mb = (mb + mas_s15);
+                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s14 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 14u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s14);
-                        mb = (mb + mas_s14);
+                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s13 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 13u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s13);
-                        mb = (mb + mas_s13);
+                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s12 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 12u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s12);
-                        mb = (mb + mas_s12);
+                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s11 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 11u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s11);
-                        mb = (mb + mas_s11);
+                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s10 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 10u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s10);
-                        mb = (mb + mas_s10);
+                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s9 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 9u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s9);
-                        mb = (mb + mas_s9);
+                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s8 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 8u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s8);
-                        mb = (mb + mas_s8);
+                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s7 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 7u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s7);
-                        mb = (mb + mas_s7);
+                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s6 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 6u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s6);
-                        mb = (mb + mas_s6);
+                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s5 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 5u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s5);
-                        mb = (mb + mas_s5);
+                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s4 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 4u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s4);
-                        mb = (mb + mas_s4);
+                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s3 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 3u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s3);
-                        mb = (mb + mas_s3);
+                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s2 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 2u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s2);
-                        mb = (mb + mas_s2);
+                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s1 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 1u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s1);
-                        mb = (mb + mas_s1);
+                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((cnt_s0 > 0u)) {
-                        // built by kernels::filters::select_step
-                        if (((nb < kk) && (mb <= lim))) {
-                            chosen = 0u;
-                            cn = nb;
-                            cm = mb;
-                        }
-                        nb = (nb + cnt_s0);
-                        mb = (mb + mas_s0);
+                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
                     }
                     if ((chosen != 4294967295u)) {
                         // built by kernels::filters::select_step
@@ -1458,84 +1404,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e26: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == s_key)) {
-                                            // built by kernels::filters::count_ties
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if (ok) {
-                                            // built by kernels::filters::count_ties
-                                            mine = (mine + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -1543,19 +1421,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 var ties_before: u32 = 0u;
-                {
-                    let sk_x = mine;
-                    sk_scan[sk_lid] = sk_x;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                        workgroupBarrier();
-                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                        workgroupBarrier();
-                    }
-                    ties_before = sk_scan[sk_lid] - sk_x;
-                    workgroupBarrier();
-                }
+                ties_before = sk_block_scan(sk_lid, mine);
                 tie_start = ties_before;
             }
             var rank_done: bool = false;
@@ -1591,144 +1457,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e31: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             var zx3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li0);
-                                var zv: f32 = (zx0 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filter_rank::gather
-                                    var rank_at: u32 = 0u;
-                                    rank_at = atomicAdd(&rank_count[0u], 1u);
-                                    if ((rank_at < 4096u)) {
-                                        listed_cols[rank_at] = key;
-                                    }
-                                }
+                                sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                             }
                             if ((li1 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li1);
-                                var zv: f32 = (zx1 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filter_rank::gather
-                                    var rank_at: u32 = 0u;
-                                    rank_at = atomicAdd(&rank_count[0u], 1u);
-                                    if ((rank_at < 4096u)) {
-                                        listed_cols[rank_at] = key;
-                                    }
-                                }
+                                sk_read_step_6(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                             }
                             if ((li2 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li2);
-                                var zv: f32 = (zx2 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filter_rank::gather
-                                    var rank_at: u32 = 0u;
-                                    rank_at = atomicAdd(&rank_count[0u], 1u);
-                                    if ((rank_at < 4096u)) {
-                                        listed_cols[rank_at] = key;
-                                    }
-                                }
+                                sk_read_step_6(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                             }
                             if ((li3 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li3);
-                                var zv: f32 = (zx3 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filter_rank::gather
-                                    var rank_at: u32 = 0u;
-                                    rank_at = atomicAdd(&rank_count[0u], 1u);
-                                    if ((rank_at < 4096u)) {
-                                        listed_cols[rank_at] = key;
-                                    }
-                                }
+                                sk_read_step_6(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                             }
                         }
                     }
@@ -1789,25 +1527,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var rk_win: f64 = (0.0lf);
                     var rk_rank: u32 = 0u;
-                    {
-                        sk_am_f64[sk_lid] = bestrk64;
-                        sk_am_i[sk_lid] = bestrk64_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f64[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f64[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        rk_win = sk_am_f64[0];
-                        rk_rank = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f64(sk_lid, bestrk64, bestrk64_i, &rk_win, &rk_rank);
                     var rk_key: u32 = listed_cols[min(rk_rank, 4095u)];
                     var rk_above: u32 = 0u;
                     var rk_same: u32 = 0u;
@@ -1823,24 +1543,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var rk_above_n: u32 = 0u;
                     var rk_same_n: u32 = 0u;
-                    {
-                        if (sk_lid < 2u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = rk_above;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                        }
-                        {
-                            let sk_v = rk_same;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                        }
-                        workgroupBarrier();
-                        rk_above_n = atomicLoad(&sk_sum_lo[0]);
-                        rk_same_n = atomicLoad(&sk_sum_lo[1]);
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u32_2(sk_lid, rk_above, rk_same, &rk_above_n, &rk_same_n);
                     var rk_t: u32 = (rk_rank - rk_above_n);
                     var rk_start: u32 = 0u;
                     if ((rk_same_n > 1u)) {
@@ -1867,78 +1570,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e37: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     var zx3: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == rk_key)) {
-                                            // built by kernels::filter_rank::token_at
-                                            rk_mine = (rk_mine + 1u);
-                                        }
+                                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == rk_key)) {
-                                            // built by kernels::filter_rank::token_at
-                                            rk_mine = (rk_mine + 1u);
-                                        }
+                                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == rk_key)) {
-                                            // built by kernels::filter_rank::token_at
-                                            rk_mine = (rk_mine + 1u);
-                                        }
+                                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if ((key == rk_key)) {
-                                            // built by kernels::filter_rank::token_at
-                                            rk_mine = (rk_mine + 1u);
-                                        }
+                                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
                                     }
                                 }
                             }
                         }
                         var rk_before: u32 = 0u;
-                        {
-                            let sk_x = rk_mine;
-                            sk_scan[sk_lid] = sk_x;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                workgroupBarrier();
-                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                workgroupBarrier();
-                            }
-                            rk_before = sk_scan[sk_lid] - sk_x;
-                            workgroupBarrier();
-                        }
+                        rk_before = sk_block_scan(sk_lid, rk_mine);
                         rk_start = rk_before;
                     }
                     var rk_seen: u32 = rk_start;
@@ -1964,89 +1611,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 let sk_e41: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                 var zx3: f32 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
                                 if ((li0 < sweep_n)) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li0);
-                                    var zv: f32 = (zx0 / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if ((key == rk_key)) {
-                                        // built by kernels::filter_rank::token_at
-                                        if ((rk_seen == rk_t)) {
-                                            rk_found = (col + 1u);
-                                        }
-                                        rk_seen = (rk_seen + 1u);
-                                    }
+                                    sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                 }
                                 if ((li1 < sweep_n)) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li1);
-                                    var zv: f32 = (zx1 / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if ((key == rk_key)) {
-                                        // built by kernels::filter_rank::token_at
-                                        if ((rk_seen == rk_t)) {
-                                            rk_found = (col + 1u);
-                                        }
-                                        rk_seen = (rk_seen + 1u);
-                                    }
+                                    sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                 }
                                 if ((li2 < sweep_n)) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li2);
-                                    var zv: f32 = (zx2 / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if ((key == rk_key)) {
-                                        // built by kernels::filter_rank::token_at
-                                        if ((rk_seen == rk_t)) {
-                                            rk_found = (col + 1u);
-                                        }
-                                        rk_seen = (rk_seen + 1u);
-                                    }
+                                    sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                 }
                                 if ((li3 < sweep_n)) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li3);
-                                    var zv: f32 = (zx3 / temp);
-                                    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                    var wv: f32 = (0.0f);
-                                    var ok: bool = false;
-                                    var mv: u64 = 0lu;
-                                    if ((key == rk_key)) {
-                                        // built by kernels::filter_rank::token_at
-                                        if ((rk_seen == rk_t)) {
-                                            rk_found = (col + 1u);
-                                        }
-                                        rk_seen = (rk_seen + 1u);
-                                    }
+                                    sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                 }
                             }
                         }
                     }
                     var rk_found_all: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = rk_found;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        rk_found_all = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    rk_found_all = sk_block_max_u32(sk_lid, rk_found);
                     rank_col = select(4294967295u, (rk_found_all - 1u), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
                     rank_done = true;
                 } else {
@@ -2084,168 +1664,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e45: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             var zx3: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li0);
-                                var zv: f32 = (zx0 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e46: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
+                                sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li1);
-                                var zv: f32 = (zx1 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e47: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e47 + 8u)], rows[(sk_e47 + 9u)], rows[(sk_e47 + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
+                                sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li2);
-                                var zv: f32 = (zx2 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e48: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
+                                sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                // built by kernels::filter_values::read_step
-                                var col: u32 = (col_lo + li3);
-                                var zv: f32 = (zx3 / temp);
-                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                var wv: f32 = (0.0f);
-                                var ok: bool = false;
-                                var mv: u64 = 0lu;
-                                var kept: bool = false;
-                                if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
-                                }
-                                if (kept) {
-                                    // built by kernels::filters::race_sweep
-                                    var s64: f64 = f64(ov);
-                                    if (noisy) {
-                                        // built by kernels::seeded::score64
-                                        let sk_e49: u32 = (row * 12u);
-                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e49 + 8u)], rows[(sk_e49 + 9u)], rows[(sk_e49 + 10u)], col)));
-                                    }
-                                    if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best64 = s64;
-                                        best64_i = col;
-                                    }
-                                }
+                                sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                         }
                     }
@@ -2293,20 +1721,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
+                                    sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -2330,20 +1745,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
+                                    sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -2367,20 +1769,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
+                                    sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -2404,20 +1793,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    // built by kernels::filters::sweep_set
-                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    ok = (wv > (0.0f));
-                                    mv = sk_fixed(wv);
-                                    if (ok) {
-                                        all_mass = (all_mass + mv);
-                                    }
-                                    var tie: bool = (ok && (key == s_key));
-                                    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                    if (tie) {
-                                        // built by kernels::filters::kept
-                                        tie_rank = (tie_rank + 1u);
-                                    }
-                                    kept = in_set;
+                                    sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -2436,59 +1812,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var win: f32 = (0.0f);
             var tok32: u32 = 0u;
-            {
-                sk_am_f32[sk_lid] = best;
-                sk_am_i[sk_lid] = best_i;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        let ov = sk_am_f32[sk_lid + sk_s];
-                        let oi = sk_am_i[sk_lid + sk_s];
-                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                            sk_am_f32[sk_lid] = ov;
-                            sk_am_i[sk_lid] = oi;
-                        }
-                    }
-                    workgroupBarrier();
-                }
-                win = sk_am_f32[0];
-                tok32 = sk_am_i[0];
-                workgroupBarrier();
-            }
+            sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok32);
             var win64: f64 = (0.0lf);
             var tok64: u32 = 0u;
-            {
-                sk_am_f64[sk_lid] = best64;
-                sk_am_i[sk_lid] = best64_i;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        let ov = sk_am_f64[sk_lid + sk_s];
-                        let oi = sk_am_i[sk_lid + sk_s];
-                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                            sk_am_f64[sk_lid] = ov;
-                            sk_am_i[sk_lid] = oi;
-                        }
-                    }
-                    workgroupBarrier();
-                }
-                win64 = sk_am_f64[0];
-                tok64 = sk_am_i[0];
-                workgroupBarrier();
-            }
+            sk_block_argmax_f64(sk_lid, best64, best64_i, &win64, &tok64);
             var summed_mass: u64 = 0lu;
-            {
-                sk_red_u64[sk_lid] = all_mass;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
-                    }
-                    workgroupBarrier();
-                }
-                summed_mass = sk_red_u64[0];
-                workgroupBarrier();
-            }
+            summed_mass = sk_block_sum_u64(sk_lid, all_mass);
             var tok: u32 = select(tok32, select(tok64, rank_col, rank_done), (rows[((row * 12u) + 1u)] == 1u));
             var valid: bool = (tok < params.vocab);
             var tok_at: u32 = select(0u, tok, valid);

@@ -29,6 +29,77 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return unpack2x16float(w)[i & 1u];
 }
+fn sk_block_sum_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -74,6 +145,67 @@ fn sk_log(x_in: f32) -> f32 {
     var hfsq: f32 = (((0.5f) * fr) * fr);
     var dk: f32 = f32(k);
     return (((((s * (hfsq + r)) + (dk * (9.058001e-6f))) - hfsq) + fr) + (dk * (0.6931381f)));
+}
+fn sk_for_each_column_then(c0: u32, col_hi: u32, x0: f32, temp: f32, sk_c0: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_best_z: ptr<function, f32>, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>) {
+    var top_n: u32 = *sk_io_top_n;
+    var top: f32 = *sk_io_top;
+    var top_i: u32 = *sk_io_top_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    var best_z: f32 = *sk_io_best_z;
+    var m: f32 = *sk_io_m;
+    var s: f32 = *sk_io_s;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        var sv: f32 = (x0 / temp);
+        if ((sv == bitcast<f32>(2139095040u))) {
+            // built by kernels::race::greedy_column
+            top_n = (top_n + 1u);
+            if ((((0.0f) > top) || (top_i == 4294967295u))) {
+                // built by kernels::race::keep_top
+                top = (0.0f);
+                top_i = col;
+            }
+        } else {
+            // built by kernels::race::greedy_column
+            if (((sv > best) || (best_i == 4294967295u))) {
+                // built by kernels::race::keep
+                best = sv;
+                best_i = col;
+                best_z = sv;
+            }
+            if (((params.flags & 1u) != 0u)) {
+                if ((sv > m)) {
+                    // built by kernels::softmax::online_logsumexp
+                    s = ((s * sk_exp((m - sv))) + (1.0f));
+                    m = sv;
+                } else {
+                    // built by kernels::softmax::online_logsumexp
+                    if ((sv > bitcast<f32>(4286578688u))) {
+                        s = (s + ((1.0f) * sk_exp((sv - m))));
+                    }
+                }
+            }
+        }
+    }
+    *sk_io_top_n = top_n;
+    *sk_io_top = top;
+    *sk_io_top_i = top_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+    *sk_io_best_z = best_z;
+    *sk_io_m = m;
+    *sk_io_s = s;
+}
+fn sk_whole_row_results(sk_lid: u32, top: f32, top_i: u32, sk_io_tok: ptr<function, u32>) {
+    var tok: u32 = *sk_io_tok;
+    // built by kernels::race::whole_row_results
+    var top_win: f32 = (0.0f);
+    var top_tok: u32 = 0u;
+    sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
+    tok = top_tok;
+    *sk_io_tok = tok;
 }
 
 @compute @workgroup_size(256)
@@ -136,180 +268,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 x3 = select(bitcast<f32>(4286578688u), select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
             }
             {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    var sv: f32 = (x0 / temp);
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    var sv: f32 = (x1 / temp);
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    var sv: f32 = (x2 / temp);
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    var sv: f32 = (x3 / temp);
-                    if ((sv == bitcast<f32>(2139095040u))) {
-                        // built by kernels::race::greedy_column
-                        top_n = (top_n + 1u);
-                        if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                            // built by kernels::race::keep_top
-                            top = (0.0f);
-                            top_i = col;
-                        }
-                    } else {
-                        // built by kernels::race::greedy_column
-                        if (((sv > best) || (best_i == 4294967295u))) {
-                            // built by kernels::race::keep
-                            best = sv;
-                            best_i = col;
-                            best_z = sv;
-                        }
-                        if (((params.flags & 1u) != 0u)) {
-                            if ((sv > m)) {
-                                // built by kernels::softmax::online_logsumexp
-                                s = ((s * sk_exp((m - sv))) + (1.0f));
-                                m = sv;
-                            } else {
-                                // built by kernels::softmax::online_logsumexp
-                                if ((sv > bitcast<f32>(4286578688u))) {
-                                    s = (s + ((1.0f) * sk_exp((sv - m))));
-                                }
-                            }
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
         }
         var win: f32 = (0.0f);
         var tok: u32 = 0u;
-        {
-            sk_am_f32[sk_lid] = best;
-            sk_am_i[sk_lid] = best_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f32[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f32[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
-                workgroupBarrier();
-            }
-            win = sk_am_f32[0];
-            tok = sk_am_i[0];
-            workgroupBarrier();
-        }
+        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
         var tops: u32 = 0u;
-        {
-            sk_red_u32[sk_lid] = top_n;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                }
-                workgroupBarrier();
-            }
-            tops = sk_red_u32[0];
-            workgroupBarrier();
-        }
+        tops = sk_block_sum_u32(sk_lid, top_n);
         if ((parts <= 1u)) {
             // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
@@ -318,29 +293,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::race::whole_row_results
-                var top_win: f32 = (0.0f);
-                var top_tok: u32 = 0u;
-                {
-                    sk_am_f32[sk_lid] = top;
-                    sk_am_i[sk_lid] = top_i;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            let ov = sk_am_f32[sk_lid + sk_s];
-                            let oi = sk_am_i[sk_lid + sk_s];
-                            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                sk_am_f32[sk_lid] = ov;
-                                sk_am_i[sk_lid] = oi;
-                            }
-                        }
-                        workgroupBarrier();
-                    }
-                    top_win = sk_am_f32[0];
-                    top_tok = sk_am_i[0];
-                    workgroupBarrier();
-                }
-                tok = top_tok;
+                sk_whole_row_results(sk_lid, top, top_i, &tok);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::abi::write_results_as
@@ -352,31 +305,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 var row_max: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    row_max = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_max = sk_block_max_f32(sk_lid, m);
                 var row_sum: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                        }
-                        workgroupBarrier();
-                    }
-                    row_sum = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 if ((sk_lid == 0u)) {
                     let sk_e16: f32 = sk_load_x((base + tok));
                     logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
@@ -386,55 +317,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::race::race_row
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
-            {
-                sk_am_f32[sk_lid] = top;
-                sk_am_i[sk_lid] = top_i;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        let ov = sk_am_f32[sk_lid + sk_s];
-                        let oi = sk_am_i[sk_lid + sk_s];
-                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                            sk_am_f32[sk_lid] = ov;
-                            sk_am_i[sk_lid] = oi;
-                        }
-                    }
-                    workgroupBarrier();
-                }
-                top_win = sk_am_f32[0];
-                top_tok = sk_am_i[0];
-                workgroupBarrier();
-            }
+            sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::race::write_part
                 var row_max: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    row_max = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_max = sk_block_max_f32(sk_lid, m);
                 var row_sum: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                        }
-                        workgroupBarrier();
-                    }
-                    row_sum = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 part_m = row_max;
                 part_s = row_sum;
             }
@@ -462,18 +353,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 arrived = (before + 1u);
             }
             var arrivals: u32 = 0u;
-            {
-                sk_red_u32[sk_lid] = arrived;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                arrivals = sk_red_u32[0];
-                workgroupBarrier();
-            }
+            arrivals = sk_block_max_u32(sk_lid, arrived);
             if ((arrivals == parts)) {
                 // built by kernels::combine::last_part_on
                 storageBarrier();
@@ -516,62 +396,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var win: f32 = (0.0f);
                     var tok: u32 = 0u;
-                    {
-                        sk_am_f32[sk_lid] = best;
-                        sk_am_i[sk_lid] = best_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f32[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f32[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        win = sk_am_f32[0];
-                        tok = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
                     var tops: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = top_n;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                            }
-                            workgroupBarrier();
-                        }
-                        tops = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    tops = sk_block_sum_u32(sk_lid, top_n);
                     if ((tops > 0u)) {
-                        // built by kernels::combine::combine_row
-                        var top_win: f32 = (0.0f);
-                        var top_tok: u32 = 0u;
-                        {
-                            sk_am_f32[sk_lid] = top;
-                            sk_am_i[sk_lid] = top_i;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    let ov = sk_am_f32[sk_lid + sk_s];
-                                    let oi = sk_am_i[sk_lid + sk_s];
-                                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                        sk_am_f32[sk_lid] = ov;
-                                        sk_am_i[sk_lid] = oi;
-                                    }
-                                }
-                                workgroupBarrier();
-                            }
-                            top_win = sk_am_f32[0];
-                            top_tok = sk_am_i[0];
-                            workgroupBarrier();
-                        }
-                        tok = top_tok;
+                        sk_whole_row_results(sk_lid, top, top_i, &tok);
                     }
                     let sk_e17: bool = (tok == 4294967295u);
                     var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e17)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e17);
@@ -590,31 +419,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         var row_max: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = m;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                }
-                                workgroupBarrier();
-                            }
-                            row_max = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_max = sk_block_max_f32(sk_lid, m);
                         var row_sum: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                                }
-                                workgroupBarrier();
-                            }
-                            row_sum = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                         if ((sk_lid == 0u)) {
                             logprobs[row] = select(bitcast<f32>(4286578688u), select(((z - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                         }

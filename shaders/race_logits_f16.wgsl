@@ -39,6 +39,77 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return unpack2x16float(w)[i & 1u];
 }
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -211,6 +282,250 @@ fn sk_gumbel(w_in: u32) -> f32 {
     // built by kernels::philox::gumbel
     return (-sk_log(sk_exponential(w)));
 }
+fn sk_prune_step(wj: u32, za: f32, c0: u32, sk_c0: u32, sk_c1: u32, sk_io_lo_best: ptr<function, f32>, sk_io_up1: ptr<function, f32>, sk_io_up2: ptr<function, f32>, sk_io_up1_i: ptr<function, u32>) {
+    var lo_best: f32 = *sk_io_lo_best;
+    var up1: f32 = *sk_io_up1;
+    var up2: f32 = *sk_io_up2;
+    var up1_i: u32 = *sk_io_up1_i;
+    // built by kernels::race::prune_step
+    var un: f32 = sk_uniform(wj);
+    var tn: f32 = ((1.0f) - un);
+    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+    var an: f32 = (za - log(en));
+    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
+    var in_range: bool = (abs(za) < (1.7014118e38f));
+    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
+    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
+        // built by kernels::race::bound
+        up2 = up1;
+        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
+        up1_i = (c0 + sk_c0);
+    } else {
+        // built by kernels::race::bound
+        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
+    }
+    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
+        // built by kernels::race::screened_column
+        up1 = bitcast<f32>(2139095040u);
+        up1_i = (c0 + sk_c1);
+        up2 = bitcast<f32>(2139095040u);
+    }
+    *sk_io_lo_best = lo_best;
+    *sk_io_up1 = up1;
+    *sk_io_up2 = up2;
+    *sk_io_up1_i = up1_i;
+}
+fn sk_prune_step_2(lse_v: f32, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>) {
+    var m: f32 = *sk_io_m;
+    var s: f32 = *sk_io_s;
+    // built by kernels::race::prune_step
+    if ((lse_v > m)) {
+        // built by kernels::softmax::online_logsumexp
+        s = ((s * sk_exp((m - lse_v))) + (1.0f));
+        m = lse_v;
+    } else {
+        // built by kernels::softmax::online_logsumexp
+        if ((lse_v > bitcast<f32>(4286578688u))) {
+            s = (s + ((1.0f) * sk_exp((lse_v - m))));
+        }
+    }
+    *sk_io_m = m;
+    *sk_io_s = s;
+}
+fn sk_for_each_column_then(c0: u32, col_hi: u32, base: u32, rcp_t: f32, screen_floor: f32, temp: f32, sk_c0: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_best_z: ptr<function, f32>) {
+    var top_n: u32 = *sk_io_top_n;
+    var top: f32 = *sk_io_top;
+    var top_i: u32 = *sk_io_top_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    var best_z: f32 = *sk_io_best_z;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        let sk_e39: f32 = sk_load_x((base + col));
+        var xv: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+        let sk_e40: f32 = (xv * rcp_t);
+        if (((sk_e40 > bitcast<f32>(4286578688u)) && ((((sk_e40 + (abs(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) {
+            // built by kernels::race::screened_pass
+            let sk_e41: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+            let sk_e42: u32 = (col & 3u);
+            var wj: u32 = select(select(select(sk_e41[3], sk_e41[2], (sk_e42 == 2u)), sk_e41[1], (sk_e42 == 1u)), sk_e41[0], (sk_e42 == 0u));
+            var sv: f32 = (xv / temp);
+            if ((sv == bitcast<f32>(2139095040u))) {
+                top_n = (top_n + 1u);
+                if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
+                    // built by kernels::race::keep_top
+                    top = sk_gumbel(wj);
+                    top_i = col;
+                }
+            } else {
+                if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
+                    // built by kernels::race::keep
+                    best = (sv + sk_gumbel(wj));
+                    best_i = col;
+                    best_z = sv;
+                }
+            }
+        }
+    }
+    *sk_io_top_n = top_n;
+    *sk_io_top = top;
+    *sk_io_top_i = top_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+    *sk_io_best_z = best_z;
+}
+fn sk_load_quad_as(c0: u32, col_hi: u32, base: u32, sk_io_x0: ptr<function, f32>, sk_io_x1: ptr<function, f32>, sk_io_x2: ptr<function, f32>, sk_io_x3: ptr<function, f32>) {
+    var x0: f32 = *sk_io_x0;
+    var x1: f32 = *sk_io_x1;
+    var x2: f32 = *sk_io_x2;
+    var x3: f32 = *sk_io_x3;
+    // built by kernels::abi::load_quad_as
+    let sk_e10: u32 = (c0 + 0u);
+    let sk_e9: bool = (sk_e10 < col_hi);
+    let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
+    x0 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
+    let sk_e13: u32 = (c0 + 1u);
+    let sk_e12: bool = (sk_e13 < col_hi);
+    let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
+    x1 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
+    let sk_e16: u32 = (c0 + 2u);
+    let sk_e15: bool = (sk_e16 < col_hi);
+    let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
+    x2 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
+    let sk_e19: u32 = (c0 + 3u);
+    let sk_e18: bool = (sk_e19 < col_hi);
+    let sk_e17: f32 = sk_load_x((base + select((col_hi - 1u), sk_e19, sk_e18)));
+    x3 = select(bitcast<f32>(4286578688u), select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)), sk_e18);
+    *sk_io_x0 = x0;
+    *sk_io_x1 = x1;
+    *sk_io_x2 = x2;
+    *sk_io_x3 = x3;
+}
+fn sk_whole_row_results(sk_lid: u32, top: f32, top_i: u32, sk_io_tok: ptr<function, u32>) {
+    var tok: u32 = *sk_io_tok;
+    // built by kernels::race::whole_row_results
+    var top_win: f32 = (0.0f);
+    var top_tok: u32 = 0u;
+    sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
+    tok = top_tok;
+    *sk_io_tok = tok;
+}
+fn sk_greedy_column(col: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>) {
+    var top_n: u32 = *sk_io_top_n;
+    var top: f32 = *sk_io_top;
+    var top_i: u32 = *sk_io_top_i;
+    // built by kernels::race::greedy_column
+    top_n = (top_n + 1u);
+    if ((((0.0f) > top) || (top_i == 4294967295u))) {
+        // built by kernels::race::keep_top
+        top = (0.0f);
+        top_i = col;
+    }
+    *sk_io_top_n = top_n;
+    *sk_io_top = top;
+    *sk_io_top_i = top_i;
+}
+fn sk_load_quad_as_2(x_at: u32, sk_io_x0: ptr<function, f32>, sk_io_x1: ptr<function, f32>, sk_io_x2: ptr<function, f32>, sk_io_x3: ptr<function, f32>) {
+    var x0: f32 = *sk_io_x0;
+    var x1: f32 = *sk_io_x1;
+    var x2: f32 = *sk_io_x2;
+    var x3: f32 = *sk_io_x3;
+    // built by kernels::abi::load_quad_as
+    let sk_e4: f32 = sk_load_x((x_at + 0u));
+    x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+    let sk_e5: f32 = sk_load_x((x_at + 1u));
+    x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+    let sk_e6: f32 = sk_load_x((x_at + 2u));
+    x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+    let sk_e7: f32 = sk_load_x((x_at + 3u));
+    x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+    *sk_io_x0 = x0;
+    *sk_io_x1 = x1;
+    *sk_io_x2 = x2;
+    *sk_io_x3 = x3;
+}
+fn sk_for_each_column_then_2(c0: u32, col_hi: u32, x0: f32, temp: f32, sk_c0: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_best_z: ptr<function, f32>, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>) {
+    var top_n: u32 = *sk_io_top_n;
+    var top: f32 = *sk_io_top;
+    var top_i: u32 = *sk_io_top_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    var best_z: f32 = *sk_io_best_z;
+    var m: f32 = *sk_io_m;
+    var s: f32 = *sk_io_s;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        var sv: f32 = (x0 / temp);
+        if ((sv == bitcast<f32>(2139095040u))) {
+            sk_greedy_column(col, &top_n, &top, &top_i);
+        } else {
+            // built by kernels::race::greedy_column
+            if (((sv > best) || (best_i == 4294967295u))) {
+                // built by kernels::race::keep
+                best = sv;
+                best_i = col;
+                best_z = sv;
+            }
+            if (((params.flags & 1u) != 0u)) {
+                sk_prune_step_2(sv, &m, &s);
+            }
+        }
+    }
+    *sk_io_top_n = top_n;
+    *sk_io_top = top;
+    *sk_io_top_i = top_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+    *sk_io_best_z = best_z;
+    *sk_io_m = m;
+    *sk_io_s = s;
+}
+fn sk_prune_step_3(c0: u32, qmax: f32, x0: f32, rcp_t: f32, x1: f32, x2: f32, x3: f32, sk_io_sk_w: ptr<function, vec4<u32>>, sk_io_lo_best: ptr<function, f32>, sk_io_up1: ptr<function, f32>, sk_io_up2: ptr<function, f32>, sk_io_up1_i: ptr<function, u32>) {
+    var sk_w: vec4<u32> = *sk_io_sk_w;
+    var lo_best: f32 = *sk_io_lo_best;
+    var up1: f32 = *sk_io_up1;
+    var up2: f32 = *sk_io_up2;
+    var up1_i: u32 = *sk_io_up1_i;
+    // built by kernels::race::prune_step
+    sk_w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
+    if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(sk_w[0], sk_w[1]), max(sk_w[2], sk_w[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
+        {
+            var za: f32 = (x0 * rcp_t);
+            var wj: u32 = sk_w[0];
+            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                sk_prune_step(wj, za, c0, 0u, 0u, &lo_best, &up1, &up2, &up1_i);
+            }
+        }
+        {
+            var za: f32 = (x1 * rcp_t);
+            var wj: u32 = sk_w[1];
+            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                sk_prune_step(wj, za, c0, 1u, 1u, &lo_best, &up1, &up2, &up1_i);
+            }
+        }
+        {
+            var za: f32 = (x2 * rcp_t);
+            var wj: u32 = sk_w[2];
+            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                sk_prune_step(wj, za, c0, 2u, 2u, &lo_best, &up1, &up2, &up1_i);
+            }
+        }
+        {
+            var za: f32 = (x3 * rcp_t);
+            var wj: u32 = sk_w[3];
+            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
+                sk_prune_step(wj, za, c0, 3u, 3u, &lo_best, &up1, &up2, &up1_i);
+            }
+        }
+    }
+    *sk_io_sk_w = sk_w;
+    *sk_io_lo_best = lo_best;
+    *sk_io_up1 = up1;
+    *sk_io_up2 = up2;
+    *sk_io_up1_i = up1_i;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -279,49 +594,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e4: f32 = sk_load_x((x_at + 0u));
-                    x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                    let sk_e5: f32 = sk_load_x((x_at + 1u));
-                    x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                    let sk_e6: f32 = sk_load_x((x_at + 2u));
-                    x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                    let sk_e7: f32 = sk_load_x((x_at + 3u));
-                    x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                    sk_load_quad_as_2(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e10: u32 = (c0 + 0u);
-                    let sk_e9: bool = (sk_e10 < col_hi);
-                    let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
-                    x0 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
-                    let sk_e13: u32 = (c0 + 1u);
-                    let sk_e12: bool = (sk_e13 < col_hi);
-                    let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
-                    x1 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
-                    let sk_e16: u32 = (c0 + 2u);
-                    let sk_e15: bool = (sk_e16 < col_hi);
-                    let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
-                    x2 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
-                    let sk_e19: u32 = (c0 + 3u);
-                    let sk_e18: bool = (sk_e19 < col_hi);
-                    let sk_e17: f32 = sk_load_x((base + select((col_hi - 1u), sk_e19, sk_e18)));
-                    x3 = select(bitcast<f32>(4286578688u), select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)), sk_e18);
+                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::race::prune_step
                     var lse_v: f32 = (x0 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 qmax = max(qmax, (x1 * rcp_t));
@@ -329,16 +611,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::race::prune_step
                     var lse_v: f32 = (x1 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 qmax = max(qmax, (x2 * rcp_t));
@@ -346,16 +619,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::race::prune_step
                     var lse_v: f32 = (x2 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 qmax = max(qmax, (x3 * rcp_t));
@@ -363,150 +627,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::race::prune_step
                     var lse_v: f32 = (x3 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    // built by kernels::race::prune_step
-                    w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                    if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(w[0], w[1]), max(w[2], w[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        {
-                            var za: f32 = (x0 * rcp_t);
-                            var wj: u32 = w[0];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x1 * rcp_t);
-                            var wj: u32 = w[1];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x2 * rcp_t);
-                            var wj: u32 = w[2];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x3 * rcp_t);
-                            var wj: u32 = w[3];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                    }
+                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, &w, &lo_best, &up1, &up2, &up1_i);
                 }
             }
             var floor_first: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = lo_best;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                floor_first = sk_red_f32[0];
-                workgroupBarrier();
-            }
+            floor_first = sk_block_max_f32(sk_lid, lo_best);
             lo_best = floor_first;
             for (var cb: u32 = (col_lo + (BLOCK * 4u)); cb < col_hi; cb = cb + (BLOCK * 4u)) {
                 // built by kernels::race::prune_step
@@ -518,229 +647,44 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e20: f32 = sk_load_x((x_at + 0u));
-                    x0 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                    let sk_e21: f32 = sk_load_x((x_at + 1u));
-                    x1 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                    let sk_e22: f32 = sk_load_x((x_at + 2u));
-                    x2 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                    let sk_e23: f32 = sk_load_x((x_at + 3u));
-                    x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                    sk_load_quad_as_2(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e26: u32 = (c0 + 0u);
-                    let sk_e25: bool = (sk_e26 < col_hi);
-                    let sk_e24: f32 = sk_load_x((base + select((col_hi - 1u), sk_e26, sk_e25)));
-                    x0 = select(bitcast<f32>(4286578688u), select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)), sk_e25);
-                    let sk_e29: u32 = (c0 + 1u);
-                    let sk_e28: bool = (sk_e29 < col_hi);
-                    let sk_e27: f32 = sk_load_x((base + select((col_hi - 1u), sk_e29, sk_e28)));
-                    x1 = select(bitcast<f32>(4286578688u), select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)), sk_e28);
-                    let sk_e32: u32 = (c0 + 2u);
-                    let sk_e31: bool = (sk_e32 < col_hi);
-                    let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sk_e32, sk_e31)));
-                    x2 = select(bitcast<f32>(4286578688u), select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), sk_e31);
-                    let sk_e35: u32 = (c0 + 3u);
-                    let sk_e34: bool = (sk_e35 < col_hi);
-                    let sk_e33: f32 = sk_load_x((base + select((col_hi - 1u), sk_e35, sk_e34)));
-                    x3 = select(bitcast<f32>(4286578688u), select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), sk_e34);
+                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 qmax = max(qmax, (x0 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     var lse_v: f32 = (x0 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 qmax = max(qmax, (x1 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     var lse_v: f32 = (x1 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 qmax = max(qmax, (x2 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     var lse_v: f32 = (x2 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 qmax = max(qmax, (x3 * rcp_t));
                 if (((params.flags & 1u) != 0u)) {
                     var lse_v: f32 = (x3 / temp);
                     if ((lse_v < bitcast<f32>(2139095040u))) {
-                        if ((lse_v > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - lse_v))) + (1.0f));
-                            m = lse_v;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((lse_v > bitcast<f32>(4286578688u))) {
-                                s = (s + ((1.0f) * sk_exp((lse_v - m))));
-                            }
-                        }
+                        sk_prune_step_2(lse_v, &m, &s);
                     }
                 }
                 if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                    if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(w[0], w[1]), max(w[2], w[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                        {
-                            var za: f32 = (x0 * rcp_t);
-                            var wj: u32 = w[0];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 0u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 0u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x1 * rcp_t);
-                            var wj: u32 = w[1];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 1u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 1u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x2 * rcp_t);
-                            var wj: u32 = w[2];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 2u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 2u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                        {
-                            var za: f32 = (x3 * rcp_t);
-                            var wj: u32 = w[3];
-                            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                                var un: f32 = sk_uniform(wj);
-                                var tn: f32 = ((1.0f) - un);
-                                var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-                                var an: f32 = (za - log(en));
-                                var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-                                var in_range: bool = (abs(za) < (1.7014118e38f));
-                                lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-                                if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-                                    // built by kernels::race::bound
-                                    up2 = up1;
-                                    up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-                                    up1_i = (c0 + 3u);
-                                } else {
-                                    // built by kernels::race::bound
-                                    up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-                                }
-                                if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-                                    // built by kernels::race::screened_column
-                                    up1 = bitcast<f32>(2139095040u);
-                                    up1_i = (c0 + 3u);
-                                    up2 = bitcast<f32>(2139095040u);
-                                }
-                            }
-                        }
-                    }
+                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, &w, &lo_best, &up1, &up2, &up1_i);
                 }
             }
             var screen_floor: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = lo_best;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                screen_floor = sk_red_f32[0];
-                workgroupBarrier();
-            }
+            screen_floor = sk_block_max_f32(sk_lid, lo_best);
             if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
                 let sk_e36: f32 = sk_load_x((base + up1_i));
                 var sv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
@@ -759,124 +703,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                     // built by kernels::abi::for_each_column_then
                     {
-                        var col: u32 = (c0 + 0u);
-                        if ((col < col_hi)) {
-                            let sk_e39: f32 = sk_load_x((base + col));
-                            var xv: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
-                            let sk_e40: f32 = (xv * rcp_t);
-                            if (((sk_e40 > bitcast<f32>(4286578688u)) && ((((sk_e40 + (abs(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                let sk_e41: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                let sk_e42: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e41[3], sk_e41[2], (sk_e42 == 2u)), sk_e41[1], (sk_e42 == 1u)), sk_e41[0], (sk_e42 == 0u));
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                     {
-                        var col: u32 = (c0 + 1u);
-                        if ((col < col_hi)) {
-                            let sk_e43: f32 = sk_load_x((base + col));
-                            var xv: f32 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
-                            let sk_e44: f32 = (xv * rcp_t);
-                            if (((sk_e44 > bitcast<f32>(4286578688u)) && ((((sk_e44 + (abs(sk_e44) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e44 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                let sk_e45: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                let sk_e46: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e45[3], sk_e45[2], (sk_e46 == 2u)), sk_e45[1], (sk_e46 == 1u)), sk_e45[0], (sk_e46 == 0u));
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                     {
-                        var col: u32 = (c0 + 2u);
-                        if ((col < col_hi)) {
-                            let sk_e47: f32 = sk_load_x((base + col));
-                            var xv: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
-                            let sk_e48: f32 = (xv * rcp_t);
-                            if (((sk_e48 > bitcast<f32>(4286578688u)) && ((((sk_e48 + (abs(sk_e48) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e48 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                let sk_e49: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                let sk_e50: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e49[3], sk_e49[2], (sk_e50 == 2u)), sk_e49[1], (sk_e50 == 1u)), sk_e49[0], (sk_e50 == 0u));
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                     {
-                        var col: u32 = (c0 + 3u);
-                        if ((col < col_hi)) {
-                            let sk_e51: f32 = sk_load_x((base + col));
-                            var xv: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
-                            let sk_e52: f32 = (xv * rcp_t);
-                            if (((sk_e52 > bitcast<f32>(4286578688u)) && ((((sk_e52 + (abs(sk_e52) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e52 >= (1.7014118e38f))))) {
-                                // built by kernels::race::screened_pass
-                                let sk_e53: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                                let sk_e54: u32 = (col & 3u);
-                                var wj: u32 = select(select(select(sk_e53[3], sk_e53[2], (sk_e54 == 2u)), sk_e53[1], (sk_e54 == 1u)), sk_e53[0], (sk_e54 == 0u));
-                                var sv: f32 = (xv / temp);
-                                if ((sv == bitcast<f32>(2139095040u))) {
-                                    top_n = (top_n + 1u);
-                                    if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                                        // built by kernels::race::keep_top
-                                        top = sk_gumbel(wj);
-                                        top_i = col;
-                                    }
-                                } else {
-                                    if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::race::keep
-                                        best = (sv + sk_gumbel(wj));
-                                        best_i = col;
-                                        best_z = sv;
-                                    }
-                                }
-                            }
-                        }
+                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z);
                     }
                 }
             }
@@ -890,210 +726,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e55: f32 = sk_load_x((x_at + 0u));
-                    x0 = select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u));
-                    let sk_e56: f32 = sk_load_x((x_at + 1u));
-                    x1 = select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u));
-                    let sk_e57: f32 = sk_load_x((x_at + 2u));
-                    x2 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
-                    let sk_e58: f32 = sk_load_x((x_at + 3u));
-                    x3 = select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u));
+                    sk_load_quad_as_2(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    // built by kernels::abi::load_quad_as
-                    let sk_e61: u32 = (c0 + 0u);
-                    let sk_e60: bool = (sk_e61 < col_hi);
-                    let sk_e59: f32 = sk_load_x((base + select((col_hi - 1u), sk_e61, sk_e60)));
-                    x0 = select(bitcast<f32>(4286578688u), select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)), sk_e60);
-                    let sk_e64: u32 = (c0 + 1u);
-                    let sk_e63: bool = (sk_e64 < col_hi);
-                    let sk_e62: f32 = sk_load_x((base + select((col_hi - 1u), sk_e64, sk_e63)));
-                    x1 = select(bitcast<f32>(4286578688u), select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u)), sk_e63);
-                    let sk_e67: u32 = (c0 + 2u);
-                    let sk_e66: bool = (sk_e67 < col_hi);
-                    let sk_e65: f32 = sk_load_x((base + select((col_hi - 1u), sk_e67, sk_e66)));
-                    x2 = select(bitcast<f32>(4286578688u), select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u)), sk_e66);
-                    let sk_e70: u32 = (c0 + 3u);
-                    let sk_e69: bool = (sk_e70 < col_hi);
-                    let sk_e68: f32 = sk_load_x((base + select((col_hi - 1u), sk_e70, sk_e69)));
-                    x3 = select(bitcast<f32>(4286578688u), select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u)), sk_e69);
+                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
-                    var col: u32 = (c0 + 0u);
-                    if ((col < col_hi)) {
-                        var sv: f32 = (x0 / temp);
-                        if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    var col: u32 = (c0 + 1u);
-                    if ((col < col_hi)) {
-                        var sv: f32 = (x1 / temp);
-                        if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    var col: u32 = (c0 + 2u);
-                    if ((col < col_hi)) {
-                        var sv: f32 = (x2 / temp);
-                        if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    var col: u32 = (c0 + 3u);
-                    if ((col < col_hi)) {
-                        var sv: f32 = (x3 / temp);
-                        if ((sv == bitcast<f32>(2139095040u))) {
-                            // built by kernels::race::greedy_column
-                            top_n = (top_n + 1u);
-                            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                                // built by kernels::race::keep_top
-                                top = (0.0f);
-                                top_i = col;
-                            }
-                        } else {
-                            // built by kernels::race::greedy_column
-                            if (((sv > best) || (best_i == 4294967295u))) {
-                                // built by kernels::race::keep
-                                best = sv;
-                                best_i = col;
-                                best_z = sv;
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                if ((sv > m)) {
-                                    // built by kernels::softmax::online_logsumexp
-                                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                                    m = sv;
-                                } else {
-                                    // built by kernels::softmax::online_logsumexp
-                                    if ((sv > bitcast<f32>(4286578688u))) {
-                                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
             }
         }
         var win: f32 = (0.0f);
         var tok: u32 = 0u;
-        {
-            sk_am_f32[sk_lid] = best;
-            sk_am_i[sk_lid] = best_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f32[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f32[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
-                workgroupBarrier();
-            }
-            win = sk_am_f32[0];
-            tok = sk_am_i[0];
-            workgroupBarrier();
-        }
+        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
         var tops: u32 = 0u;
-        {
-            sk_red_u32[sk_lid] = top_n;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                }
-                workgroupBarrier();
-            }
-            tops = sk_red_u32[0];
-            workgroupBarrier();
-        }
+        tops = sk_block_sum_u32(sk_lid, top_n);
         if ((parts <= 1u)) {
             // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
@@ -1102,29 +757,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
             if ((tops > 0u)) {
-                // built by kernels::race::whole_row_results
-                var top_win: f32 = (0.0f);
-                var top_tok: u32 = 0u;
-                {
-                    sk_am_f32[sk_lid] = top;
-                    sk_am_i[sk_lid] = top_i;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            let ov = sk_am_f32[sk_lid + sk_s];
-                            let oi = sk_am_i[sk_lid + sk_s];
-                            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                sk_am_f32[sk_lid] = ov;
-                                sk_am_i[sk_lid] = oi;
-                            }
-                        }
-                        workgroupBarrier();
-                    }
-                    top_win = sk_am_f32[0];
-                    top_tok = sk_am_i[0];
-                    workgroupBarrier();
-                }
-                tok = top_tok;
+                sk_whole_row_results(sk_lid, top, top_i, &tok);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::abi::write_results_as
@@ -1136,31 +769,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 var row_max: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    row_max = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_max = sk_block_max_f32(sk_lid, m);
                 var row_sum: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                        }
-                        workgroupBarrier();
-                    }
-                    row_sum = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 if ((sk_lid == 0u)) {
                     let sk_e71: f32 = sk_load_x((base + tok));
                     logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
@@ -1170,55 +781,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::race::race_row
             var top_win: f32 = (0.0f);
             var top_tok: u32 = 0u;
-            {
-                sk_am_f32[sk_lid] = top;
-                sk_am_i[sk_lid] = top_i;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        let ov = sk_am_f32[sk_lid + sk_s];
-                        let oi = sk_am_i[sk_lid + sk_s];
-                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                            sk_am_f32[sk_lid] = ov;
-                            sk_am_i[sk_lid] = oi;
-                        }
-                    }
-                    workgroupBarrier();
-                }
-                top_win = sk_am_f32[0];
-                top_tok = sk_am_i[0];
-                workgroupBarrier();
-            }
+            sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
             var part_m: f32 = bitcast<f32>(4286578688u);
             var part_s: f32 = (0.0f);
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::race::write_part
                 var row_max: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    row_max = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_max = sk_block_max_f32(sk_lid, m);
                 var row_sum: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                        }
-                        workgroupBarrier();
-                    }
-                    row_sum = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 part_m = row_max;
                 part_s = row_sum;
             }
@@ -1246,18 +817,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 arrived = (before + 1u);
             }
             var arrivals: u32 = 0u;
-            {
-                sk_red_u32[sk_lid] = arrived;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                arrivals = sk_red_u32[0];
-                workgroupBarrier();
-            }
+            arrivals = sk_block_max_u32(sk_lid, arrived);
             if ((arrivals == parts)) {
                 // built by kernels::combine::last_part_on
                 storageBarrier();
@@ -1300,62 +860,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var win: f32 = (0.0f);
                     var tok: u32 = 0u;
-                    {
-                        sk_am_f32[sk_lid] = best;
-                        sk_am_i[sk_lid] = best_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f32[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f32[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        win = sk_am_f32[0];
-                        tok = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
                     var tops: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = top_n;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                            }
-                            workgroupBarrier();
-                        }
-                        tops = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    tops = sk_block_sum_u32(sk_lid, top_n);
                     if ((tops > 0u)) {
-                        // built by kernels::combine::combine_row
-                        var top_win: f32 = (0.0f);
-                        var top_tok: u32 = 0u;
-                        {
-                            sk_am_f32[sk_lid] = top;
-                            sk_am_i[sk_lid] = top_i;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    let ov = sk_am_f32[sk_lid + sk_s];
-                                    let oi = sk_am_i[sk_lid + sk_s];
-                                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                        sk_am_f32[sk_lid] = ov;
-                                        sk_am_i[sk_lid] = oi;
-                                    }
-                                }
-                                workgroupBarrier();
-                            }
-                            top_win = sk_am_f32[0];
-                            top_tok = sk_am_i[0];
-                            workgroupBarrier();
-                        }
-                        tok = top_tok;
+                        sk_whole_row_results(sk_lid, top, top_i, &tok);
                     }
                     let sk_e72: bool = (tok == 4294967295u);
                     var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e72)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e72);
@@ -1374,31 +883,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         var row_max: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = m;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                }
-                                workgroupBarrier();
-                            }
-                            row_max = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_max = sk_block_max_f32(sk_lid, m);
                         var row_sum: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u)));
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                                }
-                                workgroupBarrier();
-                            }
-                            row_sum = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                         if ((sk_lid == 0u)) {
                             logprobs[row] = select(bitcast<f32>(4286578688u), select(((z - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                         }

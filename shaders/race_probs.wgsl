@@ -33,6 +33,51 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -345,25 +390,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         }
         var win: f32 = (0.0f);
         var tok: u32 = 0u;
-        {
-            sk_am_f32[sk_lid] = best;
-            sk_am_i[sk_lid] = best_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f32[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f32[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
-                workgroupBarrier();
-            }
-            win = sk_am_f32[0];
-            tok = sk_am_i[0];
-            workgroupBarrier();
-        }
+        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
         if ((parts <= 1u)) {
             // built by kernels::race::race_row
             if ((tok == 4294967295u)) {
@@ -414,18 +441,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 arrived = (before + 1u);
             }
             var arrivals: u32 = 0u;
-            {
-                sk_red_u32[sk_lid] = arrived;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                arrivals = sk_red_u32[0];
-                workgroupBarrier();
-            }
+            arrivals = sk_block_max_u32(sk_lid, arrived);
             if ((arrivals == parts)) {
                 // built by kernels::combine::last_part_on
                 storageBarrier();
@@ -468,61 +484,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var win: f32 = (0.0f);
                     var tok: u32 = 0u;
-                    {
-                        sk_am_f32[sk_lid] = best;
-                        sk_am_i[sk_lid] = best_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f32[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f32[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        win = sk_am_f32[0];
-                        tok = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
                     var tops: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = top_n;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                            }
-                            workgroupBarrier();
-                        }
-                        tops = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    tops = sk_block_sum_u32(sk_lid, top_n);
                     if ((tops > 0u)) {
                         // built by kernels::combine::combine_row
                         var top_win: f32 = (0.0f);
                         var top_tok: u32 = 0u;
-                        {
-                            sk_am_f32[sk_lid] = top;
-                            sk_am_i[sk_lid] = top_i;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    let ov = sk_am_f32[sk_lid + sk_s];
-                                    let oi = sk_am_i[sk_lid + sk_s];
-                                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                        sk_am_f32[sk_lid] = ov;
-                                        sk_am_i[sk_lid] = oi;
-                                    }
-                                }
-                                workgroupBarrier();
-                            }
-                            top_win = sk_am_f32[0];
-                            top_tok = sk_am_i[0];
-                            workgroupBarrier();
-                        }
+                        sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
                         tok = top_tok;
                     }
                     let sk_e6: bool = (tok == 4294967295u);

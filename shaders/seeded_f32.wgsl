@@ -22,6 +22,25 @@ struct Params {
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f64>, sk_oi: ptr<function, u32>) {
+    sk_am_f64[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f64[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f64[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f64[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_log64(x_in: f64) -> f64 {
     var x: f64 = x_in;
     // built by kernels::math::log64
@@ -91,6 +110,30 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
+fn sk_for_each_column_then(c0: u32, col_hi: u32, lq0: f64, noisy: bool, row: u32, sk_c0: u32, sk_io_best: ptr<function, f64>, sk_io_best_i: ptr<function, u32>) {
+    var best: f64 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        {
+            // built by kernels::seeded::float64_race
+            var s64: f64 = lq0;
+            if (noisy) {
+                // built by kernels::seeded::score64
+                let sk_e24: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)));
+            }
+            if (((s64 > best) || (best_i == 4294967295u))) {
+                // built by kernels::seeded::keep_best
+                best = s64;
+                best_i = col;
+            }
+        }
+    }
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -150,103 +193,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
             }
             {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq0;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e24: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
             }
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq1;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e25: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
             }
             {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq2;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e26: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
             }
             {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq3;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e27: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);
         var tok: u32 = 0u;
-        {
-            sk_am_f64[sk_lid] = best;
-            sk_am_i[sk_lid] = best_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f64[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f64[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
-                workgroupBarrier();
-            }
-            win = sk_am_f64[0];
-            tok = sk_am_i[0];
-            workgroupBarrier();
-        }
+        sk_block_argmax_f64(sk_lid, best, best_i, &win, &tok);
         var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
             // built by kernels::abi::write_results_as

@@ -32,6 +32,83 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
+fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f64>, sk_oi: ptr<function, u32>) {
+    sk_am_f64[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f64[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f64[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f64[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -154,6 +231,95 @@ fn sk_seeded_gumbel_screen(h_in: u32) -> f32 {
     var e: f32 = select((-log((f32(h) * (2.3283064e-10f)))), (t + ((t * t) * ((0.5f) + (t * (0.33333334f))))), (t < (0.015625f)));
     return select((-log(max(e, (2.3283064e-10f)))), (-709.7827f), (h == 0u));
 }
+fn sk_for_each_column_then(x0: f32, temp: f32, row: u32, col: u32, noisy: bool, sk_io_lo_best: ptr<function, f32>, sk_io_up1: ptr<function, f32>, sk_io_up2: ptr<function, f32>, sk_io_up1_i: ptr<function, u32>, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>, sk_io_comp: ptr<function, f32>) {
+    var lo_best: f32 = *sk_io_lo_best;
+    var up1: f32 = *sk_io_up1;
+    var up2: f32 = *sk_io_up2;
+    var up1_i: u32 = *sk_io_up1_i;
+    var m: f32 = *sk_io_m;
+    var s: f32 = *sk_io_s;
+    var comp: f32 = *sk_io_comp;
+    // built by kernels::abi::for_each_column_then
+    var z: f32 = (x0 / temp);
+    let sk_e17: u32 = (row * 12u);
+    var sh: u32 = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col);
+    if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
+        // built by kernels::seeded::seeded_logits_row
+        var g32_any: f32 = sk_seeded_gumbel_screen(sh);
+        var g32: f32 = select((0.0f), g32_any, noisy);
+        var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
+        var sv32: f32 = (select((0.0f), z, finite) + g32);
+        var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
+        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
+        if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
+            // built by kernels::race::bound
+            up2 = up1;
+            up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
+            up1_i = col;
+        } else {
+            // built by kernels::race::bound
+            up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
+        }
+    }
+    if ((z > m)) {
+        // built by kernels::softmax::softmax_merge
+        var r: f32 = sk_exp((m - z));
+        s = (s * r);
+        comp = (comp * r);
+        m = z;
+    }
+    var ex: f32 = sk_exp((z - m));
+    var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
+    var t: f32 = (s + y);
+    comp = ((t - s) - y);
+    s = t;
+    *sk_io_lo_best = lo_best;
+    *sk_io_up1 = up1;
+    *sk_io_up2 = up2;
+    *sk_io_up1_i = up1_i;
+    *sk_io_m = m;
+    *sk_io_s = s;
+    *sk_io_comp = comp;
+}
+fn sk_for_each_column_then_2(c0: u32, col_hi: u32, base: u32, temp: f32, row: u32, screened: bool, screen_floor: f32, noisy: bool, row_m: f32, inv: f32, sk_c0: u32, sk_io_best: ptr<function, f64>, sk_io_best_i: ptr<function, u32>) {
+    var best: f64 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        let sk_e42: f32 = sk_load_x((base + col));
+        var rz: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
+        let sk_e43: u32 = (row * 12u);
+        var rh: u32 = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
+        if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
+            // built by kernels::seeded::seeded_logits_finish
+            var g32_any: f32 = sk_seeded_gumbel_screen(rh);
+            var g32: f32 = select((0.0f), g32_any, noisy);
+            var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
+            var sv32: f32 = (select((0.0f), rz, finite) + g32);
+            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
+            if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
+                let sk_e45: f32 = sk_load_x((base + col));
+                let sk_e44: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
+                var p: f32 = (select(select(sk_exp((sk_e44 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e44 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
+                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
+                var s64: f64 = lp;
+                if (noisy) {
+                    // built by kernels::seeded::score64
+                    let sk_e46: u32 = (row * 12u);
+                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
+                }
+                if (((s64 > best) || (best_i == 4294967295u))) {
+                    // built by kernels::seeded::keep_best
+                    best = s64;
+                    best_i = col;
+                }
+            }
+        }
+    }
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -236,169 +402,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x0 / temp);
-                        let sk_e17: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x1 / temp);
-                        let sk_e18: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e18 + 8u)], rows[(sk_e18 + 9u)], rows[(sk_e18 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x2 / temp);
-                        let sk_e19: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x3 / temp);
-                        let sk_e20: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e20 + 8u)], rows[(sk_e20 + 9u)], rows[(sk_e20 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
             var floor_first: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = lo_best;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                floor_first = sk_red_f32[0];
-                workgroupBarrier();
-            }
+            floor_first = sk_block_max_f32(sk_lid, lo_best);
             lo_best = floor_first;
             for (var c0: u32 = ((col_lo + (sk_lid * 4u)) + (BLOCK * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                 // built by kernels::abi::for_each_column_then
@@ -439,234 +466,44 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x0 / temp);
-                        let sk_e37: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e37 + 8u)], rows[(sk_e37 + 9u)], rows[(sk_e37 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x1 / temp);
-                        let sk_e38: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x2 / temp);
-                        let sk_e39: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        var z: f32 = (x3 / temp);
-                        let sk_e40: u32 = (row * 12u);
-                        var sh: u32 = sk_murmur3(rows[(sk_e40 + 8u)], rows[(sk_e40 + 9u)], rows[(sk_e40 + 10u)], col);
-                        if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-                            // built by kernels::seeded::seeded_logits_row
-                            var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-                            var g32: f32 = select((0.0f), g32_any, noisy);
-                            var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-                            var sv32: f32 = (select((0.0f), z, finite) + g32);
-                            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-                            lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-                            if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-                                up1_i = col;
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-                            }
-                        }
-                        if ((z > m)) {
-                            // built by kernels::softmax::softmax_merge
-                            var r: f32 = sk_exp((m - z));
-                            s = (s * r);
-                            comp = (comp * r);
-                            m = z;
-                        }
-                        var ex: f32 = sk_exp((z - m));
-                        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-                        var t: f32 = (s + y);
-                        comp = ((t - s) - y);
-                        s = t;
+                        sk_for_each_column_then(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
             s = (s - comp);
             var row_max: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = m;
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                    }
-                    workgroupBarrier();
-                }
-                row_max = sk_red_f32[0];
-                workgroupBarrier();
-            }
+            row_max = sk_block_max_f32(sk_lid, m);
             var row_sum: f32 = (0.0f);
-            {
-                sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
-                workgroupBarrier();
-                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                    if (sk_lid < sk_s) {
-                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                    }
-                    workgroupBarrier();
-                }
-                row_sum = sk_red_f32[0];
-                workgroupBarrier();
-            }
+            row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
             var row_m: f32 = row_max;
             var row_s: f32 = row_sum;
             var combining: bool = false;
             if ((parts > 1u)) {
                 var part_floor: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = lo_best;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    part_floor = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                part_floor = sk_block_max_f32(sk_lid, lo_best);
                 var part_up1: f32 = (0.0f);
                 var part_up1_i: u32 = 0u;
-                {
-                    sk_am_f32[sk_lid] = up1;
-                    sk_am_i[sk_lid] = up1_i;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            let ov = sk_am_f32[sk_lid + sk_s];
-                            let oi = sk_am_i[sk_lid + sk_s];
-                            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                sk_am_f32[sk_lid] = ov;
-                                sk_am_i[sk_lid] = oi;
-                            }
-                        }
-                        workgroupBarrier();
-                    }
-                    part_up1 = sk_am_f32[0];
-                    part_up1_i = sk_am_i[0];
-                    workgroupBarrier();
-                }
+                sk_block_argmax_f32(sk_lid, up1, up1_i, &part_up1, &part_up1_i);
                 var part_up2: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = select(up1, up2, (up1_i == part_up1_i));
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    part_up2 = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                part_up2 = sk_block_max_f32(sk_lid, select(up1, up2, (up1_i == part_up1_i)));
                 if ((sk_lid == 0u)) {
                     // built by kernels::seeded::write_seeded_part
                     atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 0u)], bitcast<u32>(row_m));
@@ -686,18 +523,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     arrived = (before + 1u);
                 }
                 var arrivals: u32 = 0u;
-                {
-                    sk_red_u32[sk_lid] = arrived;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    arrivals = sk_red_u32[0];
-                    workgroupBarrier();
-                }
+                arrivals = sk_block_max_u32(sk_lid, arrived);
                 if ((arrivals == parts)) {
                     // built by kernels::combine::last_part_on
                     storageBarrier();
@@ -740,31 +566,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)], 0u);
                         }
                         var row_max: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = m;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                }
-                                workgroupBarrier();
-                            }
-                            row_max = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_max = sk_block_max_f32(sk_lid, m);
                         var row_sum: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max));
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                                }
-                                workgroupBarrier();
-                            }
-                            row_sum = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
                         row_m = row_max;
                         row_s = row_sum;
                     }
@@ -779,176 +583,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (((parts <= 1u) || combining)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
                 var screen_floor: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = lo_best;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    screen_floor = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                screen_floor = sk_block_max_f32(sk_lid, lo_best);
                 let sk_e41: bool = ((abs(row_m) < (1048576.0f)) && (row_s > (0.0f)));
                 var screened: bool = (sk_e41 && ((screen_floor - row_m) >= (sk_log(select((1.0f), row_s, sk_e41)) - (41.0f))));
                 var best: f64 = bitcast<f64>(18442240474082181120lu);
                 var best_i: u32 = 4294967295u;
                 var mine: bool = ((!screened) || (up2 >= screen_floor));
                 var any_rescan: u32 = 0u;
-                {
-                    sk_red_u32[sk_lid] = select(0u, 1u, mine);
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    any_rescan = sk_red_u32[0];
-                    workgroupBarrier();
-                }
+                any_rescan = sk_block_max_u32(sk_lid, select(0u, 1u, mine));
                 var rescan: bool = select(mine, (any_rescan > 0u), combining);
                 if (rescan) {
                     // built by kernels::seeded::seeded_logits_finish
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            var col: u32 = (c0 + 0u);
-                            if ((col < col_hi)) {
-                                let sk_e42: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e43: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
-                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
-                                    var g32: f32 = select((0.0f), g32_any, noisy);
-                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
-                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e45: f32 = sk_load_x((base + col));
-                                        let sk_e44: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e44 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e44 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                        var s64: f64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e46: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
                         }
                         {
-                            var col: u32 = (c0 + 1u);
-                            if ((col < col_hi)) {
-                                let sk_e47: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e48: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e48 + 8u)], rows[(sk_e48 + 9u)], rows[(sk_e48 + 10u)], col);
-                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
-                                    var g32: f32 = select((0.0f), g32_any, noisy);
-                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
-                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e50: f32 = sk_load_x((base + col));
-                                        let sk_e49: f32 = (select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e49 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e49 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                        var s64: f64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e51: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e51 + 8u)], rows[(sk_e51 + 9u)], rows[(sk_e51 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
                         }
                         {
-                            var col: u32 = (c0 + 2u);
-                            if ((col < col_hi)) {
-                                let sk_e52: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e53: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e53 + 8u)], rows[(sk_e53 + 9u)], rows[(sk_e53 + 10u)], col);
-                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
-                                    var g32: f32 = select((0.0f), g32_any, noisy);
-                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
-                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e55: f32 = sk_load_x((base + col));
-                                        let sk_e54: f32 = (select(sk_e55, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e55) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e54 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e54 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                        var s64: f64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e56: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
                         }
                         {
-                            var col: u32 = (c0 + 3u);
-                            if ((col < col_hi)) {
-                                let sk_e57: f32 = sk_load_x((base + col));
-                                var rz: f32 = (select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u)) / temp);
-                                let sk_e58: u32 = (row * 12u);
-                                var rh: u32 = sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col);
-                                if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-                                    // built by kernels::seeded::seeded_logits_finish
-                                    var g32_any: f32 = sk_seeded_gumbel_screen(rh);
-                                    var g32: f32 = select((0.0f), g32_any, noisy);
-                                    var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
-                                    var sv32: f32 = (select((0.0f), rz, finite) + g32);
-                                    var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
-                                    if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                                        let sk_e60: f32 = sk_load_x((base + col));
-                                        let sk_e59: f32 = (select(sk_e60, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e60) & 2147483647u) > 2139095040u)) / temp);
-                                        var p: f32 = (select(select(sk_exp((sk_e59 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e59 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                                        var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                                        var s64: f64 = lp;
-                                        if (noisy) {
-                                            // built by kernels::seeded::score64
-                                            let sk_e61: u32 = (row * 12u);
-                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col)));
-                                        }
-                                        if (((s64 > best) || (best_i == 4294967295u))) {
-                                            // built by kernels::seeded::keep_best
-                                            best = s64;
-                                            best_i = col;
-                                        }
-                                    }
-                                }
-                            }
+                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
                         }
                     }
                 } else {
@@ -969,39 +627,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 var reads: u32 = 0u;
-                {
-                    sk_red_u32[sk_lid] = select(1u, 2u, rescan);
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    reads = sk_red_u32[0];
-                    workgroupBarrier();
-                }
+                reads = sk_block_max_u32(sk_lid, select(1u, 2u, rescan));
                 var win: f64 = (0.0lf);
                 var tok: u32 = 0u;
-                {
-                    sk_am_f64[sk_lid] = best;
-                    sk_am_i[sk_lid] = best_i;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            let ov = sk_am_f64[sk_lid + sk_s];
-                            let oi = sk_am_i[sk_lid + sk_s];
-                            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                sk_am_f64[sk_lid] = ov;
-                                sk_am_i[sk_lid] = oi;
-                            }
-                        }
-                        workgroupBarrier();
-                    }
-                    win = sk_am_f64[0];
-                    tok = sk_am_i[0];
-                    workgroupBarrier();
-                }
+                sk_block_argmax_f64(sk_lid, best, best_i, &win, &tok);
                 if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
                     // built by kernels::seeded::seeded_logits_finish
                     passes[row] = reads;

@@ -23,6 +23,44 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
+fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f64>, sk_oi: ptr<function, u32>) {
+    sk_am_f64[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f64[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f64[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f64[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_log(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::log
@@ -124,6 +162,117 @@ fn sk_seeded_gumbel32(h_in: u32) -> f32 {
     var t: f32 = select((-l), select(q, ((l * q) / (up - (1.0f))), (up != (1.0f))), high);
     return select((-sk_log(max(t, (2.3283064e-10f)))), (-709.7827f), (h == 0u));
 }
+fn sk_for_each_column_then(c0: u32, col_hi: u32, lq0: f64, noisy: bool, row: u32, all: bool, floor: f32, sk_c0: u32, sk_io_best: ptr<function, f64>, sk_io_best_i: ptr<function, u32>) {
+    var best: f64 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        var lp32: f32 = f32(lq0);
+        var g32: f32 = (0.0f);
+        if (noisy) {
+            // built by kernels::seeded::seeded_screened
+            let sk_e55: u32 = (row * 12u);
+            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col));
+        }
+        var s32: f32 = (lp32 + g32);
+        var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
+        if ((all || ((s32 + err) >= floor))) {
+            // built by kernels::seeded::float64_race
+            var s64: f64 = lq0;
+            if (noisy) {
+                // built by kernels::seeded::score64
+                let sk_e56: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
+            }
+            if (((s64 > best) || (best_i == 4294967295u))) {
+                // built by kernels::seeded::keep_best
+                best = s64;
+                best_i = col;
+            }
+        }
+    }
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
+fn sk_for_each_column_then_2(c0: u32, col_hi: u32, lq0: f64, noisy: bool, row: u32, sk_c0: u32, sk_io_best32: ptr<function, f32>, sk_io_best32_i: ptr<function, u32>) {
+    var best32: f32 = *sk_io_best32;
+    var best32_i: u32 = *sk_io_best32_i;
+    // built by kernels::abi::for_each_column_then
+    var col: u32 = (c0 + sk_c0);
+    if ((col < col_hi)) {
+        var lp32: f32 = f32(lq0);
+        var g32: f32 = (0.0f);
+        if (noisy) {
+            // built by kernels::seeded::seeded_screened
+            let sk_e24: u32 = (row * 12u);
+            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col));
+        }
+        var s32: f32 = (lp32 + g32);
+        var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
+        if (((s32 > best32) || (best32_i == 4294967295u))) {
+            // built by kernels::seeded::seeded_screened
+            best32 = s32;
+            best32_i = col;
+        }
+    }
+    *sk_io_best32 = best32;
+    *sk_io_best32_i = best32_i;
+}
+fn sk_load_quad_as(c0: u32, col_hi: u32, base: u32, sk_io_lq0: ptr<function, f64>, sk_io_lq1: ptr<function, f64>, sk_io_lq2: ptr<function, f64>, sk_io_lq3: ptr<function, f64>) {
+    var lq0: f64 = *sk_io_lq0;
+    var lq1: f64 = *sk_io_lq1;
+    var lq2: f64 = *sk_io_lq2;
+    var lq3: f64 = *sk_io_lq3;
+    // built by kernels::abi::load_quad_as
+    let sk_e11: u32 = (c0 + 0u);
+    let sk_e10: bool = (sk_e11 < col_hi);
+    let sk_e9: f64 = lp[(base + select((col_hi - 1u), sk_e11, sk_e10))];
+    let sk_e8: u64 = bitcast<u64>(sk_e9);
+    lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))), sk_e10);
+    let sk_e15: u32 = (c0 + 1u);
+    let sk_e14: bool = (sk_e15 < col_hi);
+    let sk_e13: f64 = lp[(base + select((col_hi - 1u), sk_e15, sk_e14))];
+    let sk_e12: u64 = bitcast<u64>(sk_e13);
+    lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e14);
+    let sk_e19: u32 = (c0 + 2u);
+    let sk_e18: bool = (sk_e19 < col_hi);
+    let sk_e17: f64 = lp[(base + select((col_hi - 1u), sk_e19, sk_e18))];
+    let sk_e16: u64 = bitcast<u64>(sk_e17);
+    lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))), sk_e18);
+    let sk_e23: u32 = (c0 + 3u);
+    let sk_e22: bool = (sk_e23 < col_hi);
+    let sk_e21: f64 = lp[(base + select((col_hi - 1u), sk_e23, sk_e22))];
+    let sk_e20: u64 = bitcast<u64>(sk_e21);
+    lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
+    *sk_io_lq0 = lq0;
+    *sk_io_lq1 = lq1;
+    *sk_io_lq2 = lq2;
+    *sk_io_lq3 = lq3;
+}
+fn sk_load_quad_as_2(lq_at: u32, sk_io_lq0: ptr<function, f64>, sk_io_lq1: ptr<function, f64>, sk_io_lq2: ptr<function, f64>, sk_io_lq3: ptr<function, f64>) {
+    var lq0: f64 = *sk_io_lq0;
+    var lq1: f64 = *sk_io_lq1;
+    var lq2: f64 = *sk_io_lq2;
+    var lq3: f64 = *sk_io_lq3;
+    // built by kernels::abi::load_quad_as
+    let sk_e1: f64 = lp[(lq_at + 0u)];
+    let sk_e0: u64 = bitcast<u64>(sk_e1);
+    lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
+    let sk_e3: f64 = lp[(lq_at + 1u)];
+    let sk_e2: u64 = bitcast<u64>(sk_e3);
+    lq1 = select(sk_e3, bitcast<f64>(18442240474082181120lu), (((sk_e2 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e2 == 9218868437227405312lu)));
+    let sk_e5: f64 = lp[(lq_at + 2u)];
+    let sk_e4: u64 = bitcast<u64>(sk_e5);
+    lq2 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
+    let sk_e7: f64 = lp[(lq_at + 3u)];
+    let sk_e6: u64 = bitcast<u64>(sk_e7);
+    lq3 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+    *sk_io_lq0 = lq0;
+    *sk_io_lq1 = lq1;
+    *sk_io_lq2 = lq2;
+    *sk_io_lq3 = lq3;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -146,140 +295,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad_as
-                let sk_e1: f64 = lp[(lq_at + 0u)];
-                let sk_e0: u64 = bitcast<u64>(sk_e1);
-                lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
-                let sk_e3: f64 = lp[(lq_at + 1u)];
-                let sk_e2: u64 = bitcast<u64>(sk_e3);
-                lq1 = select(sk_e3, bitcast<f64>(18442240474082181120lu), (((sk_e2 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e2 == 9218868437227405312lu)));
-                let sk_e5: f64 = lp[(lq_at + 2u)];
-                let sk_e4: u64 = bitcast<u64>(sk_e5);
-                lq2 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
-                let sk_e7: f64 = lp[(lq_at + 3u)];
-                let sk_e6: u64 = bitcast<u64>(sk_e7);
-                lq3 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
+                sk_load_quad_as_2(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                // built by kernels::abi::load_quad_as
-                let sk_e11: u32 = (c0 + 0u);
-                let sk_e10: bool = (sk_e11 < col_hi);
-                let sk_e9: f64 = lp[(base + select((col_hi - 1u), sk_e11, sk_e10))];
-                let sk_e8: u64 = bitcast<u64>(sk_e9);
-                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))), sk_e10);
-                let sk_e15: u32 = (c0 + 1u);
-                let sk_e14: bool = (sk_e15 < col_hi);
-                let sk_e13: f64 = lp[(base + select((col_hi - 1u), sk_e15, sk_e14))];
-                let sk_e12: u64 = bitcast<u64>(sk_e13);
-                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e14);
-                let sk_e19: u32 = (c0 + 2u);
-                let sk_e18: bool = (sk_e19 < col_hi);
-                let sk_e17: f64 = lp[(base + select((col_hi - 1u), sk_e19, sk_e18))];
-                let sk_e16: u64 = bitcast<u64>(sk_e17);
-                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))), sk_e18);
-                let sk_e23: u32 = (c0 + 3u);
-                let sk_e22: bool = (sk_e23 < col_hi);
-                let sk_e21: f64 = lp[(base + select((col_hi - 1u), sk_e23, sk_e22))];
-                let sk_e20: u64 = bitcast<u64>(sk_e21);
-                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
+                sk_load_quad_as(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq0);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e24: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
             }
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq1);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e25: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
             }
             {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq2);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e26: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e26 + 8u)], rows[(sk_e26 + 9u)], rows[(sk_e26 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
             }
             {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq3);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e27: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e27 + 8u)], rows[(sk_e27 + 9u)], rows[(sk_e27 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if (((s32 > best32) || (best32_i == 4294967295u))) {
-                        // built by kernels::seeded::seeded_screened
-                        best32 = s32;
-                        best32_i = col;
-                    }
-                }
+                sk_for_each_column_then_2(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
             }
         }
         var win32: f32 = (0.0f);
         var win32_i: u32 = 0u;
-        {
-            sk_am_f32[sk_lid] = best32;
-            sk_am_i[sk_lid] = best32_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f32[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f32[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
-                workgroupBarrier();
-            }
-            win32 = sk_am_f32[0];
-            win32_i = sk_am_i[0];
-            workgroupBarrier();
-        }
+        sk_block_argmax_f32(sk_lid, best32, best32_i, &win32, &win32_i);
         var floor: f32 = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
@@ -306,176 +341,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                // built by kernels::abi::load_quad_as
-                let sk_e32: f64 = lp[(lq_at + 0u)];
-                let sk_e31: u64 = bitcast<u64>(sk_e32);
-                lq0 = select(sk_e32, bitcast<f64>(18442240474082181120lu), (((sk_e31 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e31 == 9218868437227405312lu)));
-                let sk_e34: f64 = lp[(lq_at + 1u)];
-                let sk_e33: u64 = bitcast<u64>(sk_e34);
-                lq1 = select(sk_e34, bitcast<f64>(18442240474082181120lu), (((sk_e33 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e33 == 9218868437227405312lu)));
-                let sk_e36: f64 = lp[(lq_at + 2u)];
-                let sk_e35: u64 = bitcast<u64>(sk_e36);
-                lq2 = select(sk_e36, bitcast<f64>(18442240474082181120lu), (((sk_e35 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e35 == 9218868437227405312lu)));
-                let sk_e38: f64 = lp[(lq_at + 3u)];
-                let sk_e37: u64 = bitcast<u64>(sk_e38);
-                lq3 = select(sk_e38, bitcast<f64>(18442240474082181120lu), (((sk_e37 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e37 == 9218868437227405312lu)));
+                sk_load_quad_as_2(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                // built by kernels::abi::load_quad_as
-                let sk_e42: u32 = (c0 + 0u);
-                let sk_e41: bool = (sk_e42 < col_hi);
-                let sk_e40: f64 = lp[(base + select((col_hi - 1u), sk_e42, sk_e41))];
-                let sk_e39: u64 = bitcast<u64>(sk_e40);
-                lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e40, bitcast<f64>(18442240474082181120lu), (((sk_e39 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e39 == 9218868437227405312lu))), sk_e41);
-                let sk_e46: u32 = (c0 + 1u);
-                let sk_e45: bool = (sk_e46 < col_hi);
-                let sk_e44: f64 = lp[(base + select((col_hi - 1u), sk_e46, sk_e45))];
-                let sk_e43: u64 = bitcast<u64>(sk_e44);
-                lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e44, bitcast<f64>(18442240474082181120lu), (((sk_e43 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e43 == 9218868437227405312lu))), sk_e45);
-                let sk_e50: u32 = (c0 + 2u);
-                let sk_e49: bool = (sk_e50 < col_hi);
-                let sk_e48: f64 = lp[(base + select((col_hi - 1u), sk_e50, sk_e49))];
-                let sk_e47: u64 = bitcast<u64>(sk_e48);
-                lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e48, bitcast<f64>(18442240474082181120lu), (((sk_e47 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e47 == 9218868437227405312lu))), sk_e49);
-                let sk_e54: u32 = (c0 + 3u);
-                let sk_e53: bool = (sk_e54 < col_hi);
-                let sk_e52: f64 = lp[(base + select((col_hi - 1u), sk_e54, sk_e53))];
-                let sk_e51: u64 = bitcast<u64>(sk_e52);
-                lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e52, bitcast<f64>(18442240474082181120lu), (((sk_e51 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e51 == 9218868437227405312lu))), sk_e53);
+                sk_load_quad_as(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                var col: u32 = (c0 + 0u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq0);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e55: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq0;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e56: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
             }
             {
-                var col: u32 = (c0 + 1u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq1);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e57: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq1;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e58: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
             }
             {
-                var col: u32 = (c0 + 2u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq2);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e59: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq2;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e60: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e60 + 8u)], rows[(sk_e60 + 9u)], rows[(sk_e60 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
             }
             {
-                var col: u32 = (c0 + 3u);
-                if ((col < col_hi)) {
-                    var lp32: f32 = f32(lq3);
-                    var g32: f32 = (0.0f);
-                    if (noisy) {
-                        // built by kernels::seeded::seeded_screened
-                        let sk_e61: u32 = (row * 12u);
-                        g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e61 + 8u)], rows[(sk_e61 + 9u)], rows[(sk_e61 + 10u)], col));
-                    }
-                    var s32: f32 = (lp32 + g32);
-                    var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-                    if ((all || ((s32 + err) >= floor))) {
-                        // built by kernels::seeded::float64_race
-                        var s64: f64 = lq3;
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e62: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e62 + 8u)], rows[(sk_e62 + 9u)], rows[(sk_e62 + 10u)], col)));
-                        }
-                        if (((s64 > best) || (best_i == 4294967295u))) {
-                            // built by kernels::seeded::keep_best
-                            best = s64;
-                            best_i = col;
-                        }
-                    }
-                }
+                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);
         var tok: u32 = 0u;
-        {
-            sk_am_f64[sk_lid] = best;
-            sk_am_i[sk_lid] = best_i;
-            workgroupBarrier();
-            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                if (sk_lid < sk_s) {
-                    let ov = sk_am_f64[sk_lid + sk_s];
-                    let oi = sk_am_i[sk_lid + sk_s];
-                    if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                        sk_am_f64[sk_lid] = ov;
-                        sk_am_i[sk_lid] = oi;
-                    }
-                }
-                workgroupBarrier();
-            }
-            win = sk_am_f64[0];
-            tok = sk_am_i[0];
-            workgroupBarrier();
-        }
+        sk_block_argmax_f64(sk_lid, best, best_i, &win, &tok);
         var valid: bool = (win > bitcast<f64>(18442240474082181120lu));
         if ((sk_lid == 0u)) {
             // built by kernels::abi::write_results_as

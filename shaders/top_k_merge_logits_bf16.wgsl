@@ -50,6 +50,478 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_u64(sk_lid: u32, sk_v: u64) -> u64 {
+    sk_red_u64[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u64[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
+    sk_scan[sk_lid] = sk_x;
+    workgroupBarrier();
+    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+        workgroupBarrier();
+        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+        workgroupBarrier();
+    }
+    let sk_r = sk_scan[sk_lid] - sk_x;
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sums_u32_2(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>) {
+    if (sk_lid < 2u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    workgroupBarrier();
+}
+fn sk_block_sums_u64_3(sk_lid: u32, sk_m0: u64, sk_m1: u64, sk_m2: u64, sk_o0: ptr<function, u64>, sk_o1: ptr<function, u64>, sk_o2: ptr<function, u64>) {
+    if (sk_lid < 3u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+        atomicStore(&sk_sum_hi[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+    }
+    {
+        let sk_v = sk_m1;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+    }
+    {
+        let sk_v = sk_m2;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+    }
+    workgroupBarrier();
+    *sk_o0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+    *sk_o1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+    *sk_o2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+    workgroupBarrier();
+}
+fn sk_block_sums_u32_3(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>, sk_o2: ptr<function, u32>) {
+    if (sk_lid < 3u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    {
+        let sk_v = sk_m2;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
+    workgroupBarrier();
+}
+fn sk_block_sums_u32_16(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_m3: u32, sk_m4: u32, sk_m5: u32, sk_m6: u32, sk_m7: u32, sk_m8: u32, sk_m9: u32, sk_m10: u32, sk_m11: u32, sk_m12: u32, sk_m13: u32, sk_m14: u32, sk_m15: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>, sk_o2: ptr<function, u32>, sk_o3: ptr<function, u32>, sk_o4: ptr<function, u32>, sk_o5: ptr<function, u32>, sk_o6: ptr<function, u32>, sk_o7: ptr<function, u32>, sk_o8: ptr<function, u32>, sk_o9: ptr<function, u32>, sk_o10: ptr<function, u32>, sk_o11: ptr<function, u32>, sk_o12: ptr<function, u32>, sk_o13: ptr<function, u32>, sk_o14: ptr<function, u32>, sk_o15: ptr<function, u32>) {
+    if (sk_lid < 16u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    {
+        let sk_v = sk_m2;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+    }
+    {
+        let sk_v = sk_m3;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+    }
+    {
+        let sk_v = sk_m4;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+    }
+    {
+        let sk_v = sk_m5;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+    }
+    {
+        let sk_v = sk_m6;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+    }
+    {
+        let sk_v = sk_m7;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+    }
+    {
+        let sk_v = sk_m8;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+    }
+    {
+        let sk_v = sk_m9;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+    }
+    {
+        let sk_v = sk_m10;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+    }
+    {
+        let sk_v = sk_m11;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+    }
+    {
+        let sk_v = sk_m12;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+    }
+    {
+        let sk_v = sk_m13;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+    }
+    {
+        let sk_v = sk_m14;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+    }
+    {
+        let sk_v = sk_m15;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
+    *sk_o3 = atomicLoad(&sk_sum_lo[3]);
+    *sk_o4 = atomicLoad(&sk_sum_lo[4]);
+    *sk_o5 = atomicLoad(&sk_sum_lo[5]);
+    *sk_o6 = atomicLoad(&sk_sum_lo[6]);
+    *sk_o7 = atomicLoad(&sk_sum_lo[7]);
+    *sk_o8 = atomicLoad(&sk_sum_lo[8]);
+    *sk_o9 = atomicLoad(&sk_sum_lo[9]);
+    *sk_o10 = atomicLoad(&sk_sum_lo[10]);
+    *sk_o11 = atomicLoad(&sk_sum_lo[11]);
+    *sk_o12 = atomicLoad(&sk_sum_lo[12]);
+    *sk_o13 = atomicLoad(&sk_sum_lo[13]);
+    *sk_o14 = atomicLoad(&sk_sum_lo[14]);
+    *sk_o15 = atomicLoad(&sk_sum_lo[15]);
+    workgroupBarrier();
+}
+fn sk_block_sums_u64_16(sk_lid: u32, sk_m0: u64, sk_m1: u64, sk_m2: u64, sk_m3: u64, sk_m4: u64, sk_m5: u64, sk_m6: u64, sk_m7: u64, sk_m8: u64, sk_m9: u64, sk_m10: u64, sk_m11: u64, sk_m12: u64, sk_m13: u64, sk_m14: u64, sk_m15: u64, sk_o0: ptr<function, u64>, sk_o1: ptr<function, u64>, sk_o2: ptr<function, u64>, sk_o3: ptr<function, u64>, sk_o4: ptr<function, u64>, sk_o5: ptr<function, u64>, sk_o6: ptr<function, u64>, sk_o7: ptr<function, u64>, sk_o8: ptr<function, u64>, sk_o9: ptr<function, u64>, sk_o10: ptr<function, u64>, sk_o11: ptr<function, u64>, sk_o12: ptr<function, u64>, sk_o13: ptr<function, u64>, sk_o14: ptr<function, u64>, sk_o15: ptr<function, u64>) {
+    if (sk_lid < 16u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+        atomicStore(&sk_sum_hi[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+    }
+    {
+        let sk_v = sk_m1;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+    }
+    {
+        let sk_v = sk_m2;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+    }
+    {
+        let sk_v = sk_m3;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
+    }
+    {
+        let sk_v = sk_m4;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
+    }
+    {
+        let sk_v = sk_m5;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
+    }
+    {
+        let sk_v = sk_m6;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
+    }
+    {
+        let sk_v = sk_m7;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
+    }
+    {
+        let sk_v = sk_m8;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
+    }
+    {
+        let sk_v = sk_m9;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
+    }
+    {
+        let sk_v = sk_m10;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
+    }
+    {
+        let sk_v = sk_m11;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
+    }
+    {
+        let sk_v = sk_m12;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
+    }
+    {
+        let sk_v = sk_m13;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
+    }
+    {
+        let sk_v = sk_m14;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
+    }
+    {
+        let sk_v = sk_m15;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
+    }
+    workgroupBarrier();
+    *sk_o0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+    *sk_o1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+    *sk_o2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+    *sk_o3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
+    *sk_o4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
+    *sk_o5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
+    *sk_o6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
+    *sk_o7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
+    *sk_o8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
+    *sk_o9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
+    *sk_o10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
+    *sk_o11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
+    *sk_o12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
+    *sk_o13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
+    *sk_o14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
+    *sk_o15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
+    workgroupBarrier();
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
+fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f64>, sk_oi: ptr<function, u32>) {
+    sk_am_f64[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f64[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f64[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f64[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -329,6 +801,434 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
+fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_io_nb: ptr<function, u32>, sk_io_mb: ptr<function, u64>, sk_io_chosen: ptr<function, u32>, sk_io_cn: ptr<function, u32>, sk_io_cm: ptr<function, u64>) {
+    var nb: u32 = *sk_io_nb;
+    var mb: u64 = *sk_io_mb;
+    var chosen: u32 = *sk_io_chosen;
+    var cn: u32 = *sk_io_cn;
+    var cm: u64 = *sk_io_cm;
+    // built by kernels::filters::select_step
+    if (((nb < kk) && (mb <= lim))) {
+        chosen = sk_c0;
+        cn = nb;
+        cm = mb;
+    }
+    nb = (nb + cnt_s15);
+    mb = (mb + mas_s15);
+    *sk_io_nb = nb;
+    *sk_io_mb = mb;
+    *sk_io_chosen = chosen;
+    *sk_io_cn = cn;
+    *sk_io_cm = cm;
+}
+fn sk_sweep_set(mx: f32, zv: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
+    var wv: f32 = *sk_io_wv;
+    var ok: bool = *sk_io_ok;
+    var mv: u64 = *sk_io_mv;
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    var kept: bool = *sk_io_kept;
+    // built by kernels::filters::sweep_set
+    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    ok = (wv > (0.0f));
+    mv = sk_fixed(wv);
+    if (ok) {
+        all_mass = (all_mass + mv);
+    }
+    var tie: bool = (ok && (key == s_key));
+    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
+    if (tie) {
+        // built by kernels::filters::kept
+        tie_rank = (tie_rank + 1u);
+    }
+    kept = in_set;
+    *sk_io_wv = wv;
+    *sk_io_ok = ok;
+    *sk_io_mv = mv;
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+    *sk_io_kept = kept;
+}
+fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, sk_io_list_at: ptr<function, u32>) {
+    var list_at: u32 = *sk_io_list_at;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if (((key & sel_mask) == sel_key)) {
+        // built by kernels::filters::candidate
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if ((ok && (list_at < 4096u))) {
+        // built by kernels::filters::list_bucket
+        listed_cols[list_at] = col;
+        list_at = (list_at + 1u);
+    }
+    *sk_io_list_at = list_at;
+}
+fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u32, sk_io_mine: ptr<function, u32>) {
+    var mine: u32 = *sk_io_mine;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if ((key == s_key)) {
+        // built by kernels::filters::count_ties
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if (ok) {
+        // built by kernels::filters::count_ties
+        mine = (mine + 1u);
+    }
+    *sk_io_mine = mine;
+}
+fn sk_select_in_range(dk: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filter_top_p::select_in_range
+    var digit: u32 = ((dk >> shift) & 15u);
+    (*cnt)[digit] += 1u;
+    (*mas)[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
+}
+fn sk_select_top(tk: u32, t_shift: u32, t_cnt: ptr<function, array<u32, 16>>) {
+    // built by kernels::filter_top_k::select_top
+    (*t_cnt)[((tk >> t_shift) & 15u)] += 1u;
+}
+fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
+    var rk_seen: u32 = *sk_io_rk_seen;
+    var rk_found: u32 = *sk_io_rk_found;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if ((key == rk_key)) {
+        // built by kernels::filter_rank::token_at
+        if ((rk_seen == rk_t)) {
+            rk_found = (col + 1u);
+        }
+        rk_seen = (rk_seen + 1u);
+    }
+    *sk_io_rk_seen = rk_seen;
+    *sk_io_rk_found = rk_found;
+}
+fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filters::race_sweep
+    var s64: f64 = f64(ov);
+    if (noisy) {
+        // built by kernels::seeded::score64
+        let sk_e178: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e178 + 8u)], rows[(sk_e178 + 9u)], rows[(sk_e178 + 10u)], col)));
+    }
+    if (((s64 > best64) || (best64_i == 4294967295u))) {
+        // built by kernels::filters::keep_best
+        best64 = s64;
+        best64_i = col;
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
+fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
+    var rk_mine: u32 = *sk_io_rk_mine;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if ((key == rk_key)) {
+        // built by kernels::filter_rank::token_at
+        rk_mine = (rk_mine + 1u);
+    }
+    *sk_io_rk_mine = rk_mine;
+}
+fn sk_gather(key: u32) {
+    // built by kernels::filter_rank::gather
+    var rank_at: u32 = 0u;
+    rank_at = atomicAdd(&rank_count[0u], 1u);
+    if ((rank_at < 4096u)) {
+        listed_cols[rank_at] = key;
+    }
+}
+fn sk_merge_row(rz: f32, row_m: f32, noisy: bool, row: u32, r: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filter_top_k::merge_row
+    var s64: f64 = f64((rz - row_m));
+    if (noisy) {
+        // built by kernels::seeded::score64
+        let sk_e116: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e116 + 8u)], rows[(sk_e116 + 9u)], rows[(sk_e116 + 10u)], r)));
+    }
+    if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
+        // built by kernels::filter_top_k::keep_lower
+        best64 = s64;
+        best64_i = r;
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
+fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_sel_tm: ptr<function, u64>, sk_io_sel_n: ptr<function, u32>, sk_io_lim: ptr<function, u64>, sk_io_sel_m: ptr<function, u64>, sk_io_sel_key: ptr<function, u32>, sk_io_sel_mask: ptr<function, u32>) {
+    var sel_tn: u32 = *sk_io_sel_tn;
+    var sel_tm: u64 = *sk_io_sel_tm;
+    var sel_n: u32 = *sk_io_sel_n;
+    var lim: u64 = *sk_io_lim;
+    var sel_m: u64 = *sk_io_sel_m;
+    var sel_key: u32 = *sk_io_sel_key;
+    var sel_mask: u32 = *sk_io_sel_mask;
+    // built by kernels::filters::select_step
+    var tn64: u64 = u64(sel_tn);
+    var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
+    let sk_e33: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e33)) + 1lu), tn64, sk_e33)));
+    lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
+    sel_key = 0u;
+    sel_mask = 0u;
+    sel_n = 0u;
+    sel_tn = 0u;
+    sel_m = 0lu;
+    sel_tm = 0lu;
+    *sk_io_sel_tn = sel_tn;
+    *sk_io_sel_tm = sel_tm;
+    *sk_io_sel_n = sel_n;
+    *sk_io_lim = lim;
+    *sk_io_sel_m = sel_m;
+    *sk_io_sel_key = sel_key;
+    *sk_io_sel_mask = sel_mask;
+}
+fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filters::digit_counts
+    var digit: u32 = ((key >> shift) & 15u);
+    (*cnt)[digit] += 1u;
+    (*mas)[digit] += mv;
+}
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if (((key & sel_mask) == sel_key)) {
+        // built by kernels::filters::candidate
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if (ok) {
+        sk_digit_counts(key, shift, mv, cnt, mas);
+    }
+}
+fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    var kept: bool = false;
+    if (((!searched) || (key >= s_key))) {
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+    }
+    if (kept) {
+        sk_gather(key);
+    }
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+}
+fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    var kept: bool = false;
+    if (((!searched) || (key >= s_key))) {
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+    }
+    if (kept) {
+        sk_race_sweep(ov, noisy, row, col, &best64, &best64_i);
+    }
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
+fn sk_race_one(rc: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, rz: f32, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::filter_top_k::race_one
+    var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+    let sk_e118: u32 = (rc & 3u);
+    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e118 == 1u)), w4[2], (sk_e118 == 2u)), w4[3], (sk_e118 == 3u))));
+    if (((score > best) || ((score == best) && (rc < best_i)))) {
+        // built by kernels::filter_top_k::keep_lower
+        best = score;
+        best_i = rc;
+    }
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
+fn sk_race_one_2(rov: f32, noisy: bool, row: u32, rcol: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filter_top_k::race_one
+    var s64: f64 = f64(rov);
+    if (noisy) {
+        // built by kernels::seeded::score64
+        let sk_e36: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], rcol)));
+    }
+    if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
+        // built by kernels::filter_top_k::keep_lower
+        best64 = s64;
+        best64_i = rcol;
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
+fn sk_select_in_range_2(base: u32, rcol: u32, temp: f32, cut_seeded: bool, rov: f32, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::filter_top_p::select_in_range
+    let sk_e35: f32 = sk_load_x((base + rcol));
+    var rz_x: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+    var rz: f32 = (rz_x / temp);
+    if (cut_seeded) {
+        sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
+    } else {
+        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
+fn sk_tied_range(cut_seeded: bool, tov: f32, noisy: bool, row: u32, col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, tz: f32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::filter_top_p::tied_range
+    if (cut_seeded) {
+        sk_race_one_2(tov, noisy, row, col, &best64, &best64_i);
+    } else {
+        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best, &best_i);
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
+fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+    var n_above: u32 = *sk_io_n_above;
+    var m_above: u64 = *sk_io_m_above;
+    var min_above_not: u32 = *sk_io_min_above_not;
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    var n_range: u32 = *sk_io_n_range;
+    var m_range: u64 = *sk_io_m_range;
+    var min_range_not: u32 = *sk_io_min_range_not;
+    var max_range: u32 = *sk_io_max_range;
+    var bestr64: f64 = *sk_io_bestr64;
+    var bestr64_i: u32 = *sk_io_bestr64_i;
+    var bestr: f32 = *sk_io_bestr;
+    var bestr_i: u32 = *sk_io_bestr_i;
+    var m_below: u64 = *sk_io_m_below;
+    var max_below: u32 = *sk_io_max_below;
+    var w_below: f32 = *sk_io_w_below;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var cz: f32 = (zx0 / temp);
+    var cov: f32 = (cz - cut_mx);
+    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+    if ((cw > (0.0f))) {
+        // built by kernels::filter_top_p::cut_part
+        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+        var cmv: u64 = sk_fixed(cw);
+        var cg: f32 = (grid_r - floor((cz * (16.0f))));
+        if ((cg < cut_lo)) {
+            n_above = (n_above + 1u);
+            m_above = (m_above + cmv);
+            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            if ((cw >= mp)) {
+                sk_tied_range(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &best64, &best64_i, &best, &best_i);
+            }
+        } else {
+            if ((cg <= cut_hi)) {
+                n_range = (n_range + 1u);
+                m_range = (m_range + cmv);
+                min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                max_range = max(max_range, ck);
+                if ((cw >= mp)) {
+                    sk_tied_range(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                }
+                var cut_at: u32 = 0u;
+                cut_at = atomicAdd(&cut_listing[0u], 1u);
+                if ((cut_at < 384u)) {
+                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))], col);
+                }
+            } else {
+                m_below = (m_below + cmv);
+                max_below = max(max_below, ck);
+                w_below = max(w_below, cw);
+            }
+        }
+    }
+    *sk_io_n_above = n_above;
+    *sk_io_m_above = m_above;
+    *sk_io_min_above_not = min_above_not;
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+    *sk_io_n_range = n_range;
+    *sk_io_m_range = m_range;
+    *sk_io_min_range_not = min_range_not;
+    *sk_io_max_range = max_range;
+    *sk_io_bestr64 = bestr64;
+    *sk_io_bestr64_i = bestr64_i;
+    *sk_io_bestr = bestr;
+    *sk_io_bestr_i = bestr_i;
+    *sk_io_m_below = m_below;
+    *sk_io_max_below = max_below;
+    *sk_io_w_below = w_below;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -424,526 +1324,41 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 let sk_e7: f32 = sk_load_x((base + (col_lo + select((sk_e8 - 1u), li3, (li3 < sk_e8)))));
                                 var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                                 if ((li0 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li0);
-                                    var cz: f32 = (zx0 / temp);
-                                    var cov: f32 = (cz - cut_mx);
-                                    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                        var cmv: u64 = sk_fixed(cw);
-                                        var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var s64: f64 = f64(cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        let sk_e9: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    let sk_e10: u32 = (col & 3u);
-                                                    var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var s64: f64 = f64(cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            let sk_e11: u32 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        let sk_e12: u32 = (col & 3u);
-                                                        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e12 == 1u)), w4[2], (sk_e12 == 2u)), w4[3], (sk_e12 == 3u))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                var cut_at: u32 = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))], ck);
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))], col);
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = max(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li1);
-                                    var cz: f32 = (zx1 / temp);
-                                    var cov: f32 = (cz - cut_mx);
-                                    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                        var cmv: u64 = sk_fixed(cw);
-                                        var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var s64: f64 = f64(cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        let sk_e13: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    let sk_e14: u32 = (col & 3u);
-                                                    var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e14 == 1u)), w4[2], (sk_e14 == 2u)), w4[3], (sk_e14 == 3u))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var s64: f64 = f64(cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            let sk_e15: u32 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        let sk_e16: u32 = (col & 3u);
-                                                        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e16 == 1u)), w4[2], (sk_e16 == 2u)), w4[3], (sk_e16 == 3u))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                var cut_at: u32 = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))], ck);
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))], col);
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = max(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li2);
-                                    var cz: f32 = (zx2 / temp);
-                                    var cov: f32 = (cz - cut_mx);
-                                    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                        var cmv: u64 = sk_fixed(cw);
-                                        var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var s64: f64 = f64(cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        let sk_e17: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    let sk_e18: u32 = (col & 3u);
-                                                    var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e18 == 1u)), w4[2], (sk_e18 == 2u)), w4[3], (sk_e18 == 3u))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var s64: f64 = f64(cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            let sk_e19: u32 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        let sk_e20: u32 = (col & 3u);
-                                                        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e20 == 1u)), w4[2], (sk_e20 == 2u)), w4[3], (sk_e20 == 3u))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                var cut_at: u32 = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))], ck);
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))], col);
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = max(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    // built by kernels::filter_values::read_step
-                                    var col: u32 = (col_lo + li3);
-                                    var cz: f32 = (zx3 / temp);
-                                    var cov: f32 = (cz - cut_mx);
-                                    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                                    if ((cw > (0.0f))) {
-                                        // built by kernels::filter_top_p::cut_part
-                                        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                        var cmv: u64 = sk_fixed(cw);
-                                        var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                        if ((cg < cut_lo)) {
-                                            n_above = (n_above + 1u);
-                                            m_above = (m_above + cmv);
-                                            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                            if ((cw >= mp)) {
-                                                if (cut_seeded) {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var s64: f64 = f64(cov);
-                                                    if (noisy) {
-                                                        // built by kernels::seeded::score64
-                                                        let sk_e21: u32 = (row * 12u);
-                                                        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
-                                                    }
-                                                    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best64 = s64;
-                                                        best64_i = col;
-                                                    }
-                                                } else {
-                                                    // built by kernels::filter_top_k::race_one
-                                                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                    let sk_e22: u32 = (col & 3u);
-                                                    var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e22 == 1u)), w4[2], (sk_e22 == 2u)), w4[3], (sk_e22 == 3u))));
-                                                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                        // built by kernels::filter_top_k::keep_lower
-                                                        best = score;
-                                                        best_i = col;
-                                                    }
-                                                }
-                                            }
-                                        } else {
-                                            if ((cg <= cut_hi)) {
-                                                n_range = (n_range + 1u);
-                                                m_range = (m_range + cmv);
-                                                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                                max_range = max(max_range, ck);
-                                                if ((cw >= mp)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var s64: f64 = f64(cov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            let sk_e23: u32 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr64 = s64;
-                                                            bestr64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        let sk_e24: u32 = (col & 3u);
-                                                        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
-                                                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            bestr = score;
-                                                            bestr_i = col;
-                                                        }
-                                                    }
-                                                }
-                                                var cut_at: u32 = 0u;
-                                                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                                if ((cut_at < 384u)) {
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))], ck);
-                                                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))], col);
-                                                }
-                                            } else {
-                                                m_below = (m_below + cmv);
-                                                max_below = max(max_below, ck);
-                                                w_below = max(w_below, cw);
-                                            }
-                                        }
-                                    }
+                                    sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                             }
                             var part_n_above: u32 = 0u;
                             var part_n_range: u32 = 0u;
-                            {
-                                if (sk_lid < 2u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = n_above;
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                }
-                                {
-                                    let sk_v = n_range;
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                }
-                                workgroupBarrier();
-                                part_n_above = atomicLoad(&sk_sum_lo[0]);
-                                part_n_range = atomicLoad(&sk_sum_lo[1]);
-                                workgroupBarrier();
-                            }
+                            sk_block_sums_u32_2(sk_lid, n_above, n_range, &part_n_above, &part_n_range);
                             var part_m_above: u64 = 0lu;
                             var part_m_range: u64 = 0lu;
                             var part_m_below: u64 = 0lu;
-                            {
-                                if (sk_lid < 3u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                    atomicStore(&sk_sum_hi[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = m_above;
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                                }
-                                {
-                                    let sk_v = m_range;
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                                }
-                                {
-                                    let sk_v = m_below;
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                                }
-                                workgroupBarrier();
-                                part_m_above = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                                part_m_range = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                                part_m_below = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                                workgroupBarrier();
-                            }
+                            sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
                             var part_min_above_not: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = min_above_not;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_min_above_not = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            part_min_above_not = sk_block_max_u32(sk_lid, min_above_not);
                             var part_min_range_not: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = min_range_not;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_min_range_not = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            part_min_range_not = sk_block_max_u32(sk_lid, min_range_not);
                             var part_max_range: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = max_range;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_max_range = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            part_max_range = sk_block_max_u32(sk_lid, max_range);
                             var part_max_below: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = max_below;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_max_below = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            part_max_below = sk_block_max_u32(sk_lid, max_below);
                             var part_w_below: f32 = (0.0f);
-                            {
-                                sk_red_f32[sk_lid] = w_below;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_w_below = sk_red_f32[0];
-                                workgroupBarrier();
-                            }
+                            part_w_below = sk_block_max_f32(sk_lid, w_below);
                             var part_best: f32 = (0.0f);
                             var part_best_i: u32 = 0u;
-                            {
-                                sk_am_f32[sk_lid] = best;
-                                sk_am_i[sk_lid] = best_i;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        let ov = sk_am_f32[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f32[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_best = sk_am_f32[0];
-                                part_best_i = sk_am_i[0];
-                                workgroupBarrier();
-                            }
+                            sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
                             var part_best64: f64 = (0.0lf);
                             var part_best64_i: u32 = 0u;
-                            {
-                                sk_am_f64[sk_lid] = best64;
-                                sk_am_i[sk_lid] = best64_i;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        let ov = sk_am_f64[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f64[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_best64 = sk_am_f64[0];
-                                part_best64_i = sk_am_i[0];
-                                workgroupBarrier();
-                            }
+                            sk_block_argmax_f64(sk_lid, best64, best64_i, &part_best64, &part_best64_i);
                             if ((sk_lid == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
                                 atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 792u)], bitcast<u32>(part_best));
@@ -954,46 +1369,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var part_bestr: f32 = (0.0f);
                             var part_bestr_i: u32 = 0u;
-                            {
-                                sk_am_f32[sk_lid] = bestr;
-                                sk_am_i[sk_lid] = bestr_i;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        let ov = sk_am_f32[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f32[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_bestr = sk_am_f32[0];
-                                part_bestr_i = sk_am_i[0];
-                                workgroupBarrier();
-                            }
+                            sk_block_argmax_f32(sk_lid, bestr, bestr_i, &part_bestr, &part_bestr_i);
                             var part_bestr64: f64 = (0.0lf);
                             var part_bestr64_i: u32 = 0u;
-                            {
-                                sk_am_f64[sk_lid] = bestr64;
-                                sk_am_i[sk_lid] = bestr64_i;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        let ov = sk_am_f64[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f64[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
-                                    }
-                                    workgroupBarrier();
-                                }
-                                part_bestr64 = sk_am_f64[0];
-                                part_bestr64_i = sk_am_i[0];
-                                workgroupBarrier();
-                            }
+                            sk_block_argmax_f64(sk_lid, bestr64, bestr64_i, &part_bestr64, &part_bestr64_i);
                             if ((sk_lid == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
                                 atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 797u)], bitcast<u32>(part_bestr));
@@ -1034,18 +1413,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             arrived = (before + 1u);
                         }
                         var arrivals: u32 = 0u;
-                        {
-                            sk_red_u32[sk_lid] = arrived;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                }
-                                workgroupBarrier();
-                            }
-                            arrivals = sk_red_u32[0];
-                            workgroupBarrier();
-                        }
+                        arrivals = sk_block_max_u32(sk_lid, arrived);
                         if ((arrivals == parts)) {
                             // built by kernels::combine::last_part_on
                             storageBarrier();
@@ -1127,139 +1495,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_above_all: u32 = 0u;
                                 var n_range_all: u32 = 0u;
                                 var short_all: u32 = 0u;
-                                {
-                                    if (sk_lid < 3u) {
-                                        atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                    }
-                                    workgroupBarrier();
-                                    {
-                                        let sk_v = r_n_above;
-                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                    }
-                                    {
-                                        let sk_v = r_n_range;
-                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                    }
-                                    {
-                                        let sk_v = r_short;
-                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                    }
-                                    workgroupBarrier();
-                                    n_above_all = atomicLoad(&sk_sum_lo[0]);
-                                    n_range_all = atomicLoad(&sk_sum_lo[1]);
-                                    short_all = atomicLoad(&sk_sum_lo[2]);
-                                    workgroupBarrier();
-                                }
+                                sk_block_sums_u32_3(sk_lid, r_n_above, r_n_range, r_short, &n_above_all, &n_range_all, &short_all);
                                 var m_above_all: u64 = 0lu;
                                 var m_range_all: u64 = 0lu;
                                 var m_below_all: u64 = 0lu;
-                                {
-                                    if (sk_lid < 3u) {
-                                        atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                        atomicStore(&sk_sum_hi[sk_lid], 0u);
-                                    }
-                                    workgroupBarrier();
-                                    {
-                                        let sk_v = r_m_above;
-                                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                                        let sk_hi = u32(sk_v >> 32u);
-                                        if (sk_lo != 0u) {
-                                            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                                        }
-                                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                                    }
-                                    {
-                                        let sk_v = r_m_range;
-                                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                                        let sk_hi = u32(sk_v >> 32u);
-                                        if (sk_lo != 0u) {
-                                            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                                        }
-                                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                                    }
-                                    {
-                                        let sk_v = r_m_below;
-                                        let sk_lo = u32(sk_v & 0xfffffffflu);
-                                        let sk_hi = u32(sk_v >> 32u);
-                                        if (sk_lo != 0u) {
-                                            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                                        }
-                                        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                                    }
-                                    workgroupBarrier();
-                                    m_above_all = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                                    m_range_all = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                                    m_below_all = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                                    workgroupBarrier();
-                                }
+                                sk_block_sums_u64_3(sk_lid, r_m_above, r_m_range, r_m_below, &m_above_all, &m_range_all, &m_below_all);
                                 var min_above_not_all: u32 = 0u;
-                                {
-                                    sk_red_u32[sk_lid] = r_min_above_not;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                        if (sk_lid < sk_s) {
-                                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                        }
-                                        workgroupBarrier();
-                                    }
-                                    min_above_not_all = sk_red_u32[0];
-                                    workgroupBarrier();
-                                }
+                                min_above_not_all = sk_block_max_u32(sk_lid, r_min_above_not);
                                 var min_range_not_all: u32 = 0u;
-                                {
-                                    sk_red_u32[sk_lid] = r_min_range_not;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                        if (sk_lid < sk_s) {
-                                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                        }
-                                        workgroupBarrier();
-                                    }
-                                    min_range_not_all = sk_red_u32[0];
-                                    workgroupBarrier();
-                                }
+                                min_range_not_all = sk_block_max_u32(sk_lid, r_min_range_not);
                                 var max_range_all: u32 = 0u;
-                                {
-                                    sk_red_u32[sk_lid] = r_max_range;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                        if (sk_lid < sk_s) {
-                                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                        }
-                                        workgroupBarrier();
-                                    }
-                                    max_range_all = sk_red_u32[0];
-                                    workgroupBarrier();
-                                }
+                                max_range_all = sk_block_max_u32(sk_lid, r_max_range);
                                 var max_below_all: u32 = 0u;
-                                {
-                                    sk_red_u32[sk_lid] = r_max_below;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                        if (sk_lid < sk_s) {
-                                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                        }
-                                        workgroupBarrier();
-                                    }
-                                    max_below_all = sk_red_u32[0];
-                                    workgroupBarrier();
-                                }
+                                max_below_all = sk_block_max_u32(sk_lid, r_max_below);
                                 var w_below_all: f32 = (0.0f);
-                                {
-                                    sk_red_f32[sk_lid] = r_w_below;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                        if (sk_lid < sk_s) {
-                                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                        }
-                                        workgroupBarrier();
-                                    }
-                                    w_below_all = sk_red_f32[0];
-                                    workgroupBarrier();
-                                }
+                                w_below_all = sk_block_max_f32(sk_lid, r_w_below);
                                 var cut_row_mass: u64 = ((m_above_all + m_range_all) + m_below_all);
                                 var cut_lim: u64 = sk_fraction(pp, cut_row_mass);
                                 var cut_listed: bool = (short_all == 0u);
@@ -1298,32 +1548,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             l_n = atomicLoad(&partials[((((row_slot * parts) + l_p) * 805u) + 786u)]);
                                         }
                                         var l_from: u32 = 0u;
-                                        {
-                                            let sk_x = l_n;
-                                            sk_scan[sk_lid] = sk_x;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                                workgroupBarrier();
-                                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                                workgroupBarrier();
-                                            }
-                                            l_from = sk_scan[sk_lid] - sk_x;
-                                            workgroupBarrier();
-                                        }
+                                        l_from = sk_block_scan(sk_lid, l_n);
                                         var l_chunk: u32 = 0u;
-                                        {
-                                            sk_red_u32[sk_lid] = l_n;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                                if (sk_lid < sk_s) {
-                                                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                                                }
-                                                workgroupBarrier();
-                                            }
-                                            l_chunk = sk_red_u32[0];
-                                            workgroupBarrier();
-                                        }
+                                        l_chunk = sk_block_sum_u32(sk_lid, l_n);
                                         var l_start: u32 = (l_base + l_from);
                                         for (var li: u32 = 0u; li < l_n; li = li + 1u) {
                                             // built by kernels::filter_top_p::select_in_range
@@ -1343,9 +1570,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
                                             var dk: u32 = listed_cols[i];
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
-                                                var digit: u32 = ((dk >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
+                                                sk_select_in_range(dk, shift, &cnt, &mas);
                                             }
                                         }
                                         var cnt_s0: u32 = 0u;
@@ -1364,94 +1589,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var cnt_s13: u32 = 0u;
                                         var cnt_s14: u32 = 0u;
                                         var cnt_s15: u32 = 0u;
-                                        {
-                                            if (sk_lid < 16u) {
-                                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                            }
-                                            workgroupBarrier();
-                                            {
-                                                let sk_v = cnt[0];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[1];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[2];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[3];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[4];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[5];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[6];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[7];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[8];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[9];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[10];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[11];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[12];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[13];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[14];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[15];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                            }
-                                            workgroupBarrier();
-                                            cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                                            cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                                            cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                                            cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                                            cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                                            cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                                            cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                                            cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                                            cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                                            cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                                            cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                                            cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                                            cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                                            cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                                            cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                                            cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
                                         var mas_s0: u64 = 0lu;
                                         var mas_s1: u64 = 0lu;
                                         var mas_s2: u64 = 0lu;
@@ -1468,355 +1606,59 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var mas_s13: u64 = 0lu;
                                         var mas_s14: u64 = 0lu;
                                         var mas_s15: u64 = 0lu;
-                                        {
-                                            if (sk_lid < 16u) {
-                                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                                atomicStore(&sk_sum_hi[sk_lid], 0u);
-                                            }
-                                            workgroupBarrier();
-                                            {
-                                                let sk_v = mas[0];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[1];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[2];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[3];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[4];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[5];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[6];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[7];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[8];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[9];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[10];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[11];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[12];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[13];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[14];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[15];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
-                                            }
-                                            workgroupBarrier();
-                                            mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                                            mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                                            mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                                            mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                                            mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                                            mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                                            mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                                            mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                                            mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                                            mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                                            mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                                            mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                                            mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                                            mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                                            mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                                            mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
                                         var nb: u32 = sel_n;
                                         var mb: u64 = sel_m;
                                         var chosen: u32 = 4294967295u;
                                         var cn: u32 = sel_n;
                                         var cm: u64 = sel_m;
                                         if ((cnt_s15 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 15u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s15);
-                                            mb = (mb + mas_s15);
+                                            sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s14 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 14u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s14);
-                                            mb = (mb + mas_s14);
+                                            sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s13 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 13u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s13);
-                                            mb = (mb + mas_s13);
+                                            sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s12 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 12u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s12);
-                                            mb = (mb + mas_s12);
+                                            sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s11 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 11u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s11);
-                                            mb = (mb + mas_s11);
+                                            sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s10 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 10u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s10);
-                                            mb = (mb + mas_s10);
+                                            sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s9 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 9u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s9);
-                                            mb = (mb + mas_s9);
+                                            sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s8 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 8u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s8);
-                                            mb = (mb + mas_s8);
+                                            sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s7 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 7u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s7);
-                                            mb = (mb + mas_s7);
+                                            sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s6 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 6u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s6);
-                                            mb = (mb + mas_s6);
+                                            sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s5 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 5u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s5);
-                                            mb = (mb + mas_s5);
+                                            sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s4 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 4u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s4);
-                                            mb = (mb + mas_s4);
+                                            sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s3 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 3u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s3);
-                                            mb = (mb + mas_s3);
+                                            sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s2 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 2u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s2);
-                                            mb = (mb + mas_s2);
+                                            sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s1 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 1u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s1);
-                                            mb = (mb + mas_s1);
+                                            sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s0 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 0u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s0);
-                                            mb = (mb + mas_s0);
+                                            sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((chosen != 4294967295u)) {
                                             // built by kernels::filters::select_step
@@ -1828,18 +1670,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         sel_mask = (sel_mask | (15u << shift));
                                         if ((in_a && (digit_pass == 7u))) {
-                                            // built by kernels::filters::select_step
-                                            var tn64: u64 = u64(sel_tn);
-                                            var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                            let sk_e33: bool = (tie_v == 0lu);
-                                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e33)) + 1lu), tn64, sk_e33)));
-                                            lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                                            sel_key = 0u;
-                                            sel_mask = 0u;
-                                            sel_n = 0u;
-                                            sel_tn = 0u;
-                                            sel_m = 0lu;
-                                            sel_tm = 0lu;
+                                            sk_select_step_2(kk, pp, &sel_tn, &sel_tm, &sel_n, &lim, &sel_m, &sel_key, &sel_mask);
                                         }
                                     }
                                     var tn64: u64 = u64(sel_tn);
@@ -1858,7 +1689,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tk_key: u32 = listed_cols[ti];
                                             var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
                                             if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                                                sk_select_top(tk, t_shift, &t_cnt);
                                             }
                                         }
                                         var t_cs0: u32 = 0u;
@@ -1877,94 +1708,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_cs13: u32 = 0u;
                                         var t_cs14: u32 = 0u;
                                         var t_cs15: u32 = 0u;
-                                        {
-                                            if (sk_lid < 16u) {
-                                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                            }
-                                            workgroupBarrier();
-                                            {
-                                                let sk_v = t_cnt[0];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[1];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[2];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[3];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[4];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[5];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[6];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[7];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[8];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[9];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[10];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[11];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[12];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[13];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[14];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[15];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                            }
-                                            workgroupBarrier();
-                                            t_cs0 = atomicLoad(&sk_sum_lo[0]);
-                                            t_cs1 = atomicLoad(&sk_sum_lo[1]);
-                                            t_cs2 = atomicLoad(&sk_sum_lo[2]);
-                                            t_cs3 = atomicLoad(&sk_sum_lo[3]);
-                                            t_cs4 = atomicLoad(&sk_sum_lo[4]);
-                                            t_cs5 = atomicLoad(&sk_sum_lo[5]);
-                                            t_cs6 = atomicLoad(&sk_sum_lo[6]);
-                                            t_cs7 = atomicLoad(&sk_sum_lo[7]);
-                                            t_cs8 = atomicLoad(&sk_sum_lo[8]);
-                                            t_cs9 = atomicLoad(&sk_sum_lo[9]);
-                                            t_cs10 = atomicLoad(&sk_sum_lo[10]);
-                                            t_cs11 = atomicLoad(&sk_sum_lo[11]);
-                                            t_cs12 = atomicLoad(&sk_sum_lo[12]);
-                                            t_cs13 = atomicLoad(&sk_sum_lo[13]);
-                                            t_cs14 = atomicLoad(&sk_sum_lo[14]);
-                                            t_cs15 = atomicLoad(&sk_sum_lo[15]);
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
                                         var t_nb: u32 = t_above;
                                         var t_chosen: u32 = 4294967295u;
                                         var t_cn: u32 = t_above;
@@ -2095,33 +1839,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rcol: u32 = listed_cols[(i + 2048u)];
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            let sk_e35: f32 = sk_load_x((base + rcol));
-                                            var rz_x: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
-                                            var rz: f32 = (rz_x / temp);
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64(rov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e36: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], rcol)));
-                                                }
-                                                if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best64 = s64;
-                                                    best64_i = rcol;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e37: u32 = (rcol & 3u);
-                                                var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e37 == 1u)), w4[2], (sk_e37 == 2u)), w4[3], (sk_e37 == 3u))));
-                                                if (((score > best) || ((score == best) && (rcol < best_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best = score;
-                                                    best_i = rcol;
-                                                }
-                                            }
+                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
                                         }
                                     }
                                 }
@@ -2148,9 +1866,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
-                                                var digit: u32 = ((dk >> shift) & 15u);
-                                                cnt[digit] += 1u;
-                                                mas[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
+                                                sk_select_in_range(dk, shift, &cnt, &mas);
                                             }
                                         }
                                         var cnt_s0: u32 = 0u;
@@ -2169,94 +1885,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var cnt_s13: u32 = 0u;
                                         var cnt_s14: u32 = 0u;
                                         var cnt_s15: u32 = 0u;
-                                        {
-                                            if (sk_lid < 16u) {
-                                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                            }
-                                            workgroupBarrier();
-                                            {
-                                                let sk_v = cnt[0];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[1];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[2];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[3];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[4];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[5];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[6];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[7];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[8];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[9];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[10];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[11];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[12];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[13];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[14];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = cnt[15];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                            }
-                                            workgroupBarrier();
-                                            cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                                            cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                                            cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                                            cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                                            cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                                            cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                                            cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                                            cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                                            cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                                            cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                                            cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                                            cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                                            cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                                            cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                                            cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                                            cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
                                         var mas_s0: u64 = 0lu;
                                         var mas_s1: u64 = 0lu;
                                         var mas_s2: u64 = 0lu;
@@ -2273,355 +1902,59 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var mas_s13: u64 = 0lu;
                                         var mas_s14: u64 = 0lu;
                                         var mas_s15: u64 = 0lu;
-                                        {
-                                            if (sk_lid < 16u) {
-                                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                                atomicStore(&sk_sum_hi[sk_lid], 0u);
-                                            }
-                                            workgroupBarrier();
-                                            {
-                                                let sk_v = mas[0];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[1];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[2];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[3];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[4];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[5];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[6];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[7];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[8];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[9];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[10];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[11];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[12];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[13];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[14];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                                            }
-                                            {
-                                                let sk_v = mas[15];
-                                                let sk_lo = u32(sk_v & 0xfffffffflu);
-                                                let sk_hi = u32(sk_v >> 32u);
-                                                if (sk_lo != 0u) {
-                                                    let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                                                    if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
-                                                }
-                                                if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
-                                            }
-                                            workgroupBarrier();
-                                            mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                                            mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                                            mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                                            mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                                            mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                                            mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                                            mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                                            mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                                            mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                                            mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                                            mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                                            mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                                            mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                                            mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                                            mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                                            mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
                                         var nb: u32 = sel_n;
                                         var mb: u64 = sel_m;
                                         var chosen: u32 = 4294967295u;
                                         var cn: u32 = sel_n;
                                         var cm: u64 = sel_m;
                                         if ((cnt_s15 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 15u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s15);
-                                            mb = (mb + mas_s15);
+                                            sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s14 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 14u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s14);
-                                            mb = (mb + mas_s14);
+                                            sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s13 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 13u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s13);
-                                            mb = (mb + mas_s13);
+                                            sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s12 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 12u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s12);
-                                            mb = (mb + mas_s12);
+                                            sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s11 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 11u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s11);
-                                            mb = (mb + mas_s11);
+                                            sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s10 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 10u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s10);
-                                            mb = (mb + mas_s10);
+                                            sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s9 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 9u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s9);
-                                            mb = (mb + mas_s9);
+                                            sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s8 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 8u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s8);
-                                            mb = (mb + mas_s8);
+                                            sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s7 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 7u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s7);
-                                            mb = (mb + mas_s7);
+                                            sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s6 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 6u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s6);
-                                            mb = (mb + mas_s6);
+                                            sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s5 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 5u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s5);
-                                            mb = (mb + mas_s5);
+                                            sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s4 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 4u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s4);
-                                            mb = (mb + mas_s4);
+                                            sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s3 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 3u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s3);
-                                            mb = (mb + mas_s3);
+                                            sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s2 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 2u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s2);
-                                            mb = (mb + mas_s2);
+                                            sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s1 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 1u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s1);
-                                            mb = (mb + mas_s1);
+                                            sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((cnt_s0 > 0u)) {
-                                            // built by kernels::filters::select_step
-                                            if (((nb < kk) && (mb <= lim))) {
-                                                chosen = 0u;
-                                                cn = nb;
-                                                cm = mb;
-                                            }
-                                            nb = (nb + cnt_s0);
-                                            mb = (mb + mas_s0);
+                                            sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
                                         }
                                         if ((chosen != 4294967295u)) {
                                             // built by kernels::filters::select_step
@@ -2633,18 +1966,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         sel_mask = (sel_mask | (15u << shift));
                                         if ((in_a && (digit_pass == 7u))) {
-                                            // built by kernels::filters::select_step
-                                            var tn64: u64 = u64(sel_tn);
-                                            var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                            let sk_e39: bool = (tie_v == 0lu);
-                                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
-                                            lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                                            sel_key = 0u;
-                                            sel_mask = 0u;
-                                            sel_n = 0u;
-                                            sel_tn = 0u;
-                                            sel_m = 0lu;
-                                            sel_tm = 0lu;
+                                            sk_select_step_2(kk, pp, &sel_tn, &sel_tm, &sel_n, &lim, &sel_m, &sel_key, &sel_mask);
                                         }
                                     }
                                     var tn64: u64 = u64(sel_tn);
@@ -2671,7 +1993,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             let sk_e42: u32 = (ti / 384u);
                                             var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                             if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                                                sk_select_top(tk, t_shift, &t_cnt);
                                             }
                                         }
                                         var t_cs0: u32 = 0u;
@@ -2690,94 +2012,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_cs13: u32 = 0u;
                                         var t_cs14: u32 = 0u;
                                         var t_cs15: u32 = 0u;
-                                        {
-                                            if (sk_lid < 16u) {
-                                                atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                            }
-                                            workgroupBarrier();
-                                            {
-                                                let sk_v = t_cnt[0];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[1];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[2];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[3];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[4];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[5];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[6];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[7];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[8];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[9];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[10];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[11];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[12];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[13];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[14];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                            }
-                                            {
-                                                let sk_v = t_cnt[15];
-                                                if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                            }
-                                            workgroupBarrier();
-                                            t_cs0 = atomicLoad(&sk_sum_lo[0]);
-                                            t_cs1 = atomicLoad(&sk_sum_lo[1]);
-                                            t_cs2 = atomicLoad(&sk_sum_lo[2]);
-                                            t_cs3 = atomicLoad(&sk_sum_lo[3]);
-                                            t_cs4 = atomicLoad(&sk_sum_lo[4]);
-                                            t_cs5 = atomicLoad(&sk_sum_lo[5]);
-                                            t_cs6 = atomicLoad(&sk_sum_lo[6]);
-                                            t_cs7 = atomicLoad(&sk_sum_lo[7]);
-                                            t_cs8 = atomicLoad(&sk_sum_lo[8]);
-                                            t_cs9 = atomicLoad(&sk_sum_lo[9]);
-                                            t_cs10 = atomicLoad(&sk_sum_lo[10]);
-                                            t_cs11 = atomicLoad(&sk_sum_lo[11]);
-                                            t_cs12 = atomicLoad(&sk_sum_lo[12]);
-                                            t_cs13 = atomicLoad(&sk_sum_lo[13]);
-                                            t_cs14 = atomicLoad(&sk_sum_lo[14]);
-                                            t_cs15 = atomicLoad(&sk_sum_lo[15]);
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
                                         var t_nb: u32 = t_above;
                                         var t_chosen: u32 = 4294967295u;
                                         var t_cn: u32 = t_above;
@@ -2915,33 +2150,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((i - (sk_e44 * 384u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            let sk_e45: f32 = sk_load_x((base + rcol));
-                                            var rz_x: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
-                                            var rz: f32 = (rz_x / temp);
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64(rov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e46: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], rcol)));
-                                                }
-                                                if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best64 = s64;
-                                                    best64_i = rcol;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e47: u32 = (rcol & 3u);
-                                                var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e47 == 1u)), w4[2], (sk_e47 == 2u)), w4[3], (sk_e47 == 3u))));
-                                                if (((score > best) || ((score == best) && (rcol < best_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best = score;
-                                                    best_i = rcol;
-                                                }
-                                            }
+                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
                                         }
                                     }
                                 }
@@ -2965,32 +2174,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             t_n = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 779u)]);
                                         }
                                         var t_from: u32 = 0u;
-                                        {
-                                            let sk_x = t_n;
-                                            sk_scan[sk_lid] = sk_x;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                                workgroupBarrier();
-                                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                                workgroupBarrier();
-                                            }
-                                            t_from = sk_scan[sk_lid] - sk_x;
-                                            workgroupBarrier();
-                                        }
+                                        t_from = sk_block_scan(sk_lid, t_n);
                                         var t_chunk: u32 = 0u;
-                                        {
-                                            sk_red_u32[sk_lid] = t_n;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                                if (sk_lid < sk_s) {
-                                                    sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                                                }
-                                                workgroupBarrier();
-                                            }
-                                            t_chunk = sk_red_u32[0];
-                                            workgroupBarrier();
-                                        }
+                                        t_chunk = sk_block_sum_u32(sk_lid, t_n);
                                         var t_start: u32 = (t_base + t_from);
                                         if ((t_n > 0u)) {
                                             // built by kernels::filter_top_p::tied_range
@@ -3027,31 +2213,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         t_base = (t_base + t_chunk);
                                     }
                                     var t_cut_part: u32 = 0u;
-                                    {
-                                        sk_red_u32[sk_lid] = t_part;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        t_cut_part = sk_red_u32[0];
-                                        workgroupBarrier();
-                                    }
+                                    t_cut_part = sk_block_max_u32(sk_lid, t_part);
                                     var t_cut_left: u32 = 0u;
-                                    {
-                                        sk_red_u32[sk_lid] = t_left;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        t_cut_left = sk_red_u32[0];
-                                        workgroupBarrier();
-                                    }
+                                    t_cut_left = sk_block_max_u32(sk_lid, t_left);
                                     if ((t_cut_part > 0u)) {
                                         // built by kernels::filter_top_p::tied_range
                                         var t_lo: u32 = min(((t_cut_part - 1u) * ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
@@ -3070,19 +2234,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                         }
                                         var t_rank0: u32 = 0u;
-                                        {
-                                            let sk_x = t_mine;
-                                            sk_scan[sk_lid] = sk_x;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                                workgroupBarrier();
-                                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                                workgroupBarrier();
-                                            }
-                                            t_rank0 = sk_scan[sk_lid] - sk_x;
-                                            workgroupBarrier();
-                                        }
+                                        t_rank0 = sk_block_scan(sk_lid, t_mine);
                                         var t_rank: u32 = t_rank0;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
                                             let sk_e54: f32 = sk_load_x((base + col));
@@ -3091,30 +2243,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                                 if ((t_rank < t_cut_left)) {
-                                                    if (cut_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var s64: f64 = f64(tov);
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            let sk_e55: u32 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col)));
-                                                        }
-                                                        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best64 = s64;
-                                                            best64_i = col;
-                                                        }
-                                                    } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        let sk_e56: u32 = (col & 3u);
-                                                        var score: f32 = (tz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e56 == 1u)), w4[2], (sk_e56 == 2u)), w4[3], (sk_e56 == 3u))));
-                                                        if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best = score;
-                                                            best_i = col;
-                                                        }
-                                                    }
+                                                    sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best64, &best64_i, &best, &best_i);
                                                 }
                                                 t_rank = (t_rank + 1u);
                                             }
@@ -3125,46 +2254,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     // built by kernels::filter_top_p::cut_row
                                     var ow_win: f32 = (0.0f);
                                     var ow_tok32: u32 = 0u;
-                                    {
-                                        sk_am_f32[sk_lid] = best;
-                                        sk_am_i[sk_lid] = best_i;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                let ov = sk_am_f32[sk_lid + sk_s];
-                                                let oi = sk_am_i[sk_lid + sk_s];
-                                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                                    sk_am_f32[sk_lid] = ov;
-                                                    sk_am_i[sk_lid] = oi;
-                                                }
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        ow_win = sk_am_f32[0];
-                                        ow_tok32 = sk_am_i[0];
-                                        workgroupBarrier();
-                                    }
+                                    sk_block_argmax_f32(sk_lid, best, best_i, &ow_win, &ow_tok32);
                                     var ow_win64: f64 = (0.0lf);
                                     var ow_tok64: u32 = 0u;
-                                    {
-                                        sk_am_f64[sk_lid] = best64;
-                                        sk_am_i[sk_lid] = best64_i;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                let ov = sk_am_f64[sk_lid + sk_s];
-                                                let oi = sk_am_i[sk_lid + sk_s];
-                                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                                    sk_am_f64[sk_lid] = ov;
-                                                    sk_am_i[sk_lid] = oi;
-                                                }
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        ow_win64 = sk_am_f64[0];
-                                        ow_tok64 = sk_am_i[0];
-                                        workgroupBarrier();
-                                    }
+                                    sk_block_argmax_f64(sk_lid, best64, best64_i, &ow_win64, &ow_tok64);
                                     var ow_tok: u32 = select(ow_tok32, ow_tok64, cut_seeded);
                                     var ow_valid: bool = (ow_tok < params.vocab);
                                     var ow_at: u32 = select(0u, ow_tok, ow_valid);
@@ -3200,18 +2293,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 m = max(m, bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 805u) + 0u)])));
                             }
                             var row_m: f32 = (0.0f);
-                            {
-                                sk_red_f32[sk_lid] = m;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                row_m = sk_red_f32[0];
-                                workgroupBarrier();
-                            }
+                            row_m = sk_block_max_f32(sk_lid, m);
                             var s: f32 = (0.0f);
                             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                 // built by kernels::filter_top_k::merge_row
@@ -3221,18 +2303,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             var row_s: f32 = (0.0f);
-                            {
-                                sk_red_f32[sk_lid] = s;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                                    }
-                                    workgroupBarrier();
-                                }
-                                row_s = sk_red_f32[0];
-                                workgroupBarrier();
-                            }
+                            row_s = sk_block_sum_f32(sk_lid, s);
                             if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                                 // built by kernels::filter_top_k::merge_row
                                 var want: u32 = (kc + 1u);
@@ -3255,7 +2326,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         var tk: u32 = ik;
                                         if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                            t_cnt[((tk >> t_shift) & 15u)] += 1u;
+                                            sk_select_top(tk, t_shift, &t_cnt);
                                         }
                                     }
                                     var t_cs0: u32 = 0u;
@@ -3274,94 +2345,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_cs13: u32 = 0u;
                                     var t_cs14: u32 = 0u;
                                     var t_cs15: u32 = 0u;
-                                    {
-                                        if (sk_lid < 16u) {
-                                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                        }
-                                        workgroupBarrier();
-                                        {
-                                            let sk_v = t_cnt[0];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[1];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[2];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[3];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[4];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[5];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[6];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[7];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[8];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[9];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[10];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[11];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[12];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[13];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[14];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                        }
-                                        {
-                                            let sk_v = t_cnt[15];
-                                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                        }
-                                        workgroupBarrier();
-                                        t_cs0 = atomicLoad(&sk_sum_lo[0]);
-                                        t_cs1 = atomicLoad(&sk_sum_lo[1]);
-                                        t_cs2 = atomicLoad(&sk_sum_lo[2]);
-                                        t_cs3 = atomicLoad(&sk_sum_lo[3]);
-                                        t_cs4 = atomicLoad(&sk_sum_lo[4]);
-                                        t_cs5 = atomicLoad(&sk_sum_lo[5]);
-                                        t_cs6 = atomicLoad(&sk_sum_lo[6]);
-                                        t_cs7 = atomicLoad(&sk_sum_lo[7]);
-                                        t_cs8 = atomicLoad(&sk_sum_lo[8]);
-                                        t_cs9 = atomicLoad(&sk_sum_lo[9]);
-                                        t_cs10 = atomicLoad(&sk_sum_lo[10]);
-                                        t_cs11 = atomicLoad(&sk_sum_lo[11]);
-                                        t_cs12 = atomicLoad(&sk_sum_lo[12]);
-                                        t_cs13 = atomicLoad(&sk_sum_lo[13]);
-                                        t_cs14 = atomicLoad(&sk_sum_lo[14]);
-                                        t_cs15 = atomicLoad(&sk_sum_lo[15]);
-                                        workgroupBarrier();
-                                    }
+                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
                                     var t_nb: u32 = t_above;
                                     var t_chosen: u32 = 4294967295u;
                                     var t_cn: u32 = t_above;
@@ -3510,33 +2494,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 var g_tie_start: u32 = 0u;
-                                {
-                                    let sk_x = g_ties;
-                                    sk_scan[sk_lid] = sk_x;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                        workgroupBarrier();
-                                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                        workgroupBarrier();
-                                    }
-                                    g_tie_start = sk_scan[sk_lid] - sk_x;
-                                    workgroupBarrier();
-                                }
+                                g_tie_start = sk_block_scan(sk_lid, g_ties);
                                 var g_out_start: u32 = 0u;
-                                {
-                                    let sk_x = (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties));
-                                    sk_scan[sk_lid] = sk_x;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                        workgroupBarrier();
-                                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                        workgroupBarrier();
-                                    }
-                                    g_out_start = sk_scan[sk_lid] - sk_x;
-                                    workgroupBarrier();
-                                }
+                                g_out_start = sk_block_scan(sk_lid, (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties)));
                                 var g_rank: u32 = g_tie_start;
                                 var g_out: u32 = g_out_start;
                                 for (var gj: u32 = g_lo; gj < g_hi; gj = gj + 1u) {
@@ -3594,18 +2554,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                 }
                                 var top_k_mass: u64 = 0lu;
-                                {
-                                    sk_red_u64[sk_lid] = tk_mass;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                        if (sk_lid < sk_s) {
-                                            sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
-                                        }
-                                        workgroupBarrier();
-                                    }
-                                    top_k_mass = sk_red_u64[0];
-                                    workgroupBarrier();
-                                }
+                                top_k_mass = sk_block_sum_u64(sk_lid, tk_mass);
                                 workgroupBarrier();
                                 var joint_p: bool = ((pp < (1.0f)) && (!k_first));
                                 var lim_k: u64 = select(18446744073709551615lu, sk_fraction(pp, top_k_mass), (pp < (1.0f)));
@@ -3630,24 +2579,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var kept_n: u32 = 0u;
                                 var unsure_n: u32 = 0u;
-                                {
-                                    if (sk_lid < 2u) {
-                                        atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                    }
-                                    workgroupBarrier();
-                                    {
-                                        let sk_v = n_lo;
-                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                    }
-                                    {
-                                        let sk_v = n_unsure;
-                                        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                    }
-                                    workgroupBarrier();
-                                    kept_n = atomicLoad(&sk_sum_lo[0]);
-                                    unsure_n = atomicLoad(&sk_sum_lo[1]);
-                                    workgroupBarrier();
-                                }
+                                sk_block_sums_u32_2(sk_lid, n_lo, n_unsure, &kept_n, &unsure_n);
                                 if ((joint_p && (unsure_n > 0u))) {
                                     var rm_own: u64 = 0lu;
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -3798,18 +2730,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
-                                    {
-                                        sk_red_u64[sk_lid] = rm_own;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        rm_row = sk_red_u64[0];
-                                        workgroupBarrier();
-                                    }
+                                    rm_row = sk_block_sum_u64(sk_lid, rm_own);
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
@@ -3823,18 +2744,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     var kept_exact: u32 = 0u;
-                                    {
-                                        sk_red_u32[sk_lid] = n_lo;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        kept_exact = sk_red_u32[0];
-                                        workgroupBarrier();
-                                    }
+                                    kept_exact = sk_block_sum_u32(sk_lid, n_lo);
                                     kept_n = kept_exact;
                                     unsure_n = 0u;
                                     reads_before = (reads_before + 1u);
@@ -3883,18 +2793,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     var tie_bad_n: u32 = 0u;
-                                    {
-                                        sk_red_u32[sk_lid] = tie_bad;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        tie_bad_n = sk_red_u32[0];
-                                        workgroupBarrier();
-                                    }
+                                    tie_bad_n = sk_block_sum_u32(sk_lid, tie_bad);
                                     prefix_exact = (tie_bad_n == 0u);
                                 }
                                 var decided: bool = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
@@ -3915,86 +2814,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         let sk_e115: u32 = listed_cols[(1285u + r)];
                                         var rz: f32 = bitcast<f32>(select((sk_e115 ^ 4294967295u), (sk_e115 ^ 2147483648u), ((sk_e115 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
-                                            var s64: f64 = f64((rz - row_m));
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e116: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e116 + 8u)], rows[(sk_e116 + 9u)], rows[(sk_e116 + 10u)], r)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = r;
-                                            }
+                                            sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
                                         } else {
                                             if (ow_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64((rz - row_m));
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e117: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e117 + 8u)], rows[(sk_e117 + 9u)], rows[(sk_e117 + 10u)], rc)));
-                                                }
-                                                if (((s64 > best64) || ((s64 == best64) && (rc < best64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best64 = s64;
-                                                    best64_i = rc;
-                                                }
+                                                sk_merge_row(rz, row_m, noisy, row, rc, &best64, &best64_i);
                                             } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e118: u32 = (rc & 3u);
-                                                var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e118 == 1u)), w4[2], (sk_e118 == 2u)), w4[3], (sk_e118 == 3u))));
-                                                if (((score > best) || ((score == best) && (rc < best_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    best = score;
-                                                    best_i = rc;
-                                                }
+                                                sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
                                             }
                                         }
                                     }
                                     var ow_win: f32 = (0.0f);
                                     var ow_tok32: u32 = 0u;
-                                    {
-                                        sk_am_f32[sk_lid] = best;
-                                        sk_am_i[sk_lid] = best_i;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                let ov = sk_am_f32[sk_lid + sk_s];
-                                                let oi = sk_am_i[sk_lid + sk_s];
-                                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                                    sk_am_f32[sk_lid] = ov;
-                                                    sk_am_i[sk_lid] = oi;
-                                                }
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        ow_win = sk_am_f32[0];
-                                        ow_tok32 = sk_am_i[0];
-                                        workgroupBarrier();
-                                    }
+                                    sk_block_argmax_f32(sk_lid, best, best_i, &ow_win, &ow_tok32);
                                     var ow_win64: f64 = (0.0lf);
                                     var ow_tok64: u32 = 0u;
-                                    {
-                                        sk_am_f64[sk_lid] = best64;
-                                        sk_am_i[sk_lid] = best64_i;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                let ov = sk_am_f64[sk_lid + sk_s];
-                                                let oi = sk_am_i[sk_lid + sk_s];
-                                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                                    sk_am_f64[sk_lid] = ov;
-                                                    sk_am_i[sk_lid] = oi;
-                                                }
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        ow_win64 = sk_am_f64[0];
-                                        ow_tok64 = sk_am_i[0];
-                                        workgroupBarrier();
-                                    }
+                                    sk_block_argmax_f64(sk_lid, best64, best64_i, &ow_win64, &ow_tok64);
                                     var ow_tok: u32 = select(ow_tok32, select(ow_tok64, listed_cols[(1542u + min(ow_tok64, 256u))], (ow_ranked && (ow_tok64 < kept_n))), ow_seeded);
                                     var ow_valid: bool = (ow_tok < params.vocab);
                                     var ow_at: u32 = select(0u, ow_tok, ow_valid);
@@ -4037,18 +2871,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
-                                    {
-                                        sk_red_u32[sk_lid] = mo_left;
-                                        workgroupBarrier();
-                                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                            if (sk_lid < sk_s) {
-                                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                            }
-                                            workgroupBarrier();
-                                        }
-                                        mo_uncovered = sk_red_u32[0];
-                                        workgroupBarrier();
-                                    }
+                                    mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
                                     let sk_e126: u32 = (row * 12u);
                                     if (((mo_uncovered == 0u) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
@@ -4071,74 +2894,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 if (((sk_e128 > (0.0f)) && (sk_e128 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var s64: f64 = f64((mo_z - row_m));
-                                                        if (noisy) {
-                                                            // built by kernels::seeded::score64
-                                                            let sk_e129: u32 = (row * 12u);
-                                                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e129 + 8u)], rows[(sk_e129 + 9u)], rows[(sk_e129 + 10u)], mo_col)));
-                                                        }
-                                                        if (((s64 > best64) || ((s64 == best64) && (mo_col < best64_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best64 = s64;
-                                                            best64_i = mo_col;
-                                                        }
+                                                        sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
                                                     } else {
-                                                        // built by kernels::filter_top_k::race_one
-                                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                        let sk_e130: u32 = (mo_col & 3u);
-                                                        var score: f32 = (mo_z + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e130 == 1u)), w4[2], (sk_e130 == 2u)), w4[3], (sk_e130 == 3u))));
-                                                        if (((score > best) || ((score == best) && (mo_col < best_i)))) {
-                                                            // built by kernels::filter_top_k::keep_lower
-                                                            best = score;
-                                                            best_i = mo_col;
-                                                        }
+                                                        sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, &best, &best_i);
                                                     }
                                                 }
                                             }
                                         }
                                         var ow_win: f32 = (0.0f);
                                         var ow_tok32: u32 = 0u;
-                                        {
-                                            sk_am_f32[sk_lid] = best;
-                                            sk_am_i[sk_lid] = best_i;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                                if (sk_lid < sk_s) {
-                                                    let ov = sk_am_f32[sk_lid + sk_s];
-                                                    let oi = sk_am_i[sk_lid + sk_s];
-                                                    if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                                        sk_am_f32[sk_lid] = ov;
-                                                        sk_am_i[sk_lid] = oi;
-                                                    }
-                                                }
-                                                workgroupBarrier();
-                                            }
-                                            ow_win = sk_am_f32[0];
-                                            ow_tok32 = sk_am_i[0];
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_argmax_f32(sk_lid, best, best_i, &ow_win, &ow_tok32);
                                         var ow_win64: f64 = (0.0lf);
                                         var ow_tok64: u32 = 0u;
-                                        {
-                                            sk_am_f64[sk_lid] = best64;
-                                            sk_am_i[sk_lid] = best64_i;
-                                            workgroupBarrier();
-                                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                                if (sk_lid < sk_s) {
-                                                    let ov = sk_am_f64[sk_lid + sk_s];
-                                                    let oi = sk_am_i[sk_lid + sk_s];
-                                                    if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                                        sk_am_f64[sk_lid] = ov;
-                                                        sk_am_i[sk_lid] = oi;
-                                                    }
-                                                }
-                                                workgroupBarrier();
-                                            }
-                                            ow_win64 = sk_am_f64[0];
-                                            ow_tok64 = sk_am_i[0];
-                                            workgroupBarrier();
-                                        }
+                                        sk_block_argmax_f64(sk_lid, best64, best64_i, &ow_win64, &ow_tok64);
                                         var ow_tok: u32 = select(ow_tok32, ow_tok64, mo_seeded);
                                         var ow_valid: bool = (ow_tok < params.vocab);
                                         var ow_at: u32 = select(0u, ow_tok, ow_valid);
@@ -4214,18 +2982,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     }
                     var part_max: f32 = (0.0f);
-                    {
-                        sk_red_f32[sk_lid] = m;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        part_max = sk_red_f32[0];
-                        workgroupBarrier();
-                    }
+                    part_max = sk_block_max_f32(sk_lid, m);
                     var mx: f32 = part_max;
                     var sel_key: u32 = 0u;
                     var sel_mask: u32 = 0u;
@@ -4253,19 +3010,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
                             var list_from: u32 = 0u;
-                            {
-                                let sk_x = mine;
-                                sk_scan[sk_lid] = sk_x;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                    workgroupBarrier();
-                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                    workgroupBarrier();
-                                }
-                                list_from = sk_scan[sk_lid] - sk_x;
-                                workgroupBarrier();
-                            }
+                            list_from = sk_block_scan(sk_lid, mine);
                             var list_at: u32 = list_from;
                             sweeps = (sweeps + 1u);
                             {
@@ -4286,88 +3031,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e140: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     var zx3: f32 = select(sk_e140, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e140) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        if (((key & sel_mask) == sel_key)) {
-                                            // built by kernels::filters::candidate
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                        }
-                                        if ((ok && (list_at < 4096u))) {
-                                            // built by kernels::filters::list_bucket
-                                            listed_cols[list_at] = col;
-                                            list_at = (list_at + 1u);
-                                        }
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                 }
                             }
@@ -4400,19 +3073,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             var bucket_from: u32 = 0u;
-                            {
-                                let sk_x = mine;
-                                sk_scan[sk_lid] = sk_x;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                    workgroupBarrier();
-                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                    workgroupBarrier();
-                                }
-                                bucket_from = sk_scan[sk_lid] - sk_x;
-                                workgroupBarrier();
-                            }
+                            bucket_from = sk_block_scan(sk_lid, mine);
                             var bucket_at: u32 = bucket_from;
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
@@ -4466,24 +3127,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var last_key: u32 = 0u;
                             var last_col: u32 = 0u;
-                            {
-                                if (sk_lid < 2u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = found_key;
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                }
-                                {
-                                    let sk_v = found_col;
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                }
-                                workgroupBarrier();
-                                last_key = atomicLoad(&sk_sum_lo[0]);
-                                last_col = atomicLoad(&sk_sum_lo[1]);
-                                workgroupBarrier();
-                            }
+                            sk_block_sums_u32_2(sk_lid, found_key, found_col, &last_key, &last_col);
                             sel_key = last_key;
                             tie_col = last_col;
                             done = true;
@@ -4511,10 +3155,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mv = sk_fixed(wv);
                                     }
                                     if (ok) {
-                                        // built by kernels::filters::digit_counts
-                                        var digit: u32 = ((key >> shift) & 15u);
-                                        cnt[digit] += 1u;
-                                        mas[digit] += mv;
+                                        sk_digit_counts(key, shift, mv, &cnt, &mas);
                                     }
                                 }
                             }
@@ -4541,92 +3182,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             let sk_e148: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                             var zx3: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li0);
-                                                var zv: f32 = (zx0 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li1);
-                                                var zv: f32 = (zx1 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li2);
-                                                var zv: f32 = (zx2 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li3);
-                                                var zv: f32 = (zx3 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                         }
                                     } else {
@@ -4645,92 +3210,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             let sk_e152: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                             var zx3: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li0);
-                                                var zv: f32 = (zx0 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li1);
-                                                var zv: f32 = (zx1 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li2);
-                                                var zv: f32 = (zx2 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li3);
-                                                var zv: f32 = (zx3 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if (((key & sel_mask) == sel_key)) {
-                                                    // built by kernels::filters::candidate
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::digit_counts
-                                                    var digit: u32 = ((key >> shift) & 15u);
-                                                    cnt[digit] += 1u;
-                                                    mas[digit] += mv;
-                                                }
+                                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
                                         }
                                     }
@@ -4752,94 +3241,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var cnt_s13: u32 = 0u;
                             var cnt_s14: u32 = 0u;
                             var cnt_s15: u32 = 0u;
-                            {
-                                if (sk_lid < 16u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = cnt[0];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[1];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[2];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[3];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[4];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[5];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[6];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[7];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[8];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[9];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[10];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[11];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[12];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[13];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[14];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                                }
-                                {
-                                    let sk_v = cnt[15];
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                                }
-                                workgroupBarrier();
-                                cnt_s0 = atomicLoad(&sk_sum_lo[0]);
-                                cnt_s1 = atomicLoad(&sk_sum_lo[1]);
-                                cnt_s2 = atomicLoad(&sk_sum_lo[2]);
-                                cnt_s3 = atomicLoad(&sk_sum_lo[3]);
-                                cnt_s4 = atomicLoad(&sk_sum_lo[4]);
-                                cnt_s5 = atomicLoad(&sk_sum_lo[5]);
-                                cnt_s6 = atomicLoad(&sk_sum_lo[6]);
-                                cnt_s7 = atomicLoad(&sk_sum_lo[7]);
-                                cnt_s8 = atomicLoad(&sk_sum_lo[8]);
-                                cnt_s9 = atomicLoad(&sk_sum_lo[9]);
-                                cnt_s10 = atomicLoad(&sk_sum_lo[10]);
-                                cnt_s11 = atomicLoad(&sk_sum_lo[11]);
-                                cnt_s12 = atomicLoad(&sk_sum_lo[12]);
-                                cnt_s13 = atomicLoad(&sk_sum_lo[13]);
-                                cnt_s14 = atomicLoad(&sk_sum_lo[14]);
-                                cnt_s15 = atomicLoad(&sk_sum_lo[15]);
-                                workgroupBarrier();
-                            }
+                            sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
                             var mas_s0: u64 = 0lu;
                             var mas_s1: u64 = 0lu;
                             var mas_s2: u64 = 0lu;
@@ -4856,191 +3258,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var mas_s13: u64 = 0lu;
                             var mas_s14: u64 = 0lu;
                             var mas_s15: u64 = 0lu;
-                            {
-                                if (sk_lid < 16u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                    atomicStore(&sk_sum_hi[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = mas[0];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[1];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[2];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[3];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[3], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[3], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[3], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[4];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[4], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[4], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[4], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[5];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[5], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[5], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[5], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[6];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[6], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[6], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[6], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[7];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[7], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[7], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[7], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[8];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[8], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[8], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[8], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[9];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[9], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[9], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[9], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[10];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[10], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[10], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[10], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[11];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[11], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[11], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[11], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[12];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[12], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[12], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[12], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[13];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[13], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[13], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[13], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[14];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[14], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[14], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[14], sk_hi); }
-                                }
-                                {
-                                    let sk_v = mas[15];
-                                    let sk_lo = u32(sk_v & 0xfffffffflu);
-                                    let sk_hi = u32(sk_v >> 32u);
-                                    if (sk_lo != 0u) {
-                                        let sk_old = atomicAdd(&sk_sum_lo[15], sk_lo);
-                                        if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[15], 1u); }
-                                    }
-                                    if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[15], sk_hi); }
-                                }
-                                workgroupBarrier();
-                                mas_s0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                                mas_s1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                                mas_s2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                                mas_s3 = (u64(atomicLoad(&sk_sum_hi[3])) << 32u) | u64(atomicLoad(&sk_sum_lo[3]));
-                                mas_s4 = (u64(atomicLoad(&sk_sum_hi[4])) << 32u) | u64(atomicLoad(&sk_sum_lo[4]));
-                                mas_s5 = (u64(atomicLoad(&sk_sum_hi[5])) << 32u) | u64(atomicLoad(&sk_sum_lo[5]));
-                                mas_s6 = (u64(atomicLoad(&sk_sum_hi[6])) << 32u) | u64(atomicLoad(&sk_sum_lo[6]));
-                                mas_s7 = (u64(atomicLoad(&sk_sum_hi[7])) << 32u) | u64(atomicLoad(&sk_sum_lo[7]));
-                                mas_s8 = (u64(atomicLoad(&sk_sum_hi[8])) << 32u) | u64(atomicLoad(&sk_sum_lo[8]));
-                                mas_s9 = (u64(atomicLoad(&sk_sum_hi[9])) << 32u) | u64(atomicLoad(&sk_sum_lo[9]));
-                                mas_s10 = (u64(atomicLoad(&sk_sum_hi[10])) << 32u) | u64(atomicLoad(&sk_sum_lo[10]));
-                                mas_s11 = (u64(atomicLoad(&sk_sum_hi[11])) << 32u) | u64(atomicLoad(&sk_sum_lo[11]));
-                                mas_s12 = (u64(atomicLoad(&sk_sum_hi[12])) << 32u) | u64(atomicLoad(&sk_sum_lo[12]));
-                                mas_s13 = (u64(atomicLoad(&sk_sum_hi[13])) << 32u) | u64(atomicLoad(&sk_sum_lo[13]));
-                                mas_s14 = (u64(atomicLoad(&sk_sum_hi[14])) << 32u) | u64(atomicLoad(&sk_sum_lo[14]));
-                                mas_s15 = (u64(atomicLoad(&sk_sum_hi[15])) << 32u) | u64(atomicLoad(&sk_sum_lo[15]));
-                                workgroupBarrier();
-                            }
+                            sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
                             if ((digit_pass == 0u)) {
                                 // built by kernels::filters::decide
                                 row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
@@ -5054,164 +3272,52 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var cn: u32 = sel_n;
                             var cm: u64 = sel_m;
                             if ((cnt_s15 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 15u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s15);
-                                mb = (mb + mas_s15);
+                                sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s14 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 14u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s14);
-                                mb = (mb + mas_s14);
+                                sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s13 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 13u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s13);
-                                mb = (mb + mas_s13);
+                                sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s12 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 12u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s12);
-                                mb = (mb + mas_s12);
+                                sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s11 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 11u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s11);
-                                mb = (mb + mas_s11);
+                                sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s10 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 10u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s10);
-                                mb = (mb + mas_s10);
+                                sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s9 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 9u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s9);
-                                mb = (mb + mas_s9);
+                                sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s8 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 8u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s8);
-                                mb = (mb + mas_s8);
+                                sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s7 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 7u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s7);
-                                mb = (mb + mas_s7);
+                                sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s6 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 6u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s6);
-                                mb = (mb + mas_s6);
+                                sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s5 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 5u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s5);
-                                mb = (mb + mas_s5);
+                                sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s4 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 4u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s4);
-                                mb = (mb + mas_s4);
+                                sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s3 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 3u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s3);
-                                mb = (mb + mas_s3);
+                                sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s2 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 2u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s2);
-                                mb = (mb + mas_s2);
+                                sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s1 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 1u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s1);
-                                mb = (mb + mas_s1);
+                                sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((cnt_s0 > 0u)) {
-                                // built by kernels::filters::select_step
-                                if (((nb < kk) && (mb <= lim))) {
-                                    chosen = 0u;
-                                    cn = nb;
-                                    cm = mb;
-                                }
-                                nb = (nb + cnt_s0);
-                                mb = (mb + mas_s0);
+                                sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
                             }
                             if ((chosen != 4294967295u)) {
                                 // built by kernels::filters::select_step
@@ -5224,18 +3330,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             sel_mask = (sel_mask | (15u << shift));
                             if ((in_a && (digit_pass == 7u))) {
-                                // built by kernels::filters::select_step
-                                var tn64: u64 = u64(sel_tn);
-                                var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                let sk_e153: bool = (tie_v == 0lu);
-                                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e153)) + 1lu), tn64, sk_e153)));
-                                lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                                sel_key = 0u;
-                                sel_mask = 0u;
-                                sel_n = 0u;
-                                sel_tn = 0u;
-                                sel_m = 0lu;
-                                sel_tm = 0lu;
+                                sk_select_step_2(kk, pp, &sel_tn, &sel_tm, &sel_n, &lim, &sel_m, &sel_key, &sel_mask);
                             }
                         }
                     }
@@ -5283,84 +3378,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             let sk_e158: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                             var zx3: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li0);
-                                                var zv: f32 = (zx0 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li1);
-                                                var zv: f32 = (zx1 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li2);
-                                                var zv: f32 = (zx2 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li3);
-                                                var zv: f32 = (zx3 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == s_key)) {
-                                                    // built by kernels::filters::count_ties
-                                                    wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                    ok = (wv > (0.0f));
-                                                    mv = sk_fixed(wv);
-                                                }
-                                                if (ok) {
-                                                    // built by kernels::filters::count_ties
-                                                    mine = (mine + 1u);
-                                                }
+                                                sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                             }
                                         }
                                     }
@@ -5368,19 +3395,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                         var ties_before: u32 = 0u;
-                        {
-                            let sk_x = mine;
-                            sk_scan[sk_lid] = sk_x;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                workgroupBarrier();
-                                sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                workgroupBarrier();
-                            }
-                            ties_before = sk_scan[sk_lid] - sk_x;
-                            workgroupBarrier();
-                        }
+                        ties_before = sk_block_scan(sk_lid, mine);
                         tie_start = ties_before;
                     }
                     var rank_done: bool = false;
@@ -5416,144 +3431,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e163: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     var zx3: f32 = select(sk_e163, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e163) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            var rank_at: u32 = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            var rank_at: u32 = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            var rank_at: u32 = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filter_rank::gather
-                                            var rank_at: u32 = 0u;
-                                            rank_at = atomicAdd(&rank_count[0u], 1u);
-                                            if ((rank_at < 4096u)) {
-                                                listed_cols[rank_at] = key;
-                                            }
-                                        }
+                                        sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                 }
                             }
@@ -5614,25 +3501,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var rk_win: f64 = (0.0lf);
                             var rk_rank: u32 = 0u;
-                            {
-                                sk_am_f64[sk_lid] = bestrk64;
-                                sk_am_i[sk_lid] = bestrk64_i;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        let ov = sk_am_f64[sk_lid + sk_s];
-                                        let oi = sk_am_i[sk_lid + sk_s];
-                                        if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                            sk_am_f64[sk_lid] = ov;
-                                            sk_am_i[sk_lid] = oi;
-                                        }
-                                    }
-                                    workgroupBarrier();
-                                }
-                                rk_win = sk_am_f64[0];
-                                rk_rank = sk_am_i[0];
-                                workgroupBarrier();
-                            }
+                            sk_block_argmax_f64(sk_lid, bestrk64, bestrk64_i, &rk_win, &rk_rank);
                             var rk_key: u32 = listed_cols[min(rk_rank, 4095u)];
                             var rk_above: u32 = 0u;
                             var rk_same: u32 = 0u;
@@ -5648,24 +3517,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             var rk_above_n: u32 = 0u;
                             var rk_same_n: u32 = 0u;
-                            {
-                                if (sk_lid < 2u) {
-                                    atomicStore(&sk_sum_lo[sk_lid], 0u);
-                                }
-                                workgroupBarrier();
-                                {
-                                    let sk_v = rk_above;
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                                }
-                                {
-                                    let sk_v = rk_same;
-                                    if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                                }
-                                workgroupBarrier();
-                                rk_above_n = atomicLoad(&sk_sum_lo[0]);
-                                rk_same_n = atomicLoad(&sk_sum_lo[1]);
-                                workgroupBarrier();
-                            }
+                            sk_block_sums_u32_2(sk_lid, rk_above, rk_same, &rk_above_n, &rk_same_n);
                             var rk_t: u32 = (rk_rank - rk_above_n);
                             var rk_start: u32 = 0u;
                             if ((rk_same_n > 1u)) {
@@ -5692,78 +3544,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             let sk_e169: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                             var zx3: f32 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li0);
-                                                var zv: f32 = (zx0 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li1);
-                                                var zv: f32 = (zx1 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li2);
-                                                var zv: f32 = (zx2 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                // built by kernels::filter_values::read_step
-                                                var col: u32 = (col_lo + li3);
-                                                var zv: f32 = (zx3 / temp);
-                                                var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                                var wv: f32 = (0.0f);
-                                                var ok: bool = false;
-                                                var mv: u64 = 0lu;
-                                                if ((key == rk_key)) {
-                                                    // built by kernels::filter_rank::token_at
-                                                    rk_mine = (rk_mine + 1u);
-                                                }
+                                                sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
                                             }
                                         }
                                     }
                                 }
                                 var rk_before: u32 = 0u;
-                                {
-                                    let sk_x = rk_mine;
-                                    sk_scan[sk_lid] = sk_x;
-                                    workgroupBarrier();
-                                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                        workgroupBarrier();
-                                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                        workgroupBarrier();
-                                    }
-                                    rk_before = sk_scan[sk_lid] - sk_x;
-                                    workgroupBarrier();
-                                }
+                                rk_before = sk_block_scan(sk_lid, rk_mine);
                                 rk_start = rk_before;
                             }
                             var rk_seen: u32 = rk_start;
@@ -5789,89 +3585,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         let sk_e173: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                         var zx3: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li0);
-                                            var zv: f32 = (zx0 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li1);
-                                            var zv: f32 = (zx1 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li2);
-                                            var zv: f32 = (zx2 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li3);
-                                            var zv: f32 = (zx3 / temp);
-                                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            if ((key == rk_key)) {
-                                                // built by kernels::filter_rank::token_at
-                                                if ((rk_seen == rk_t)) {
-                                                    rk_found = (col + 1u);
-                                                }
-                                                rk_seen = (rk_seen + 1u);
-                                            }
+                                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                     }
                                 }
                             }
                             var rk_found_all: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = rk_found;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                rk_found_all = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            rk_found_all = sk_block_max_u32(sk_lid, rk_found);
                             rank_col = select(4294967295u, (rk_found_all - 1u), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
                             rank_done = true;
                         } else {
@@ -5909,168 +3638,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     var zx3: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li0);
-                                        var zv: f32 = (zx0 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            var s64: f64 = f64(ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e178: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e178 + 8u)], rows[(sk_e178 + 9u)], rows[(sk_e178 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li1);
-                                        var zv: f32 = (zx1 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            var s64: f64 = f64(ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e179: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e179 + 8u)], rows[(sk_e179 + 9u)], rows[(sk_e179 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li2);
-                                        var zv: f32 = (zx2 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            var s64: f64 = f64(ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e180: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e180 + 8u)], rows[(sk_e180 + 9u)], rows[(sk_e180 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        // built by kernels::filter_values::read_step
-                                        var col: u32 = (col_lo + li3);
-                                        var zv: f32 = (zx3 / temp);
-                                        var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-                                        var wv: f32 = (0.0f);
-                                        var ok: bool = false;
-                                        var mv: u64 = 0lu;
-                                        var kept: bool = false;
-                                        if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
-                                        }
-                                        if (kept) {
-                                            // built by kernels::filters::race_sweep
-                                            var s64: f64 = f64(ov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e181: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e181 + 8u)], rows[(sk_e181 + 9u)], rows[(sk_e181 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || (best64_i == 4294967295u))) {
-                                                // built by kernels::filters::keep_best
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        }
+                                        sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                 }
                             }
@@ -6118,20 +3695,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var mv: u64 = 0lu;
                                         var kept: bool = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6155,20 +3719,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var mv: u64 = 0lu;
                                         var kept: bool = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6192,20 +3743,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var mv: u64 = 0lu;
                                         var kept: bool = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6229,20 +3767,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var mv: u64 = 0lu;
                                         var kept: bool = false;
                                         if (((!searched) || (key >= s_key))) {
-                                            // built by kernels::filters::sweep_set
-                                            wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                            ok = (wv > (0.0f));
-                                            mv = sk_fixed(wv);
-                                            if (ok) {
-                                                all_mass = (all_mass + mv);
-                                            }
-                                            var tie: bool = (ok && (key == s_key));
-                                            var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-                                            if (tie) {
-                                                // built by kernels::filters::kept
-                                                tie_rank = (tie_rank + 1u);
-                                            }
-                                            kept = in_set;
+                                            sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
@@ -6261,59 +3786,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var win: f32 = (0.0f);
                     var tok32: u32 = 0u;
-                    {
-                        sk_am_f32[sk_lid] = best;
-                        sk_am_i[sk_lid] = best_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f32[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f32[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        win = sk_am_f32[0];
-                        tok32 = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok32);
                     var win64: f64 = (0.0lf);
                     var tok64: u32 = 0u;
-                    {
-                        sk_am_f64[sk_lid] = best64;
-                        sk_am_i[sk_lid] = best64_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f64[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f64[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        win64 = sk_am_f64[0];
-                        tok64 = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f64(sk_lid, best64, best64_i, &win64, &tok64);
                     var summed_mass: u64 = 0lu;
-                    {
-                        sk_red_u64[sk_lid] = all_mass;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u64[sk_lid] = sk_red_u64[sk_lid] + sk_red_u64[sk_lid + sk_s];
-                            }
-                            workgroupBarrier();
-                        }
-                        summed_mass = sk_red_u64[0];
-                        workgroupBarrier();
-                    }
+                    summed_mass = sk_block_sum_u64(sk_lid, all_mass);
                     var tok: u32 = select(tok32, select(tok64, rank_col, rank_done), (rows[((row * 12u) + 1u)] == 1u));
                     var valid: bool = (tok < params.vocab);
                     var tok_at: u32 = select(0u, tok, valid);

@@ -27,6 +27,159 @@ var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 512>;
 
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
+    sk_scan[sk_lid] = sk_x;
+    workgroupBarrier();
+    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
+        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
+        workgroupBarrier();
+        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
+        workgroupBarrier();
+    }
+    let sk_r = sk_scan[sk_lid] - sk_x;
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sums_u32_16(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_m3: u32, sk_m4: u32, sk_m5: u32, sk_m6: u32, sk_m7: u32, sk_m8: u32, sk_m9: u32, sk_m10: u32, sk_m11: u32, sk_m12: u32, sk_m13: u32, sk_m14: u32, sk_m15: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>, sk_o2: ptr<function, u32>, sk_o3: ptr<function, u32>, sk_o4: ptr<function, u32>, sk_o5: ptr<function, u32>, sk_o6: ptr<function, u32>, sk_o7: ptr<function, u32>, sk_o8: ptr<function, u32>, sk_o9: ptr<function, u32>, sk_o10: ptr<function, u32>, sk_o11: ptr<function, u32>, sk_o12: ptr<function, u32>, sk_o13: ptr<function, u32>, sk_o14: ptr<function, u32>, sk_o15: ptr<function, u32>) {
+    if (sk_lid < 16u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    {
+        let sk_v = sk_m2;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
+    }
+    {
+        let sk_v = sk_m3;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
+    }
+    {
+        let sk_v = sk_m4;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
+    }
+    {
+        let sk_v = sk_m5;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
+    }
+    {
+        let sk_v = sk_m6;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
+    }
+    {
+        let sk_v = sk_m7;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
+    }
+    {
+        let sk_v = sk_m8;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
+    }
+    {
+        let sk_v = sk_m9;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
+    }
+    {
+        let sk_v = sk_m10;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
+    }
+    {
+        let sk_v = sk_m11;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
+    }
+    {
+        let sk_v = sk_m12;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
+    }
+    {
+        let sk_v = sk_m13;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
+    }
+    {
+        let sk_v = sk_m14;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
+    }
+    {
+        let sk_v = sk_m15;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
+    *sk_o3 = atomicLoad(&sk_sum_lo[3]);
+    *sk_o4 = atomicLoad(&sk_sum_lo[4]);
+    *sk_o5 = atomicLoad(&sk_sum_lo[5]);
+    *sk_o6 = atomicLoad(&sk_sum_lo[6]);
+    *sk_o7 = atomicLoad(&sk_sum_lo[7]);
+    *sk_o8 = atomicLoad(&sk_sum_lo[8]);
+    *sk_o9 = atomicLoad(&sk_sum_lo[9]);
+    *sk_o10 = atomicLoad(&sk_sum_lo[10]);
+    *sk_o11 = atomicLoad(&sk_sum_lo[11]);
+    *sk_o12 = atomicLoad(&sk_sum_lo[12]);
+    *sk_o13 = atomicLoad(&sk_sum_lo[13]);
+    *sk_o14 = atomicLoad(&sk_sum_lo[14]);
+    *sk_o15 = atomicLoad(&sk_sum_lo[15]);
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -50,6 +203,47 @@ fn sk_exp(x_in: f32) -> f32 {
     var k1: i32 = (k >> 1u);
     var k2: i32 = (k - k1);
     return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
+}
+fn sk_read_step(zx0: f32, temp: f32, li0: u32, sk_io_m: ptr<function, f32>) {
+    var m: f32 = *sk_io_m;
+    // built by kernels::filter_values::read_step
+    var z: f32 = (zx0 / temp);
+    var z_ok: bool = (z > bitcast<f32>(4286578688u));
+    part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
+    if (z_ok) {
+        // built by kernels::filter_top_k::load_part
+        m = max(m, z);
+    }
+    *sk_io_m = m;
+}
+fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, temp: f32, sk_io_m: ptr<function, f32>) {
+    var m: f32 = *sk_io_m;
+    // built by kernels::filter_values::for_each_read
+    var li0: u32 = (i0 + (BLOCK * 0u));
+    let sk_e1: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+    var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+    var li1: u32 = (i0 + (BLOCK * 1u));
+    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+    var zx1: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+    var li2: u32 = (i0 + (BLOCK * 2u));
+    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+    var zx2: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+    var li3: u32 = (i0 + (BLOCK * 3u));
+    let sk_e4: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
+    var zx3: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+    if ((li0 < n_cols)) {
+        sk_read_step(zx0, temp, li0, &m);
+    }
+    if ((li1 < n_cols)) {
+        sk_read_step(zx1, temp, li1, &m);
+    }
+    if ((li2 < n_cols)) {
+        sk_read_step(zx2, temp, li2, &m);
+    }
+    if ((li3 < n_cols)) {
+        sk_read_step(zx3, temp, li3, &m);
+    }
+    *sk_io_m = m;
 }
 
 @compute @workgroup_size(256)
@@ -93,73 +287,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e1: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
-                    var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                    var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
-                    var zx1: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                    var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
-                    var zx2: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                    var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e4: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-                    var zx3: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                    if ((li0 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx0 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
-                    if ((li1 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx1 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
-                    if ((li2 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx2 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
-                    if ((li3 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx3 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, &m);
                 }
                 var part_m: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    part_m = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
                 var grid_r: f32 = (-floor((-(part_m * (16.0f)))));
                 var s: f32 = (0.0f);
@@ -180,18 +311,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 var part_s: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = s;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                        }
-                        workgroupBarrier();
-                    }
-                    part_s = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                part_s = sk_block_sum_f32(sk_lid, s);
                 workgroupBarrier();
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
@@ -236,18 +356,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     arrived = (before + 1u);
                 }
                 var arrivals: u32 = 0u;
-                {
-                    sk_red_u32[sk_lid] = arrived;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    arrivals = sk_red_u32[0];
-                    workgroupBarrier();
-                }
+                arrivals = sk_block_max_u32(sk_lid, arrived);
                 if ((arrivals == parts)) {
                     // built by kernels::combine::last_part_on
                     storageBarrier();
@@ -259,18 +368,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)])));
                         }
                         var row_m: f32 = (0.0f);
-                        {
-                            sk_red_f32[sk_lid] = m;
-                            workgroupBarrier();
-                            for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                if (sk_lid < sk_s) {
-                                    sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                                }
-                                workgroupBarrier();
-                            }
-                            row_m = sk_red_f32[0];
-                            workgroupBarrier();
-                        }
+                        row_m = sk_block_max_f32(sk_lid, m);
                         if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
                             var grid_r: f32 = (-floor((-(row_m * (16.0f)))));
@@ -313,32 +411,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_m_own = (e_m_own + part_keys[(0u + g)]);
                             }
                             var e_m_before: u32 = 0u;
-                            {
-                                let sk_x = e_m_own;
-                                sk_scan[sk_lid] = sk_x;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                    workgroupBarrier();
-                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                    workgroupBarrier();
-                                }
-                                e_m_before = sk_scan[sk_lid] - sk_x;
-                                workgroupBarrier();
-                            }
+                            e_m_before = sk_block_scan(sk_lid, e_m_own);
                             var e_m_total: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_m_own;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_m_total = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_m_total = sk_block_sum_u32(sk_lid, e_m_own);
                             var e_lim: u32 = u32((pp * (3500000000.0f)));
                             var e_m_cum: u32 = e_m_before;
                             var e_m_first: u32 = 0u;
@@ -355,76 +430,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_m_cum = (e_m_cum + e_m_x);
                             }
                             var e_m_bin: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_m_first;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_m_bin = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_m_bin = sk_block_max_u32(sk_lid, e_m_first);
                             var e_m_bin_start: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_m_near_start;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_m_bin_start = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_m_bin_start = sk_block_max_u32(sk_lid, e_m_near_start);
                             var e_m_bin_end: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_m_near_end;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_m_bin_end = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_m_bin_end = sk_block_max_u32(sk_lid, e_m_near_end);
                             var e_n_own: u32 = 0u;
                             for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 e_n_own = (e_n_own + part_keys[(512u + g)]);
                             }
                             var e_n_before: u32 = 0u;
-                            {
-                                let sk_x = e_n_own;
-                                sk_scan[sk_lid] = sk_x;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                                    let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                                    workgroupBarrier();
-                                    sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                                    workgroupBarrier();
-                                }
-                                e_n_before = sk_scan[sk_lid] - sk_x;
-                                workgroupBarrier();
-                            }
+                            e_n_before = sk_block_scan(sk_lid, e_n_own);
                             var e_n_total: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_n_own;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_n_total = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_n_total = sk_block_sum_u32(sk_lid, e_n_own);
                             var e_n_cum: u32 = e_n_before;
                             var e_n_first: u32 = 0u;
                             var e_n_near_start: u32 = 0u;
@@ -441,44 +460,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 e_n_cum = (e_n_cum + e_n_x);
                             }
                             var e_n_bin: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_n_first;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_n_bin = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_n_bin = sk_block_max_u32(sk_lid, e_n_first);
                             var e_n_bin_start: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_n_near_start;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_n_bin_start = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_n_bin_start = sk_block_max_u32(sk_lid, e_n_near_start);
                             var e_n_bin_end: u32 = 0u;
-                            {
-                                sk_red_u32[sk_lid] = e_n_near_end;
-                                workgroupBarrier();
-                                for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                                    if (sk_lid < sk_s) {
-                                        sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                                    }
-                                    workgroupBarrier();
-                                }
-                                e_n_bin_end = sk_red_u32[0];
-                                workgroupBarrier();
-                            }
+                            e_n_bin_end = sk_block_max_u32(sk_lid, e_n_near_end);
                             let sk_e10: u32 = max(e_m_bin, e_n_bin);
                             var e_cut: u32 = (512u - select(1u, sk_e10, (sk_e10 > 0u)));
                             var e_above: u32 = select(1u, e_m_bin_start, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
@@ -515,73 +501,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e11: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
-                    var zx0: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
-                    var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e12: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
-                    var zx1: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
-                    var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e13: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
-                    var zx2: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
-                    var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e14: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-                    var zx3: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
-                    if ((li0 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx0 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
-                    if ((li1 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx1 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li1] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
-                    if ((li2 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx2 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li2] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
-                    if ((li3 < n_cols)) {
-                        // built by kernels::filter_values::read_step
-                        var z: f32 = (zx3 / temp);
-                        var z_ok: bool = (z > bitcast<f32>(4286578688u));
-                        part_keys[li3] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-                        if (z_ok) {
-                            // built by kernels::filter_top_k::load_part
-                            m = max(m, z);
-                        }
-                    }
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, &m);
                 }
                 var part_m: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = m;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    part_m = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
                 var s: f32 = (0.0f);
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
@@ -594,18 +517,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 var part_s: f32 = (0.0f);
-                {
-                    sk_red_f32[sk_lid] = s;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-                        }
-                        workgroupBarrier();
-                    }
-                    part_s = sk_red_f32[0];
-                    workgroupBarrier();
-                }
+                part_s = sk_block_sum_f32(sk_lid, s);
                 var t_key: u32 = 0u;
                 var t_mask: u32 = 0u;
                 var t_above: u32 = 0u;
@@ -636,94 +548,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var t_cs13: u32 = 0u;
                     var t_cs14: u32 = 0u;
                     var t_cs15: u32 = 0u;
-                    {
-                        if (sk_lid < 16u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = t_cnt[0];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[1];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[2];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[3];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[4];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[5];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[6];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[7];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[8];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[9];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[10];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[11];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[12];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[13];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[14];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-                        }
-                        {
-                            let sk_v = t_cnt[15];
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-                        }
-                        workgroupBarrier();
-                        t_cs0 = atomicLoad(&sk_sum_lo[0]);
-                        t_cs1 = atomicLoad(&sk_sum_lo[1]);
-                        t_cs2 = atomicLoad(&sk_sum_lo[2]);
-                        t_cs3 = atomicLoad(&sk_sum_lo[3]);
-                        t_cs4 = atomicLoad(&sk_sum_lo[4]);
-                        t_cs5 = atomicLoad(&sk_sum_lo[5]);
-                        t_cs6 = atomicLoad(&sk_sum_lo[6]);
-                        t_cs7 = atomicLoad(&sk_sum_lo[7]);
-                        t_cs8 = atomicLoad(&sk_sum_lo[8]);
-                        t_cs9 = atomicLoad(&sk_sum_lo[9]);
-                        t_cs10 = atomicLoad(&sk_sum_lo[10]);
-                        t_cs11 = atomicLoad(&sk_sum_lo[11]);
-                        t_cs12 = atomicLoad(&sk_sum_lo[12]);
-                        t_cs13 = atomicLoad(&sk_sum_lo[13]);
-                        t_cs14 = atomicLoad(&sk_sum_lo[14]);
-                        t_cs15 = atomicLoad(&sk_sum_lo[15]);
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
                     var t_nb: u32 = t_above;
                     var t_chosen: u32 = 4294967295u;
                     var t_cn: u32 = t_above;
@@ -865,33 +690,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 var g_tie_start: u32 = 0u;
-                {
-                    let sk_x = g_ties;
-                    sk_scan[sk_lid] = sk_x;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                        workgroupBarrier();
-                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                        workgroupBarrier();
-                    }
-                    g_tie_start = sk_scan[sk_lid] - sk_x;
-                    workgroupBarrier();
-                }
+                g_tie_start = sk_block_scan(sk_lid, g_ties);
                 var g_out_start: u32 = 0u;
-                {
-                    let sk_x = (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties));
-                    sk_scan[sk_lid] = sk_x;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-                        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-                        workgroupBarrier();
-                        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-                        workgroupBarrier();
-                    }
-                    g_out_start = sk_scan[sk_lid] - sk_x;
-                    workgroupBarrier();
-                }
+                g_out_start = sk_block_scan(sk_lid, (g_above + min(select(0u, (t_take - g_tie_start), (t_take > g_tie_start)), g_ties)));
                 var g_rank: u32 = g_tie_start;
                 var g_out: u32 = g_out_start;
                 for (var gj: u32 = g_lo; gj < g_hi; gj = gj + 1u) {
@@ -918,18 +719,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
                 var part_below: u32 = 0u;
-                {
-                    sk_red_u32[sk_lid] = below;
-                    workgroupBarrier();
-                    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                        if (sk_lid < sk_s) {
-                            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                        }
-                        workgroupBarrier();
-                    }
-                    part_below = sk_red_u32[0];
-                    workgroupBarrier();
-                }
+                part_below = sk_block_max_u32(sk_lid, below);
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_top_k::read_part
                     atomicStore(&partials[((slot * 805u) + 0u)], bitcast<u32>(part_m));

@@ -35,6 +35,130 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sums_u32_2(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>) {
+    if (sk_lid < 2u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
+    }
+    {
+        let sk_v = sk_m1;
+        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
+    }
+    workgroupBarrier();
+    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
+    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
+    workgroupBarrier();
+}
+fn sk_block_sums_u64_3(sk_lid: u32, sk_m0: u64, sk_m1: u64, sk_m2: u64, sk_o0: ptr<function, u64>, sk_o1: ptr<function, u64>, sk_o2: ptr<function, u64>) {
+    if (sk_lid < 3u) {
+        atomicStore(&sk_sum_lo[sk_lid], 0u);
+        atomicStore(&sk_sum_hi[sk_lid], 0u);
+    }
+    workgroupBarrier();
+    {
+        let sk_v = sk_m0;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
+    }
+    {
+        let sk_v = sk_m1;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
+    }
+    {
+        let sk_v = sk_m2;
+        let sk_lo = u32(sk_v & 0xfffffffflu);
+        let sk_hi = u32(sk_v >> 32u);
+        if (sk_lo != 0u) {
+            let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
+            if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
+        }
+        if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
+    }
+    workgroupBarrier();
+    *sk_o0 = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
+    *sk_o1 = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
+    *sk_o2 = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
+    workgroupBarrier();
+}
+fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f32>, sk_oi: ptr<function, u32>) {
+    sk_am_f32[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f32[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f32[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f32[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
+fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f64>, sk_oi: ptr<function, u32>) {
+    sk_am_f64[sk_lid] = sk_v;
+    sk_am_i[sk_lid] = sk_i;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            let ov = sk_am_f64[sk_lid + sk_s];
+            let oi = sk_am_i[sk_lid + sk_s];
+            if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
+                sk_am_f64[sk_lid] = ov;
+                sk_am_i[sk_lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    *sk_ov = sk_am_f64[0];
+    *sk_oi = sk_am_i[0];
+    workgroupBarrier();
+}
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp
@@ -302,6 +426,118 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
+fn sk_cut_part(cut_seeded: bool, cov: f32, noisy: bool, row: u32, col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cz: f32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::filter_top_p::cut_part
+    if (cut_seeded) {
+        // built by kernels::filter_top_k::race_one
+        var s64: f64 = f64(cov);
+        if (noisy) {
+            // built by kernels::seeded::score64
+            let sk_e9: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
+        }
+        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+            // built by kernels::filter_top_k::keep_lower
+            best64 = s64;
+            best64_i = col;
+        }
+    } else {
+        // built by kernels::filter_top_k::race_one
+        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+        let sk_e10: u32 = (col & 3u);
+        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
+        if (((score > best) || ((score == best) && (col < best_i)))) {
+            // built by kernels::filter_top_k::keep_lower
+            best = score;
+            best_i = col;
+        }
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+}
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+    var n_above: u32 = *sk_io_n_above;
+    var m_above: u64 = *sk_io_m_above;
+    var min_above_not: u32 = *sk_io_min_above_not;
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    var n_range: u32 = *sk_io_n_range;
+    var m_range: u64 = *sk_io_m_range;
+    var min_range_not: u32 = *sk_io_min_range_not;
+    var max_range: u32 = *sk_io_max_range;
+    var bestr64: f64 = *sk_io_bestr64;
+    var bestr64_i: u32 = *sk_io_bestr64_i;
+    var bestr: f32 = *sk_io_bestr;
+    var bestr_i: u32 = *sk_io_bestr_i;
+    var m_below: u64 = *sk_io_m_below;
+    var max_below: u32 = *sk_io_max_below;
+    var w_below: f32 = *sk_io_w_below;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var cz: f32 = (zx0 / temp);
+    var cov: f32 = (cz - cut_mx);
+    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+    if ((cw > (0.0f))) {
+        // built by kernels::filter_top_p::cut_part
+        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+        var cmv: u64 = sk_fixed(cw);
+        var cg: f32 = (grid_r - floor((cz * (16.0f))));
+        if ((cg < cut_lo)) {
+            n_above = (n_above + 1u);
+            m_above = (m_above + cmv);
+            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            if ((cw >= mp)) {
+                sk_cut_part(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &best64, &best64_i, &best, &best_i);
+            }
+        } else {
+            if ((cg <= cut_hi)) {
+                n_range = (n_range + 1u);
+                m_range = (m_range + cmv);
+                min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                max_range = max(max_range, ck);
+                if ((cw >= mp)) {
+                    sk_cut_part(cut_seeded, cov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                }
+                var cut_at: u32 = 0u;
+                cut_at = atomicAdd(&cut_listing[0u], 1u);
+                if ((cut_at < 384u)) {
+                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
+                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
+                }
+            } else {
+                m_below = (m_below + cmv);
+                max_below = max(max_below, ck);
+                w_below = max(w_below, cw);
+            }
+        }
+    }
+    *sk_io_n_above = n_above;
+    *sk_io_m_above = m_above;
+    *sk_io_min_above_not = min_above_not;
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+    *sk_io_n_range = n_range;
+    *sk_io_m_range = m_range;
+    *sk_io_min_range_not = min_range_not;
+    *sk_io_max_range = max_range;
+    *sk_io_bestr64 = bestr64;
+    *sk_io_bestr64_i = bestr64_i;
+    *sk_io_bestr = bestr;
+    *sk_io_bestr_i = bestr_i;
+    *sk_io_m_below = m_below;
+    *sk_io_max_below = max_below;
+    *sk_io_w_below = w_below;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -388,526 +624,41 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e7: f32 = x[(base + (col_lo + select((sk_e8 - 1u), li3, (li3 < sk_e8))))];
                         var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                         if ((li0 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            var col: u32 = (col_lo + li0);
-                            var cz: f32 = (zx0 / temp);
-                            var cov: f32 = (cz - cut_mx);
-                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                var cmv: u64 = sk_fixed(cw);
-                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            var s64: f64 = f64(cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e9: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e10: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64(cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e11: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e11 + 8u)], rows[(sk_e11 + 9u)], rows[(sk_e11 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e12: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e12 == 1u)), w4[2], (sk_e12 == 2u)), w4[3], (sk_e12 == 3u))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        var cut_at: u32 = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = max(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            var col: u32 = (col_lo + li1);
-                            var cz: f32 = (zx1 / temp);
-                            var cov: f32 = (cz - cut_mx);
-                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                var cmv: u64 = sk_fixed(cw);
-                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            var s64: f64 = f64(cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e13: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e13 + 8u)], rows[(sk_e13 + 9u)], rows[(sk_e13 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e14: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e14 == 1u)), w4[2], (sk_e14 == 2u)), w4[3], (sk_e14 == 3u))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64(cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e15: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e16: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e16 == 1u)), w4[2], (sk_e16 == 2u)), w4[3], (sk_e16 == 3u))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        var cut_at: u32 = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = max(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            var col: u32 = (col_lo + li2);
-                            var cz: f32 = (zx2 / temp);
-                            var cov: f32 = (cz - cut_mx);
-                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                var cmv: u64 = sk_fixed(cw);
-                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            var s64: f64 = f64(cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e17: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e18: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e18 == 1u)), w4[2], (sk_e18 == 2u)), w4[3], (sk_e18 == 3u))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64(cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e19: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e20: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e20 == 1u)), w4[2], (sk_e20 == 2u)), w4[3], (sk_e20 == 3u))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        var cut_at: u32 = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = max(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            // built by kernels::filter_values::read_step
-                            var col: u32 = (col_lo + li3);
-                            var cz: f32 = (zx3 / temp);
-                            var cov: f32 = (cz - cut_mx);
-                            var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-                            if ((cw > (0.0f))) {
-                                // built by kernels::filter_top_p::cut_part
-                                var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-                                var cmv: u64 = sk_fixed(cw);
-                                var cg: f32 = (grid_r - floor((cz * (16.0f))));
-                                if ((cg < cut_lo)) {
-                                    n_above = (n_above + 1u);
-                                    m_above = (m_above + cmv);
-                                    min_above_not = max(min_above_not, (ck ^ 4294967295u));
-                                    if ((cw >= mp)) {
-                                        if (cut_seeded) {
-                                            // built by kernels::filter_top_k::race_one
-                                            var s64: f64 = f64(cov);
-                                            if (noisy) {
-                                                // built by kernels::seeded::score64
-                                                let sk_e21: u32 = (row * 12u);
-                                                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e21 + 8u)], rows[(sk_e21 + 9u)], rows[(sk_e21 + 10u)], col)));
-                                            }
-                                            if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best64 = s64;
-                                                best64_i = col;
-                                            }
-                                        } else {
-                                            // built by kernels::filter_top_k::race_one
-                                            var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                            let sk_e22: u32 = (col & 3u);
-                                            var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e22 == 1u)), w4[2], (sk_e22 == 2u)), w4[3], (sk_e22 == 3u))));
-                                            if (((score > best) || ((score == best) && (col < best_i)))) {
-                                                // built by kernels::filter_top_k::keep_lower
-                                                best = score;
-                                                best_i = col;
-                                            }
-                                        }
-                                    }
-                                } else {
-                                    if ((cg <= cut_hi)) {
-                                        n_range = (n_range + 1u);
-                                        m_range = (m_range + cmv);
-                                        min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                                        max_range = max(max_range, ck);
-                                        if ((cw >= mp)) {
-                                            if (cut_seeded) {
-                                                // built by kernels::filter_top_k::race_one
-                                                var s64: f64 = f64(cov);
-                                                if (noisy) {
-                                                    // built by kernels::seeded::score64
-                                                    let sk_e23: u32 = (row * 12u);
-                                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e23 + 8u)], rows[(sk_e23 + 9u)], rows[(sk_e23 + 10u)], col)));
-                                                }
-                                                if (((s64 > bestr64) || ((s64 == bestr64) && (col < bestr64_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr64 = s64;
-                                                    bestr64_i = col;
-                                                }
-                                            } else {
-                                                // built by kernels::filter_top_k::race_one
-                                                var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                                let sk_e24: u32 = (col & 3u);
-                                                var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e24 == 1u)), w4[2], (sk_e24 == 2u)), w4[3], (sk_e24 == 3u))));
-                                                if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                                                    // built by kernels::filter_top_k::keep_lower
-                                                    bestr = score;
-                                                    bestr_i = col;
-                                                }
-                                            }
-                                        }
-                                        var cut_at: u32 = 0u;
-                                        cut_at = atomicAdd(&cut_listing[0u], 1u);
-                                        if ((cut_at < 384u)) {
-                                            partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                                            partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
-                                        }
-                                    } else {
-                                        m_below = (m_below + cmv);
-                                        max_below = max(max_below, ck);
-                                        w_below = max(w_below, cw);
-                                    }
-                                }
-                            }
+                            sk_read_step(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                     }
                     var part_n_above: u32 = 0u;
                     var part_n_range: u32 = 0u;
-                    {
-                        if (sk_lid < 2u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = n_above;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-                        }
-                        {
-                            let sk_v = n_range;
-                            if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-                        }
-                        workgroupBarrier();
-                        part_n_above = atomicLoad(&sk_sum_lo[0]);
-                        part_n_range = atomicLoad(&sk_sum_lo[1]);
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u32_2(sk_lid, n_above, n_range, &part_n_above, &part_n_range);
                     var part_m_above: u64 = 0lu;
                     var part_m_range: u64 = 0lu;
                     var part_m_below: u64 = 0lu;
-                    {
-                        if (sk_lid < 3u) {
-                            atomicStore(&sk_sum_lo[sk_lid], 0u);
-                            atomicStore(&sk_sum_hi[sk_lid], 0u);
-                        }
-                        workgroupBarrier();
-                        {
-                            let sk_v = m_above;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[0], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[0], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[0], sk_hi); }
-                        }
-                        {
-                            let sk_v = m_range;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[1], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[1], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[1], sk_hi); }
-                        }
-                        {
-                            let sk_v = m_below;
-                            let sk_lo = u32(sk_v & 0xfffffffflu);
-                            let sk_hi = u32(sk_v >> 32u);
-                            if (sk_lo != 0u) {
-                                let sk_old = atomicAdd(&sk_sum_lo[2], sk_lo);
-                                if (sk_old > 0xffffffffu - sk_lo) { atomicAdd(&sk_sum_hi[2], 1u); }
-                            }
-                            if (sk_hi != 0u) { atomicAdd(&sk_sum_hi[2], sk_hi); }
-                        }
-                        workgroupBarrier();
-                        part_m_above = (u64(atomicLoad(&sk_sum_hi[0])) << 32u) | u64(atomicLoad(&sk_sum_lo[0]));
-                        part_m_range = (u64(atomicLoad(&sk_sum_hi[1])) << 32u) | u64(atomicLoad(&sk_sum_lo[1]));
-                        part_m_below = (u64(atomicLoad(&sk_sum_hi[2])) << 32u) | u64(atomicLoad(&sk_sum_lo[2]));
-                        workgroupBarrier();
-                    }
+                    sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
                     var part_min_above_not: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = min_above_not;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        part_min_above_not = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    part_min_above_not = sk_block_max_u32(sk_lid, min_above_not);
                     var part_min_range_not: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = min_range_not;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        part_min_range_not = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    part_min_range_not = sk_block_max_u32(sk_lid, min_range_not);
                     var part_max_range: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = max_range;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        part_max_range = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    part_max_range = sk_block_max_u32(sk_lid, max_range);
                     var part_max_below: u32 = 0u;
-                    {
-                        sk_red_u32[sk_lid] = max_below;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        part_max_below = sk_red_u32[0];
-                        workgroupBarrier();
-                    }
+                    part_max_below = sk_block_max_u32(sk_lid, max_below);
                     var part_w_below: f32 = (0.0f);
-                    {
-                        sk_red_f32[sk_lid] = w_below;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-                            }
-                            workgroupBarrier();
-                        }
-                        part_w_below = sk_red_f32[0];
-                        workgroupBarrier();
-                    }
+                    part_w_below = sk_block_max_f32(sk_lid, w_below);
                     var part_best: f32 = (0.0f);
                     var part_best_i: u32 = 0u;
-                    {
-                        sk_am_f32[sk_lid] = best;
-                        sk_am_i[sk_lid] = best_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f32[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f32[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        part_best = sk_am_f32[0];
-                        part_best_i = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
                     var part_best64: f64 = (0.0lf);
                     var part_best64_i: u32 = 0u;
-                    {
-                        sk_am_f64[sk_lid] = best64;
-                        sk_am_i[sk_lid] = best64_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f64[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f64[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        part_best64 = sk_am_f64[0];
-                        part_best64_i = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f64(sk_lid, best64, best64_i, &part_best64, &part_best64_i);
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::store_winners
                         partials[((((row_slot * parts) + part) * 805u) + 792u)] = bitcast<u32>(part_best);
@@ -918,46 +669,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                     var part_bestr: f32 = (0.0f);
                     var part_bestr_i: u32 = 0u;
-                    {
-                        sk_am_f32[sk_lid] = bestr;
-                        sk_am_i[sk_lid] = bestr_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f32[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f32[sk_lid] || (ov == sk_am_f32[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f32[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        part_bestr = sk_am_f32[0];
-                        part_bestr_i = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f32(sk_lid, bestr, bestr_i, &part_bestr, &part_bestr_i);
                     var part_bestr64: f64 = (0.0lf);
                     var part_bestr64_i: u32 = 0u;
-                    {
-                        sk_am_f64[sk_lid] = bestr64;
-                        sk_am_i[sk_lid] = bestr64_i;
-                        workgroupBarrier();
-                        for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-                            if (sk_lid < sk_s) {
-                                let ov = sk_am_f64[sk_lid + sk_s];
-                                let oi = sk_am_i[sk_lid + sk_s];
-                                if (ov > sk_am_f64[sk_lid] || (ov == sk_am_f64[sk_lid] && oi < sk_am_i[sk_lid])) {
-                                    sk_am_f64[sk_lid] = ov;
-                                    sk_am_i[sk_lid] = oi;
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                        part_bestr64 = sk_am_f64[0];
-                        part_bestr64_i = sk_am_i[0];
-                        workgroupBarrier();
-                    }
+                    sk_block_argmax_f64(sk_lid, bestr64, bestr64_i, &part_bestr64, &part_bestr64_i);
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::store_winners
                         partials[((((row_slot * parts) + part) * 805u) + 797u)] = bitcast<u32>(part_bestr);

@@ -364,6 +364,15 @@ pub enum Stmt {
         out_value: String,
         out_index: String,
     },
+    /// Runs [`Procedure`] `name` with `args` for its `params`, the caller's variables `inouts`
+    /// (declared beforehand) for its `inouts`, which it may assign, and the caller's histograms
+    /// `histograms` for its own.
+    Call {
+        name: String,
+        args: Vec<Expr>,
+        inouts: Vec<String>,
+        histograms: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -372,6 +381,32 @@ pub struct Function {
     pub params: Vec<(String, Ty)>,
     pub ret: Ty,
     pub body: Vec<Stmt>,
+}
+
+/// A block a kernel repeats, written once (made by the outlining pass, `outline.rs`, never by a
+/// builder): it reads `params` by value, assigns the caller's `inouts`, and reaches buffers,
+/// workgroup arrays and collectives as the kernel body does. It has no `return`, and a `break`
+/// in it leaves one of its own loops.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Procedure {
+    pub name: String,
+    pub params: Vec<(String, Ty)>,
+    pub inouts: Vec<(String, Ty)>,
+    /// The caller's histograms it reads or adds to: name, counter type, counters.
+    pub histograms: Vec<(String, Ty, u32)>,
+    pub body: Vec<Stmt>,
+}
+
+impl Procedure {
+    /// What its body sees at its top: its parameters, inouts and histograms.
+    pub fn scope<'k>(&self, kernel: &'k Kernel) -> Scope<'k> {
+        let vars: Vec<(String, Ty)> = self.params.iter().chain(&self.inouts).cloned().collect();
+        let mut scope = Scope::new(kernel, &vars, None);
+        for (n, t, bins) in &self.histograms {
+            scope.declare_bins(n, *t, *bins);
+        }
+        scope
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -419,6 +454,8 @@ pub struct Kernel {
     pub params: Vec<String>,
     pub shared: Vec<SharedDecl>,
     pub functions: Vec<Function>,
+    /// Empty as built; the outlining pass fills it ([`Stmt::Call`]).
+    pub procedures: Vec<Procedure>,
     pub body: Vec<Stmt>,
     /// WGSL holds each u64 as two u32 words, so the kernel runs on a device without 64-bit
     /// integers (`wgsl_u64.rs`). Such a kernel is WGSL only: every CUDA device has u64.
@@ -715,6 +752,7 @@ fn builder_of<F>(_: &F) -> String {
 // catches a malformed kernel in `cargo xtask gen` rather than in a driver's compiler.
 
 /// What names mean while checking one function or kernel body.
+#[derive(Clone)]
 pub struct Scope<'k> {
     kernel: &'k Kernel,
     vars: Vec<BTreeMap<String, Ty>>,
@@ -750,7 +788,7 @@ impl<'k> Scope<'k> {
     pub fn declare(&mut self, name: &str, ty: Ty) {
         self.vars.last_mut().expect("scope").insert(name.to_string(), ty);
     }
-    fn lookup(&self, name: &str) -> Result<Ty, String> {
+    pub fn lookup(&self, name: &str) -> Result<Ty, String> {
         self.vars
             .iter()
             .rev()
@@ -1005,6 +1043,38 @@ impl<'k> Scope<'k> {
                     return Err(format!("`{old}` is not u32"));
                 }
             }
+            Stmt::Call { name, args, inouts, histograms } => {
+                let proc = self
+                    .kernel
+                    .procedures
+                    .iter()
+                    .find(|p| &p.name == name)
+                    .ok_or_else(|| format!("no procedure `{name}`"))?;
+                if proc.params.len() != args.len()
+                    || proc.inouts.len() != inouts.len()
+                    || proc.histograms.len() != histograms.len()
+                {
+                    return Err(format!(
+                        "`{name}` takes {} values, {} variables and {} histograms",
+                        proc.params.len(),
+                        proc.inouts.len(),
+                        proc.histograms.len()
+                    ));
+                }
+                for ((_, t, bins), h) in proc.histograms.iter().zip(histograms) {
+                    if self.histogram(h)? != (*t, *bins) {
+                        return Err(format!("histogram `{h}` is not {bins} {t:?}, as `{name}` takes it"));
+                    }
+                }
+                for ((_, t), a) in proc.params.iter().zip(args) {
+                    self.same(*t, a)?;
+                }
+                for ((_, t), v) in proc.inouts.iter().zip(inouts) {
+                    if self.lookup(v)? != *t {
+                        return Err(format!("`{v}` is not {t:?}, as `{name}` assigns it"));
+                    }
+                }
+            }
             Stmt::Return(e) => match (e, self.ret) {
                 (Some(e), Some(t)) => self.same(t, e)?,
                 (None, None) => {}
@@ -1065,7 +1135,32 @@ pub fn check(kernel: &Kernel) -> Result<(), IrError> {
             .check_block(&func.body)
             .map_err(|e| IrError::ty(kernel, format!("fn {}: {e}", func.name)))?;
     }
+    for proc in &kernel.procedures {
+        let mut returns = false;
+        visit_stmts(&proc.body, &mut |s| returns |= matches!(s, Stmt::Return(_)));
+        if returns {
+            return Err(IrError::ty(kernel, format!("procedure {} returns", proc.name)));
+        }
+        proc.scope(kernel)
+            .check_block(&proc.body)
+            .map_err(|e| IrError::ty(kernel, format!("procedure {}: {e}", proc.name)))?;
+    }
     Scope::new(kernel, &[], None).check_block(&kernel.body).map_err(|e| IrError::ty(kernel, e))
+}
+
+/// Calls `f` on every statement of `stmts`, through nested blocks.
+pub fn visit_stmts<'a>(stmts: &'a [Stmt], f: &mut impl FnMut(&'a Stmt)) {
+    for s in stmts {
+        f(s);
+        for body in stmt_blocks(s) {
+            visit_stmts(body, f);
+        }
+    }
+}
+
+/// The kernel body and every procedure's: all the code a kernel runs but its helper functions.
+pub fn bodies(kernel: &Kernel) -> impl Iterator<Item = &[Stmt]> {
+    std::iter::once(kernel.body.as_slice()).chain(kernel.procedures.iter().map(|p| p.body.as_slice()))
 }
 
 /// The distinct value types of a list of reductions: one scratch array each.
@@ -1088,15 +1183,27 @@ pub struct Collectives {
     pub argmax: Vec<Ty>,
     /// Whether it scans.
     pub scan: bool,
-    /// The most values one `SumMany` of each type sums.
-    pub sum_many: Vec<(Ty, usize)>,
+    /// Each (type, number of values) of its `SumMany`s.
+    pub sums: Vec<(Ty, usize)>,
 }
 
 impl Collectives {
-    pub fn of(stmts: &[Stmt]) -> Self {
+    /// Those of the kernel's body and procedures.
+    pub fn of(kernel: &Kernel) -> Self {
         let mut c = Collectives::default();
-        c.visit(stmts);
+        bodies(kernel).for_each(|b| c.visit(b));
         c
+    }
+    /// The most values one `SumMany` of each type sums: what its scratch must hold.
+    pub fn most_summed(&self) -> Vec<(Ty, usize)> {
+        let mut out: Vec<(Ty, usize)> = Vec::new();
+        for &(t, n) in &self.sums {
+            match out.iter_mut().find(|(u, _)| *u == t) {
+                Some((_, m)) => *m = (*m).max(n),
+                None => out.push((t, n)),
+            }
+        }
+        out
     }
     fn visit(&mut self, stmts: &[Stmt]) {
         for s in stmts {
@@ -1112,10 +1219,11 @@ impl Collectives {
                     }
                 }
                 Stmt::Scan { .. } => self.scan = true,
-                Stmt::SumMany { ty, values, .. } => match self.sum_many.iter_mut().find(|(t, _)| t == ty) {
-                    Some((_, n)) => *n = (*n).max(values.len()),
-                    None => self.sum_many.push((*ty, values.len())),
-                },
+                Stmt::SumMany { ty, values, .. } => {
+                    if !self.sums.contains(&(*ty, values.len())) {
+                        self.sums.push((*ty, values.len()));
+                    }
+                }
                 Stmt::If { then, els, .. } => {
                     self.visit(then);
                     self.visit(els);
@@ -1133,6 +1241,7 @@ impl Collectives {
                 | Stmt::Return(_)
                 | Stmt::Barrier
                 | Stmt::AtomicAdd { .. }
+                | Stmt::Call { .. }
                 | Stmt::Fence => {}
             }
         }
@@ -1163,6 +1272,7 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
             | Stmt::Return(_)
             | Stmt::Barrier
             | Stmt::AtomicAdd { .. }
+            | Stmt::Call { .. }
             | Stmt::Fence => false,
         })
     }
@@ -1171,6 +1281,10 @@ pub fn uses(kernel: &Kernel, ty: Ty) -> bool {
             .functions
             .iter()
             .any(|f| wide(f.ret) || f.params.iter().any(|(_, t)| wide(*t)) || in_stmts(&f.body, &wide))
+        || kernel
+            .procedures
+            .iter()
+            .any(|p| p.params.iter().chain(&p.inouts).any(|(_, t)| wide(*t)) || in_stmts(&p.body, &wide))
         || in_stmts(&kernel.body, &wide)
 }
 
@@ -1219,7 +1333,7 @@ pub fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
         Stmt::Store { index, value, .. } | Stmt::StoreShared { index, value, .. } => vec![index, value],
         Stmt::AddToBin { bin, value, .. } | Stmt::AtomicAdd { index: bin, value, .. } => vec![bin, value],
         Stmt::For { from, to, step, .. } => vec![from, to, step],
-        Stmt::SumMany { values, .. } => values.iter().collect(),
+        Stmt::SumMany { values, .. } | Stmt::Call { args: values, .. } => values.iter().collect(),
         Stmt::ArgMax { value, index, .. } => vec![value, index],
         Stmt::LetBins { .. }
         | Stmt::Comment(_)
@@ -1278,10 +1392,19 @@ pub fn used_functions(kernel: &Kernel) -> Result<Vec<&Function>, IrError> {
 /// Whether any expression of `kernel` (its body or a helper's) satisfies `pred`.
 pub fn any_expr(kernel: &Kernel, pred: impl Fn(&Expr) -> bool) -> bool {
     let mut found = false;
-    for body in std::iter::once(&kernel.body).chain(kernel.functions.iter().map(|f| &f.body)) {
+    for body in bodies(kernel).chain(kernel.functions.iter().map(|f| f.body.as_slice())) {
         visit_exprs(body, &mut |e| found |= pred(e));
     }
     found
+}
+
+/// Procedure `name` of `kernel`.
+pub fn procedure<'k>(kernel: &'k Kernel, name: &str) -> Result<&'k Procedure, IrError> {
+    kernel
+        .procedures
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| IrError::ty(kernel, format!("no procedure `{name}`")))
 }
 
 /// The declaration of buffer `name` of `kernel`.

@@ -18,6 +18,7 @@ mod gen;
 mod ir;
 mod kernels;
 mod out;
+mod outline;
 mod passes;
 mod ptx_report;
 mod test_runner;

@@ -1,6 +1,6 @@
 //! An indenting text buffer that both emitters print into.
 
-use crate::ir::{Expr, IrError, Kernel, Scope, Stmt};
+use crate::ir::{Expr, IrError, Kernel, ReduceOp, Scope, Stmt, Ty};
 
 #[derive(Default)]
 pub struct Out {
@@ -74,6 +74,20 @@ pub fn atom(s: String) -> String {
     } else {
         format!("({s})")
     }
+}
+
+/// The helper function each emitter writes for a block reduction of `t` values.
+pub fn reduce_name(op: ReduceOp, t: Ty) -> String {
+    let op = match op {
+        ReduceOp::Max => "max",
+        ReduceOp::Sum => "sum",
+    };
+    format!("sk_block_{op}_{}", crate::wgsl::ty(t))
+}
+
+/// The helper function each emitter writes for block sums of `n` values of `t`.
+pub fn sums_name(t: Ty, n: usize) -> String {
+    format!("sk_block_sums_{}_{n}", crate::wgsl::ty(t))
 }
 
 /// The first lines of every generated file.

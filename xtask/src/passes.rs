@@ -5,7 +5,8 @@
 //! 3. an expression a statement evaluates more than once is bound to a name once, before it
 //!    (naga's `Emit`: `let` in WGSL, `const` in CUDA);
 //! 4. of the comments naming the Rust builder of each block, only those where the builder
-//!    changes are kept.
+//!    changes are kept;
+//! 5. a block the kernel repeats becomes a procedure, printed once (`outline.rs`).
 
 use crate::ir::*;
 
@@ -21,6 +22,7 @@ pub fn prepare(kernel: &Kernel) -> Result<Kernel, IrError> {
         out.functions.push(Function { body, ..func });
     }
     out.body = simplify(&out, &[], None, kernel.body.clone())?;
+    crate::outline::outline(&mut out)?;
     check(&out)?;
     Ok(out)
 }
@@ -36,7 +38,7 @@ fn simplify(kernel: &Kernel, args: &[(String, Ty)], ret: Option<Ty>, body: Vec<S
 // Folding literal conditions.
 
 /// `e` with `f` applied to each direct operand.
-fn map_children(e: Expr, f: &mut impl FnMut(Expr) -> Expr) -> Expr {
+pub fn map_children(e: Expr, f: &mut impl FnMut(Expr) -> Expr) -> Expr {
     let mut b = |x: Box<Expr>| Box::new(f(*x));
     match e {
         Expr::Lit(_) | Expr::Var(_) | Expr::Param(_) | Expr::Builtin(_) | Expr::BinValue(..) => e,
@@ -183,6 +185,9 @@ fn map_exprs(s: Stmt, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
         Stmt::ArgMax { ty, value, index, out_value, out_index } => {
             let value = f(value);
             Stmt::ArgMax { ty, value, index: f(index), out_value, out_index }
+        }
+        Stmt::Call { name, args, inouts, histograms } => {
+            Stmt::Call { name, args: args.into_iter().map(f).collect(), inouts, histograms }
         }
         s @ (Stmt::For { .. }
         | Stmt::Scope(_)
@@ -361,10 +366,11 @@ fn comments(stmts: Vec<Stmt>, outer: &str) -> Vec<Stmt> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn kernel(body: Vec<Stmt>) -> Kernel {
+    /// A kernel with buffers `x` (f32, read) and `y` (f32, written), parameter `n` and `body`.
+    pub(crate) fn kernel(body: Vec<Stmt>) -> Kernel {
         let buffer = |name: &str, writable| BufferDecl { name: name.into(), storage: Storage::F32, writable };
         Kernel {
             name: "t".into(),
@@ -376,6 +382,7 @@ mod tests {
             params: vec!["n".into()],
             shared: vec![],
             functions: vec![function("unused", &[("a", Ty::U32)], Ty::U32, |b| b.ret(var("a")))],
+            procedures: vec![],
             body,
             u64_as_words: false,
             full_occupancy: false,

@@ -12,7 +12,7 @@
 //!   u64 as two u32 words (`wgsl_u64.rs`).
 
 use crate::ir::*;
-use crate::out::{header, CLike, Out};
+use crate::out::{header, reduce_name, sums_name, CLike, Out};
 use crate::wgsl_u64;
 
 pub fn ty(t: Ty) -> &'static str {
@@ -40,15 +40,26 @@ fn lit(l: Lit) -> String {
     }
 }
 
+#[derive(Clone)]
 struct Emitter<'k> {
     kernel: &'k Kernel,
     block: u32,
+    /// The histograms that are pointers here: a procedure's, which it reaches through the
+    /// caller's (a copy in and out would move every counter at each call).
+    pointed: Vec<String>,
 }
 
 impl Emitter<'_> {
     /// Whether `arr` is an atomic workgroup array, whose loads and stores WGSL makes atomic.
     fn atomic_shared(&self, arr: &str) -> bool {
         self.kernel.shared.iter().any(|s| s.name == arr && s.atomic)
+    }
+    /// How histogram `name` is read and written here.
+    fn histogram(&self, name: &str) -> String {
+        match self.pointed.iter().any(|p| p == name) {
+            true => format!("(*{name})"),
+            false => name.to_string(),
+        }
     }
     /// Whether u64 values are two u32 words in this kernel.
     fn words(&self) -> bool {
@@ -158,7 +169,7 @@ impl CLike for Emitter<'_> {
                 format!("{name}({})", args.join(", "))
             }
             Expr::Component(v, i) => format!("{}[{i}]", x(v)?),
-            Expr::BinValue(name, i) => format!("{name}[{i}]"),
+            Expr::BinValue(name, i) => format!("{}[{i}]", self.histogram(name)),
             Expr::MakeU32x4(p) => format!("vec4<u32>({}, {}, {}, {})", x(&p[0])?, x(&p[1])?, x(&p[2])?, x(&p[3])?),
         })
     }
@@ -181,11 +192,10 @@ impl CLike for Emitter<'_> {
             Stmt::AddToBin { name, bin, value } => {
                 let (bin, value) = (self.expr(bin, scope)?, self.expr(value, scope)?);
                 let (t, _) = scope.histogram(name).map_err(|m| IrError::ty(self.kernel, m))?;
+                let counter = format!("{}[{bin}]", self.histogram(name));
                 match t {
-                    Ty::U64 if self.words() => {
-                        out.line(format!("{name}[{bin}] = {};", self.add(t, &format!("{name}[{bin}]"), &value)))
-                    }
-                    _ => out.line(format!("{name}[{bin}] += {value};")),
+                    Ty::U64 if self.words() => out.line(format!("{counter} = {};", self.add(t, &counter, &value))),
+                    _ => out.line(format!("{counter} += {value};")),
                 }
             }
             Stmt::Store { buf, index, value } if buffer(self.kernel, buf)?.storage == Storage::AtomicU32 => {
@@ -199,6 +209,20 @@ impl CLike for Emitter<'_> {
                 out.line(format!("{old} = atomicAdd(&{buf}[{index}], {value});"));
             }
             Stmt::Fence => out.line("storageBarrier();"),
+            Stmt::Call { name, args, inouts, histograms } => {
+                let proc = procedure(self.kernel, name)?;
+                let mut all: Vec<String> =
+                    builtins(self.kernel, proc).into_iter().map(|(n, _)| n.to_string()).collect();
+                for a in args {
+                    all.push(self.expr(a, scope)?);
+                }
+                all.extend(inouts.iter().map(|n| format!("&{n}")));
+                all.extend(histograms.iter().map(|h| match self.pointed.contains(h) {
+                    true => h.clone(),
+                    false => format!("&{h}"),
+                }));
+                out.line(format!("{name}({});", all.join(", ")));
+            }
             Stmt::Assign { .. }
             | Stmt::Store { .. }
             | Stmt::StoreShared { .. }
@@ -218,119 +242,183 @@ impl CLike for Emitter<'_> {
             }
             Stmt::Barrier => out.line("workgroupBarrier();"),
             Stmt::Reduce { op, ty: t, value, out: dst } => {
-                let arr = format!("sk_red_{}", ty(*t));
-                let (mine, theirs) = (format!("{arr}[sk_lid]"), format!("{arr}[sk_lid + sk_s]"));
-                let combine = match op {
-                    ReduceOp::Max if *t == Ty::U64 && self.words() => {
-                        wgsl_u64::math(MathFn::Max, &[mine, theirs]).expect("max of two")
-                    }
-                    ReduceOp::Max => format!("max({mine}, {theirs})"),
-                    ReduceOp::Sum => self.add(*t, &mine, &theirs),
-                };
-                out.open("{");
-                out.line(format!("{arr}[sk_lid] = {};", self.expr(value, scope)?));
-                out.line("workgroupBarrier();");
-                out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
-                out.open("if (sk_lid < sk_s) {");
-                out.line(format!("{arr}[sk_lid] = {combine};"));
-                out.close("}");
-                out.line("workgroupBarrier();");
-                out.close("}");
-                out.line(format!("{dst} = {arr}[0];"));
-                out.line("workgroupBarrier();");
-                out.close("}");
+                out.line(format!("{dst} = {}(sk_lid, {});", reduce_name(*op, *t), self.expr(value, scope)?))
             }
             Stmt::Scan { value, out: dst } => {
-                // Hillis-Steele over workgroup memory: log2(BLOCK) steps, inclusive, then the
-                // invocation's own value taken back out.
-                out.open("{");
-                out.line(format!("let sk_x = {};", self.expr(value, scope)?));
-                out.line("sk_scan[sk_lid] = sk_x;");
-                out.line("workgroupBarrier();");
-                out.open("for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {");
-                out.line("let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);");
-                out.line("workgroupBarrier();");
-                out.line("sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;");
-                out.line("workgroupBarrier();");
-                out.close("}");
-                out.line(format!("{dst} = sk_scan[sk_lid] - sk_x;"));
-                out.line("workgroupBarrier();");
-                out.close("}");
+                out.line(format!("{dst} = sk_block_scan(sk_lid, {});", self.expr(value, scope)?))
             }
             Stmt::SumMany { ty: t, values, outs } => {
-                // Integer atomics in workgroup memory: exact, so the order they land in does not
-                // matter. u64 values go in as two u32 halves, the low half's carry into the high.
-                let wide = *t == Ty::U64;
-                let n = values.len();
-                out.open("{");
-                out.open(format!("if (sk_lid < {n}u) {{"));
-                out.line("atomicStore(&sk_sum_lo[sk_lid], 0u);");
-                if wide {
-                    out.line("atomicStore(&sk_sum_hi[sk_lid], 0u);");
+                let mut args = vec!["sk_lid".to_string()];
+                for v in values {
+                    args.push(self.expr(v, scope)?);
                 }
-                out.close("}");
-                out.line("workgroupBarrier();");
-                for (i, v) in values.iter().enumerate() {
-                    out.open("{");
-                    out.line(format!("let sk_v = {};", self.expr(v, scope)?));
-                    if wide && self.words() {
-                        out.line("let sk_lo = sk_v.x;");
-                        out.line("let sk_hi = sk_v.y;");
-                    } else if wide {
-                        out.line("let sk_lo = u32(sk_v & 0xfffffffflu);");
-                        out.line("let sk_hi = u32(sk_v >> 32u);");
-                    }
-                    if wide {
-                        out.open("if (sk_lo != 0u) {");
-                        out.line(format!("let sk_old = atomicAdd(&sk_sum_lo[{i}], sk_lo);"));
-                        out.line(format!("if (sk_old > 0xffffffffu - sk_lo) {{ atomicAdd(&sk_sum_hi[{i}], 1u); }}"));
-                        out.close("}");
-                        out.line(format!("if (sk_hi != 0u) {{ atomicAdd(&sk_sum_hi[{i}], sk_hi); }}"));
-                    } else {
-                        out.line(format!("if (sk_v != 0u) {{ atomicAdd(&sk_sum_lo[{i}], sk_v); }}"));
-                    }
-                    out.close("}");
-                }
-                out.line("workgroupBarrier();");
-                for (i, o) in outs.iter().enumerate() {
-                    if wide && self.words() {
-                        out.line(format!("{o} = vec2<u32>(atomicLoad(&sk_sum_lo[{i}]), atomicLoad(&sk_sum_hi[{i}]));"));
-                    } else if wide {
-                        out.line(format!(
-                            "{o} = (u64(atomicLoad(&sk_sum_hi[{i}])) << 32u) | u64(atomicLoad(&sk_sum_lo[{i}]));"
-                        ));
-                    } else {
-                        out.line(format!("{o} = atomicLoad(&sk_sum_lo[{i}]);"));
-                    }
-                }
-                out.line("workgroupBarrier();");
-                out.close("}");
+                args.extend(outs.iter().map(|o| format!("&{o}")));
+                out.line(format!("{}({});", sums_name(*t, values.len()), args.join(", ")));
             }
             Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
-                let v = format!("sk_am_{}", ty(*t));
-                out.open("{");
-                out.line(format!("{v}[sk_lid] = {};", self.expr(value, scope)?));
-                out.line(format!("sk_am_i[sk_lid] = {};", self.expr(index, scope)?));
-                out.line("workgroupBarrier();");
-                out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
-                out.open("if (sk_lid < sk_s) {");
-                out.line(format!("let ov = {v}[sk_lid + sk_s];"));
-                out.line("let oi = sk_am_i[sk_lid + sk_s];");
-                out.open(format!("if (ov > {v}[sk_lid] || (ov == {v}[sk_lid] && oi < sk_am_i[sk_lid])) {{"));
-                out.line(format!("{v}[sk_lid] = ov;"));
-                out.line("sk_am_i[sk_lid] = oi;");
-                out.close("}");
-                out.close("}");
-                out.line("workgroupBarrier();");
-                out.close("}");
-                out.line(format!("{out_value} = {v}[0];"));
-                out.line(format!("{out_index} = sk_am_i[0];"));
-                out.line("workgroupBarrier();");
-                out.close("}");
+                let (value, index) = (self.expr(value, scope)?, self.expr(index, scope)?);
+                out.line(format!("sk_block_argmax_{}(sk_lid, {value}, {index}, &{out_value}, &{out_index});", ty(*t)));
             }
         }
         Ok(())
     }
+}
+
+impl Emitter<'_> {
+    /// The collectives the kernel uses, each a function of its own over workgroup memory, with
+    /// a barrier after the result is read so the next may reuse the scratch.
+    fn collective_helpers(&self, out: &mut Out, used: &Collectives) {
+        for &(op, t) in &used.reduce {
+            let (tn, arr) = (self.ty(t), format!("sk_red_{}", ty(t)));
+            let (mine, theirs) = (format!("{arr}[sk_lid]"), format!("{arr}[sk_lid + sk_s]"));
+            let combine = match op {
+                ReduceOp::Max if t == Ty::U64 && self.words() => {
+                    wgsl_u64::math(MathFn::Max, &[mine, theirs]).expect("max of two")
+                }
+                ReduceOp::Max => format!("max({mine}, {theirs})"),
+                ReduceOp::Sum => self.add(t, &mine, &theirs),
+            };
+            out.open(format!("fn {}(sk_lid: u32, sk_v: {tn}) -> {tn} {{", reduce_name(op, t)));
+            out.line(format!("{arr}[sk_lid] = sk_v;"));
+            out.line("workgroupBarrier();");
+            out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
+            out.open("if (sk_lid < sk_s) {");
+            out.line(format!("{arr}[sk_lid] = {combine};"));
+            out.close("}");
+            out.line("workgroupBarrier();");
+            out.close("}");
+            out.line(format!("let sk_r = {arr}[0];"));
+            out.line("workgroupBarrier();");
+            out.line("return sk_r;");
+            out.close("}");
+        }
+        if used.scan {
+            // Hillis-Steele over workgroup memory: log2(BLOCK) steps, inclusive, then the
+            // invocation's own value taken back out.
+            out.open("fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {");
+            out.line("sk_scan[sk_lid] = sk_x;");
+            out.line("workgroupBarrier();");
+            out.open("for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {");
+            out.line("let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);");
+            out.line("workgroupBarrier();");
+            out.line("sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;");
+            out.line("workgroupBarrier();");
+            out.close("}");
+            out.line("let sk_r = sk_scan[sk_lid] - sk_x;");
+            out.line("workgroupBarrier();");
+            out.line("return sk_r;");
+            out.close("}");
+        }
+        for &(t, n) in &used.sums {
+            // Integer atomics in workgroup memory: exact, so the order they land in does not
+            // matter. u64 values go in as two u32 halves, the low half's carry into the high.
+            let (wide, tn) = (t == Ty::U64, self.ty(t));
+            let params: Vec<String> = std::iter::once("sk_lid: u32".to_string())
+                .chain((0..n).map(|i| format!("sk_m{i}: {tn}")))
+                .chain((0..n).map(|i| format!("sk_o{i}: ptr<function, {tn}>")))
+                .collect();
+            out.open(format!("fn {}({}) {{", sums_name(t, n), params.join(", ")));
+            out.open(format!("if (sk_lid < {n}u) {{"));
+            out.line("atomicStore(&sk_sum_lo[sk_lid], 0u);");
+            if wide {
+                out.line("atomicStore(&sk_sum_hi[sk_lid], 0u);");
+            }
+            out.close("}");
+            out.line("workgroupBarrier();");
+            for i in 0..n {
+                out.open("{");
+                out.line(format!("let sk_v = sk_m{i};"));
+                if wide && self.words() {
+                    out.line("let sk_lo = sk_v.x;");
+                    out.line("let sk_hi = sk_v.y;");
+                } else if wide {
+                    out.line("let sk_lo = u32(sk_v & 0xfffffffflu);");
+                    out.line("let sk_hi = u32(sk_v >> 32u);");
+                }
+                if wide {
+                    out.open("if (sk_lo != 0u) {");
+                    out.line(format!("let sk_old = atomicAdd(&sk_sum_lo[{i}], sk_lo);"));
+                    out.line(format!("if (sk_old > 0xffffffffu - sk_lo) {{ atomicAdd(&sk_sum_hi[{i}], 1u); }}"));
+                    out.close("}");
+                    out.line(format!("if (sk_hi != 0u) {{ atomicAdd(&sk_sum_hi[{i}], sk_hi); }}"));
+                } else {
+                    out.line(format!("if (sk_v != 0u) {{ atomicAdd(&sk_sum_lo[{i}], sk_v); }}"));
+                }
+                out.close("}");
+            }
+            out.line("workgroupBarrier();");
+            for i in 0..n {
+                if wide && self.words() {
+                    out.line(format!(
+                        "*sk_o{i} = vec2<u32>(atomicLoad(&sk_sum_lo[{i}]), atomicLoad(&sk_sum_hi[{i}]));"
+                    ));
+                } else if wide {
+                    out.line(format!(
+                        "*sk_o{i} = (u64(atomicLoad(&sk_sum_hi[{i}])) << 32u) | u64(atomicLoad(&sk_sum_lo[{i}]));"
+                    ));
+                } else {
+                    out.line(format!("*sk_o{i} = atomicLoad(&sk_sum_lo[{i}]);"));
+                }
+            }
+            out.line("workgroupBarrier();");
+            out.close("}");
+        }
+        for &t in &used.argmax {
+            let (tn, v) = (self.ty(t), format!("sk_am_{}", ty(t)));
+            out.open(format!(
+                "fn sk_block_argmax_{}(sk_lid: u32, sk_v: {tn}, sk_i: u32, sk_ov: ptr<function, {tn}>, sk_oi: ptr<function, u32>) {{",
+                ty(t)
+            ));
+            out.line(format!("{v}[sk_lid] = sk_v;"));
+            out.line("sk_am_i[sk_lid] = sk_i;");
+            out.line("workgroupBarrier();");
+            out.open("for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {");
+            out.open("if (sk_lid < sk_s) {");
+            out.line(format!("let ov = {v}[sk_lid + sk_s];"));
+            out.line("let oi = sk_am_i[sk_lid + sk_s];");
+            out.open(format!("if (ov > {v}[sk_lid] || (ov == {v}[sk_lid] && oi < sk_am_i[sk_lid])) {{"));
+            out.line(format!("{v}[sk_lid] = ov;"));
+            out.line("sk_am_i[sk_lid] = oi;");
+            out.close("}");
+            out.close("}");
+            out.line("workgroupBarrier();");
+            out.close("}");
+            out.line(format!("*sk_ov = {v}[0];"));
+            out.line("*sk_oi = sk_am_i[0];");
+            out.line("workgroupBarrier();");
+            out.close("}");
+        }
+    }
+}
+
+/// The entry point's builtin arguments `proc` reaches, itself or through the procedures it calls
+/// (the collectives read the invocation's index), as names and types: a function other than the
+/// entry point sees them only as parameters.
+fn builtins(kernel: &Kernel, proc: &Procedure) -> Vec<(&'static str, &'static str)> {
+    let (mut used, mut collectives) = (vec![], false);
+    let (mut queue, mut seen) = (vec![proc], vec![]);
+    while let Some(p) = queue.pop() {
+        if seen.contains(&&p.name) {
+            continue;
+        }
+        seen.push(&p.name);
+        visit_exprs(&p.body, &mut |e| {
+            if let Expr::Builtin(b) = e {
+                used.push(*b);
+            }
+        });
+        visit_stmts(&p.body, &mut |s| match s {
+            Stmt::Reduce { .. } | Stmt::Scan { .. } | Stmt::SumMany { .. } | Stmt::ArgMax { .. } => collectives = true,
+            Stmt::Call { name, .. } => queue.extend(kernel.procedures.iter().find(|q| &q.name == name)),
+            _ => {}
+        });
+    }
+    let all = [
+        (collectives || used.contains(&Builtin::LocalId), ("sk_lid", "u32")),
+        (used.contains(&Builtin::GroupId), ("sk_wid", "vec3<u32>")),
+        (used.contains(&Builtin::NumGroups), ("sk_nwg", "vec3<u32>")),
+    ];
+    all.into_iter().filter(|(wanted, _)| *wanted).map(|(_, b)| b).collect()
 }
 
 /// One `var<workgroup>` array of a module.
@@ -354,7 +442,7 @@ fn workgroup_arrays(e: &Emitter) -> Result<Vec<WorkgroupArray>, IrError> {
     };
     let atomic =
         |name: &str, len: u32| WorkgroupArray { elem: "atomic<u32>", ..array(name.into(), Ty::U32, Some(len)) };
-    let used = Collectives::of(&kernel.body);
+    let used = Collectives::of(kernel);
     let mut arrays = vec![];
     // Max and Sum over one type share their scratch array.
     for t in scratch_types(&used.reduce) {
@@ -370,7 +458,7 @@ fn workgroup_arrays(e: &Emitter) -> Result<Vec<WorkgroupArray>, IrError> {
         arrays.push(array("sk_scan".into(), Ty::U32, None));
     }
     // One pair of atomic arrays serves every SumMany (u32 sums use the low half only).
-    if let Some(n) = used.sum_many.iter().map(|(_, n)| *n).max() {
+    if let Some(n) = used.sums.iter().map(|(_, n)| *n).max() {
         if n as u32 > block {
             return Err(IrError::target(
                 kernel,
@@ -390,7 +478,7 @@ fn workgroup_arrays(e: &Emitter) -> Result<Vec<WorkgroupArray>, IrError> {
 /// device's `max_compute_workgroup_storage_size` must cover.
 pub fn workgroup_bytes(kernel: &Kernel, block: u32) -> Result<u32, IrError> {
     let kernel = &crate::passes::prepare(kernel)?;
-    Ok(workgroup_arrays(&Emitter { kernel, block })?.iter().map(|a| a.bytes).sum())
+    Ok(workgroup_arrays(&Emitter { kernel, block, pointed: vec![] })?.iter().map(|a| a.bytes).sum())
 }
 
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
@@ -402,7 +490,7 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
         ));
     }
     let kernel = &crate::passes::prepare(kernel)?;
-    let e = Emitter { kernel, block };
+    let e = Emitter { kernel, block, pointed: vec![] };
     let mut out = Out::default();
     for l in header("//", source).lines() {
         out.line(l);
@@ -440,9 +528,11 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
     }
     out.blank();
 
-    // The kernel's own functions and entry point, printed first so that the helpers the
-    // lowering needs (`sk_mulhi`, the u64 words' arithmetic) are written where its text calls them.
+    // The collectives, the kernel's own functions and entry point, printed first so that the
+    // helpers the lowering needs (`sk_mulhi`, the u64 words' arithmetic) are written where its
+    // text calls them.
     let mut body = Out::default();
+    e.collective_helpers(&mut body, &Collectives::of(kernel));
     for func in &kernel.functions {
         let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{n}_in: {}", e.ty(*t))).collect();
         body.open(format!("fn {}({}) -> {} {{", func.name, params.join(", "), e.ty(func.ret)));
@@ -452,6 +542,27 @@ pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError
         }
         let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
         e.block(&mut body, &func.body, &mut scope)?;
+        body.close("}");
+    }
+    // Procedures take the builtins they reach (the entry point's arguments), then their values,
+    // then pointers to their inouts, copied in and out (no procedure returns early), then
+    // pointers to their histograms.
+    for proc in &kernel.procedures {
+        let mut params: Vec<String> = builtins(kernel, proc).into_iter().map(|(n, t)| format!("{n}: {t}")).collect();
+        params.extend(proc.params.iter().map(|(n, t)| format!("{n}: {}", e.ty(*t))));
+        params.extend(proc.inouts.iter().map(|(n, t)| format!("sk_io_{n}: ptr<function, {}>", e.ty(*t))));
+        for (n, t, bins) in &proc.histograms {
+            params.push(format!("{n}: ptr<function, array<{}, {bins}>>", e.ty(*t)));
+        }
+        body.open(format!("fn {}({}) {{", proc.name, params.join(", ")));
+        for (n, t) in &proc.inouts {
+            body.line(format!("var {n}: {} = *sk_io_{n};", e.ty(*t)));
+        }
+        let inner = Emitter { pointed: proc.histograms.iter().map(|h| h.0.clone()).collect(), ..e.clone() };
+        inner.block(&mut body, &proc.body, &mut proc.scope(kernel))?;
+        for (n, _) in &proc.inouts {
+            body.line(format!("*sk_io_{n} = {n};"));
+        }
         body.close("}");
     }
     body.blank();

@@ -120,6 +120,7 @@ pub(super) fn kernel(
         params: PARAMS.iter().map(|p| p.to_string()).collect(),
         shared: vec![],
         functions,
+        procedures: vec![],
         body: body.stmts,
         u64_as_words: false,
         full_occupancy: false,
