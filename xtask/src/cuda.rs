@@ -11,7 +11,8 @@
 //!   them), loads `volatile` (from L2), adds `atomicAdd`.
 
 use crate::ir::*;
-use crate::out::{atom, header, reduce_name, sums_name, CLike, Out};
+use crate::out::{argmax_name, atom, header, reduce_name, sums_name, CLike, Out};
+use crate::passes::Prepared;
 
 pub fn ty(t: Ty) -> &'static str {
     match t {
@@ -255,7 +256,7 @@ impl CLike for Emitter<'_> {
             }
             Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
                 let (value, index) = (self.expr(value, scope)?, self.expr(index, scope)?);
-                out.line(format!("sk_block_argmax_{}({value}, {index}, {out_value}, {out_index});", short(*t)));
+                out.line(format!("{}({value}, {index}, {out_value}, {out_index});", argmax_name(*t)));
             }
         }
         Ok(())
@@ -347,8 +348,8 @@ fn collective_helpers(out: &mut Out, used: &Collectives) {
         let (tn, v) = (ty(t), format!("sk_am_{}", short(t)));
         let lowest = if t == Ty::F64 { Lit::F64(f64::NEG_INFINITY) } else { Lit::F32(f32::NEG_INFINITY) };
         out.open(format!(
-            "__device__ __forceinline__ void sk_block_argmax_{}({tn} sk_v, unsigned int sk_i, {tn}& sk_ov, unsigned int& sk_oi) {{",
-            short(t)
+            "__device__ __forceinline__ void {}({tn} sk_v, unsigned int sk_i, {tn}& sk_ov, unsigned int& sk_oi) {{",
+            argmax_name(t)
         ));
         let combine = "if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }";
         let refill = vec![
@@ -413,12 +414,11 @@ fn short(t: Ty) -> &'static str {
 }
 
 /// Prints `kernel` as a CUDA translation unit.
-pub fn emit(kernel: &Kernel, default_block: u32, source: &str) -> Result<String, IrError> {
+pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<String, IrError> {
     if !default_block.is_multiple_of(32) || default_block > 1024 {
         let message = format!("a block of {default_block}: CUDA blocks are whole warps, at most 1024 threads");
         return Err(IrError::target(kernel, message));
     }
-    let kernel = &crate::passes::prepare(kernel)?;
     let e = Emitter { kernel, macro_body: false };
     let mut out = Out::default();
     for l in header("//", source).lines() {

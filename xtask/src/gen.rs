@@ -91,14 +91,15 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     manifest.push_str(&contracts(&kernels));
     manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
     for k in &kernels {
+        let prepared = crate::passes::prepare(k)?;
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
-        files.push((PathBuf::from(&wgsl_path), wgsl::emit(k, wgpu.block_for(k.workgroup), SOURCE)?));
+        files.push((PathBuf::from(&wgsl_path), wgsl::emit(&prepared, wgpu.block_for(k.workgroup), SOURCE)?));
         // A kernel that holds u64 as words is for devices CUDA never is: WGSL only.
         let cuda = if k.u64_as_words {
             "None".to_string()
         } else {
-            files.push((PathBuf::from(&cu_path), cuda::emit(k, sm75.block_for(k.workgroup), SOURCE)?));
+            files.push((PathBuf::from(&cu_path), cuda::emit(&prepared, sm75.block_for(k.workgroup), SOURCE)?));
             format!("Some(include_str!(\"../{cu_path}\"))")
         };
         let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
@@ -114,7 +115,7 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             // Float64 code reads its bits as u64 (NaN and infinity tests), so it needs both; a
             // kernel that holds u64 as words in WGSL needs neither.
             (ir::uses(k, ir::Ty::U64) && !k.u64_as_words) || ir::uses(k, ir::Ty::F64),
-            wgsl::workgroup_bytes(k, wgpu.block_for(k.workgroup))?
+            wgsl::workgroup_bytes(&prepared, wgpu.block_for(k.workgroup))?
         ));
     }
     manifest.push_str("];\n");

@@ -1044,12 +1044,7 @@ impl<'k> Scope<'k> {
                 }
             }
             Stmt::Call { name, args, inouts, histograms } => {
-                let proc = self
-                    .kernel
-                    .procedures
-                    .iter()
-                    .find(|p| &p.name == name)
-                    .ok_or_else(|| format!("no procedure `{name}`"))?;
+                let proc = procedure(self.kernel, name).map_err(|_| format!("no procedure `{name}`"))?;
                 if proc.params.len() != args.len()
                     || proc.inouts.len() != inouts.len()
                     || proc.histograms.len() != histograms.len()

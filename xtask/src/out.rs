@@ -90,6 +90,11 @@ pub fn sums_name(t: Ty, n: usize) -> String {
     format!("sk_block_sums_{}_{n}", crate::wgsl::ty(t))
 }
 
+/// The helper function each emitter writes for a block argmax of `t` values.
+pub fn argmax_name(t: Ty) -> String {
+    format!("sk_block_argmax_{}", crate::wgsl::ty(t))
+}
+
 /// The first lines of every generated file.
 pub fn header(comment: &str, source: &str) -> String {
     format!(

@@ -243,8 +243,9 @@ impl Walk<'_, '_> {
             Some(Stmt::Comment(c)) => c.strip_prefix("built by ").unwrap_or(c).to_string(),
             _ => outer.to_string(),
         };
-        if !self.path.is_empty() && lines(stmts) >= MIN_LINES {
-            self.candidate(stmts, &builder);
+        let printed = lines(stmts);
+        if !self.path.is_empty() && printed >= MIN_LINES {
+            self.candidate(stmts, printed, &builder);
         }
         self.scope.push();
         for (i, s) in stmts.iter().enumerate() {
@@ -274,7 +275,7 @@ impl Walk<'_, '_> {
         self.path.pop();
     }
 
-    fn candidate(&mut self, stmts: &[Stmt], builder: &str) {
+    fn candidate(&mut self, stmts: &[Stmt], printed: usize, builder: &str) {
         let Some(blocks) = self.blocks.as_deref_mut() else { return };
         let fingerprint = shape(stmts);
         if blocks.counting {
@@ -285,7 +286,7 @@ impl Walk<'_, '_> {
             return;
         }
         let mut c = Canon::new(&self.scope, None);
-        let canon = strip_comments(&c.block(stmts));
+        let canon = c.block(stmts);
         let names: Vec<&String> = c.free.iter().map(|f| &f.0).chain(c.bins.iter().map(|b| &b.0)).collect();
         if !c.ok || names.iter().any(|n| c.declared.contains(n)) {
             return;
@@ -295,7 +296,7 @@ impl Walk<'_, '_> {
         let key = format!("{canon:?}{types:?}{bins:?}");
         let site = Site { body: self.body, path: self.path.clone() };
         let g = blocks.groups.entry(key).or_insert_with(|| Group {
-            lines: lines(stmts),
+            lines: printed,
             builder: builder.to_string(),
             declared: c.declared.clone(),
             sites: vec![],
@@ -313,28 +314,6 @@ impl Walk<'_, '_> {
         g.lits.push(c.lits);
         g.bins.push(c.bins);
     }
-}
-
-/// `stmts` without their comments, at every depth.
-fn strip_comments(stmts: &[Stmt]) -> Vec<Stmt> {
-    stmts
-        .iter()
-        .filter(|s| !matches!(s, Stmt::Comment(_)))
-        .map(|s| match s {
-            Stmt::If { cond, then, els } => {
-                Stmt::If { cond: cond.clone(), then: strip_comments(then), els: strip_comments(els) }
-            }
-            Stmt::For { var, from, to, step, body } => Stmt::For {
-                var: var.clone(),
-                from: from.clone(),
-                to: to.clone(),
-                step: step.clone(),
-                body: strip_comments(body),
-            },
-            Stmt::Scope(body) => Stmt::Scope(strip_comments(body)),
-            s => s.clone(),
-        })
-        .collect()
 }
 
 /// A block with its declared names numbered (`l0`, `l1`, ...) and its free variables numbered in
@@ -468,6 +447,8 @@ impl<'a, 'k> Canon<'a, 'k> {
 
     fn stmt(&mut self, s: &Stmt) -> Option<Stmt> {
         Some(match s {
+            // Comments name builders: a procedure's body keeps them, its key does not.
+            Stmt::Comment(_) if self.varying.is_none() => return None,
             Stmt::Comment(_) => s.clone(),
             Stmt::Let { name, ty, init } => {
                 let init = self.expr(init);

@@ -10,9 +10,20 @@
 
 use crate::ir::*;
 
+/// A kernel as the emitters print it, made only by [`prepare`]: both emitters and the workgroup
+/// memory count take the same one, so the passes (outlining the most costly) run once a kernel.
+pub struct Prepared(Kernel);
+
+impl std::ops::Deref for Prepared {
+    type Target = Kernel;
+    fn deref(&self) -> &Kernel {
+        &self.0
+    }
+}
+
 /// `kernel` as the emitters print it: checked, then simplified as the module says, then checked
 /// again (a pass that broke typing is a bug reported as an error, not a driver's complaint).
-pub fn prepare(kernel: &Kernel) -> Result<Kernel, IrError> {
+pub fn prepare(kernel: &Kernel) -> Result<Prepared, IrError> {
     check(kernel)?;
     let functions: Vec<Function> = used_functions(kernel)?.into_iter().cloned().collect();
     let mut out = Kernel { functions: vec![], body: vec![], ..kernel.clone() };
@@ -24,7 +35,7 @@ pub fn prepare(kernel: &Kernel) -> Result<Kernel, IrError> {
     out.body = simplify(&out, &[], None, kernel.body.clone())?;
     crate::outline::outline(&mut out)?;
     check(&out)?;
-    Ok(out)
+    Ok(Prepared(out))
 }
 
 fn simplify(kernel: &Kernel, args: &[(String, Ty)], ret: Option<Ty>, body: Vec<Stmt>) -> Result<Vec<Stmt>, IrError> {
@@ -455,7 +466,7 @@ pub(crate) mod tests {
             k.buffers.push(c);
             k
         };
-        let k = with(counters.clone(), "c");
+        let k = prepare(&with(counters.clone(), "c")).unwrap();
         let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
         for want in [
             "var<storage, read_write> c: array<atomic<u32>>;",
@@ -478,7 +489,7 @@ pub(crate) mod tests {
         }
         assert!(matches!(prepare(&with(counters.clone(), "y")), Err(IrError::Type { .. })));
         let read_only = BufferDecl { writable: false, ..counters };
-        assert!(matches!(crate::wgsl::emit(&with(read_only, "c"), 64, "test"), Err(IrError::Type { .. })));
+        assert!(matches!(prepare(&with(read_only, "c")), Err(IrError::Type { .. })));
     }
 
     /// An atomic workgroup array (a histogram's bins) is declared `atomic<u32>` in WGSL, where
@@ -497,7 +508,7 @@ pub(crate) mod tests {
             k.shared.push(shared);
             k
         };
-        let k = with(SharedDecl::atomic("h", 16));
+        let k = prepare(&with(SharedDecl::atomic("h", 16))).unwrap();
         let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
         for want in [
             "var<workgroup> h: array<atomic<u32>, 16>;",

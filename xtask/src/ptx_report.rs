@@ -103,7 +103,11 @@ pub fn run() -> Result<(), String> {
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut spills = Vec::new();
     for k in kernels::all().into_iter().filter(|k| !k.u64_as_words) {
-        let source = cuda::emit(&k, tuning::get(Target::Sm75).block_for(k.workgroup), "xtask/src/kernels")?;
+        let source = cuda::emit(
+            &crate::passes::prepare(&k)?,
+            tuning::get(Target::Sm75).block_for(k.workgroup),
+            "xtask/src/kernels",
+        )?;
         for sm in &SMS {
             let block = tuning::get(sm.target).block_for(k.workgroup);
             let opts = cudarc::nvrtc::CompileOptions {

@@ -12,7 +12,8 @@
 //!   u64 as two u32 words (`wgsl_u64.rs`).
 
 use crate::ir::*;
-use crate::out::{header, reduce_name, sums_name, CLike, Out};
+use crate::out::{argmax_name, header, reduce_name, sums_name, CLike, Out};
+use crate::passes::Prepared;
 use crate::wgsl_u64;
 
 pub fn ty(t: Ty) -> &'static str {
@@ -257,7 +258,7 @@ impl CLike for Emitter<'_> {
             }
             Stmt::ArgMax { ty: t, value, index, out_value, out_index } => {
                 let (value, index) = (self.expr(value, scope)?, self.expr(index, scope)?);
-                out.line(format!("sk_block_argmax_{}(sk_lid, {value}, {index}, &{out_value}, &{out_index});", ty(*t)));
+                out.line(format!("{}(sk_lid, {value}, {index}, &{out_value}, &{out_index});", argmax_name(*t)));
             }
         }
         Ok(())
@@ -366,8 +367,8 @@ impl Emitter<'_> {
         for &t in &used.argmax {
             let (tn, v) = (self.ty(t), format!("sk_am_{}", ty(t)));
             out.open(format!(
-                "fn sk_block_argmax_{}(sk_lid: u32, sk_v: {tn}, sk_i: u32, sk_ov: ptr<function, {tn}>, sk_oi: ptr<function, u32>) {{",
-                ty(t)
+                "fn {}(sk_lid: u32, sk_v: {tn}, sk_i: u32, sk_ov: ptr<function, {tn}>, sk_oi: ptr<function, u32>) {{",
+                argmax_name(t)
             ));
             out.line(format!("{v}[sk_lid] = sk_v;"));
             out.line("sk_am_i[sk_lid] = sk_i;");
@@ -476,20 +477,18 @@ fn workgroup_arrays(e: &Emitter) -> Result<Vec<WorkgroupArray>, IrError> {
 
 /// The bytes of workgroup memory `kernel`'s module declares with workgroups of `block`: what a
 /// device's `max_compute_workgroup_storage_size` must cover.
-pub fn workgroup_bytes(kernel: &Kernel, block: u32) -> Result<u32, IrError> {
-    let kernel = &crate::passes::prepare(kernel)?;
+pub fn workgroup_bytes(kernel: &Prepared, block: u32) -> Result<u32, IrError> {
     Ok(workgroup_arrays(&Emitter { kernel, block, pointed: vec![] })?.iter().map(|a| a.bytes).sum())
 }
 
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
-pub fn emit(kernel: &Kernel, block: u32, source: &str) -> Result<String, IrError> {
+pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrError> {
     if !block.is_power_of_two() {
         return Err(IrError::target(
             kernel,
             format!("a workgroup of {block}: the tree reduction needs a power of two"),
         ));
     }
-    let kernel = &crate::passes::prepare(kernel)?;
     let e = Emitter { kernel, block, pointed: vec![] };
     let mut out = Out::default();
     for l in header("//", source).lines() {
