@@ -43,17 +43,20 @@ fn every_kernel_fits_the_default_storage_buffer_limit() {
 #[cfg(feature = "cuda")]
 #[test]
 fn every_cuda_file_compiles_with_nvrtc_for_sm75_and_sm90() {
-    use sampling_kernels::backend::cuda::{build_target, compile, nvrtc_present};
+    use sampling_kernels::backend::cuda::{build_target, compile, nvrtc_present, Optimisation};
     if !nvrtc_present() {
         assert!(!common::in_ci(), "CI=true requires libnvrtc (the nvidia-cuda-nvrtc wheel on LD_LIBRARY_PATH)");
         common::report("nvrtc", "not-run", "every_cuda_file_compiles", "absent");
         return;
     }
     // Each kernel as the backend builds it for a T4 and for an H200 (other blocks compile too,
-    // but twice the blocks doubled this test's 150 s on two cores).
+    // but twice the blocks doubled this test's time). NVRTC's fast level: the full optimiser
+    // took this test 114-165 s on two cores, about 15 s without; `cargo xtask ptx-report`
+    // compiles every kernel fully.
     for k in kernels().iter().filter(|k| k.cuda.is_some()) {
         for (arch, block) in [build_target(k, 7), build_target(k, 9)] {
-            let ptx = compile(k, arch, block).unwrap_or_else(|e| panic!("{} for {arch}: {e}", k.name));
+            let ptx =
+                compile(k, arch, block, Optimisation::Check).unwrap_or_else(|e| panic!("{} for {arch}: {e}", k.name));
             assert!(ptx.to_src().contains(k.name), "{}: the PTX lacks its entry point", k.name);
         }
     }
@@ -130,5 +133,100 @@ fn generated_code_names_the_rust_builder_of_its_parts() {
         for text in [Some(k.wgsl), k.cuda].into_iter().flatten() {
             assert!(text.contains("// built by kernels::"), "{}", k.name);
         }
+    }
+}
+
+/// Every kernel builds in the Vulkan driver and launches: a workgroup over an empty batch (zero
+/// parameters) writes none of its buffers. naga's validation above checks the WGSL; this checks
+/// what the driver makes of it. Lavapipe compiles a kernel with LLVM at its first launch (the
+/// merge kernels take 30 s each on two cores) and keeps it in Mesa's shader cache, so these two
+/// halves of the list run first (`.config/nextest.toml`) and the tests after them find every
+/// kernel compiled, where two tests would otherwise compile the same one side by side.
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    use super::{common, kernels};
+    use sampling_kernels::wgpu;
+
+    #[test]
+    fn even_kernels_launch_on_an_empty_batch() {
+        launch_each_on_an_empty_batch(0, "even_kernels_launch_on_an_empty_batch");
+    }
+
+    #[test]
+    fn odd_kernels_launch_on_an_empty_batch() {
+        launch_each_on_an_empty_batch(1, "odd_kernels_launch_on_an_empty_batch");
+    }
+
+    fn launch_each_on_an_empty_batch(half: usize, test: &str) {
+        let Some((backend, device, queue)) = common::engine_wgpu(sampling_kernels::WgpuBackend::device_descriptor)
+        else {
+            common::report("wgpu", "not-run", test, "absent");
+            return;
+        };
+        let runs = |k: &&sampling_kernels::kernels::KernelSource| backend.missing_feature(k).is_none();
+        let mine: Vec<_> = kernels().iter().skip(half).step_by(2).filter(runs).collect();
+        assert!(mine.len() >= kernels().len() / 2 - 4, "lavapipe runs nearly every kernel: {} of half", mine.len());
+        for k in mine {
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(k.name),
+                source: wgpu::ShaderSource::Wgsl(k.wgsl.into()),
+            });
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(k.name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            const BYTES: u64 = 4096;
+            let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC;
+            let buffer = |usage| {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: BYTES,
+                    usage,
+                    mapped_at_creation: false,
+                })
+            };
+            let storage: Vec<_> = k.bindings.iter().map(|_| buffer(usage)).collect();
+            // The parameters follow the storage buffers; all zero, the batch is empty.
+            let params = buffer(wgpu::BufferUsages::UNIFORM);
+            let entries: Vec<_> = storage
+                .iter()
+                .chain([&params])
+                .enumerate()
+                .map(|(slot, b)| wgpu::BindGroupEntry { binding: slot as u32, resource: b.as_entire_binding() })
+                .collect();
+            let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            let readbacks: Vec<_> =
+                storage.iter().map(|_| buffer(wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::MAP_READ)).collect();
+            let mut encoder = device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipeline);
+                pass.set_bind_group(0, &group, &[]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+            for (from, to) in storage.iter().zip(&readbacks) {
+                encoder.copy_buffer_to_buffer(from, 0, to, 0, BYTES);
+            }
+            queue.submit([encoder.finish()]);
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                panic!("{}: {e}", k.name);
+            }
+            for (binding, to) in k.bindings.iter().zip(&readbacks) {
+                to.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("maps"));
+                device.poll(wgpu::PollType::wait_indefinitely()).expect("the launch ends");
+                let written = to.get_mapped_range(..).expect("mapped").iter().any(|&b| b != 0);
+                assert!(!written, "{}: an empty batch wrote `{}`", k.name, binding.name());
+            }
+        }
+        common::report("wgpu", "ran", test, &sampling_kernels::Backend::describe(&backend));
     }
 }

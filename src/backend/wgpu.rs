@@ -444,8 +444,9 @@ impl WgpuBackend {
         Ok(pipeline)
     }
 
-    /// See the free [`missing_feature`].
-    fn missing_feature(&self, kernel: &KernelSource) -> Option<&'static str> {
+    /// What this device lacks to build `kernel` (a feature, or the workgroup memory limit to
+    /// raise), if anything.
+    pub fn missing_feature(&self, kernel: &KernelSource) -> Option<&'static str> {
         missing_feature(&self.device, kernel)
     }
 
