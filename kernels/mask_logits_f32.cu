@@ -18,6 +18,13 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__device__ __forceinline__ void sk_bin_add(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
+    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
+}
+__device__ __forceinline__ void sk_bin_add(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
+    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
+}
+
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ unsigned int sk_many_u32[544];
@@ -76,13 +83,17 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     return sk_r;
 }
 __device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned int sk_m1, unsigned int& sk_o0, unsigned int& sk_o1) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 2);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 4);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 8);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 2u) {
+        sk_many_u32[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 2u) {
@@ -96,41 +107,37 @@ __device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned
     __syncthreads();
 }
 __device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 8u) != 0u;
+        sk_m0 = (sk_up ? sk_m8 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m8, 8);
+        sk_m1 = (sk_up ? sk_m9 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m9, 8);
+        sk_m2 = (sk_up ? sk_m10 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m10, 8);
+        sk_m3 = (sk_up ? sk_m11 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m11, 8);
+        sk_m4 = (sk_up ? sk_m12 : sk_m4) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m4 : sk_m12, 8);
+        sk_m5 = (sk_up ? sk_m13 : sk_m5) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m5 : sk_m13, 8);
+        sk_m6 = (sk_up ? sk_m14 : sk_m6) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m6 : sk_m14, 8);
+        sk_m7 = (sk_up ? sk_m15 : sk_m7) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m7 : sk_m15, 8);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    {
+        const bool sk_up = (sk_lane & 4u) != 0u;
+        sk_m0 = (sk_up ? sk_m4 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m4, 4);
+        sk_m1 = (sk_up ? sk_m5 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m5, 4);
+        sk_m2 = (sk_up ? sk_m6 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m6, 4);
+        sk_m3 = (sk_up ? sk_m7 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m7, 4);
+    }
+    {
+        const bool sk_up = (sk_lane & 2u) != 0u;
+        sk_m0 = (sk_up ? sk_m2 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m2, 2);
+        sk_m1 = (sk_up ? sk_m3 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m3, 2);
+    }
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
+    }
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 16u) {
+        sk_many_u32[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 16u) {
@@ -158,41 +165,37 @@ __device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigne
     __syncthreads();
 }
 __device__ __forceinline__ void sk_block_sums_u64_16(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long sk_m3, unsigned long long sk_m4, unsigned long long sk_m5, unsigned long long sk_m6, unsigned long long sk_m7, unsigned long long sk_m8, unsigned long long sk_m9, unsigned long long sk_m10, unsigned long long sk_m11, unsigned long long sk_m12, unsigned long long sk_m13, unsigned long long sk_m14, unsigned long long sk_m15, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2, unsigned long long& sk_o3, unsigned long long& sk_o4, unsigned long long& sk_o5, unsigned long long& sk_o6, unsigned long long& sk_o7, unsigned long long& sk_o8, unsigned long long& sk_o9, unsigned long long& sk_o10, unsigned long long& sk_o11, unsigned long long& sk_o12, unsigned long long& sk_o13, unsigned long long& sk_o14, unsigned long long& sk_o15) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 8u) != 0u;
+        sk_m0 = (sk_up ? sk_m8 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m8, 8);
+        sk_m1 = (sk_up ? sk_m9 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m9, 8);
+        sk_m2 = (sk_up ? sk_m10 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m10, 8);
+        sk_m3 = (sk_up ? sk_m11 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m11, 8);
+        sk_m4 = (sk_up ? sk_m12 : sk_m4) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m4 : sk_m12, 8);
+        sk_m5 = (sk_up ? sk_m13 : sk_m5) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m5 : sk_m13, 8);
+        sk_m6 = (sk_up ? sk_m14 : sk_m6) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m6 : sk_m14, 8);
+        sk_m7 = (sk_up ? sk_m15 : sk_m7) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m7 : sk_m15, 8);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-        sk_many_u64[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-        sk_many_u64[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-        sk_many_u64[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-        sk_many_u64[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-        sk_many_u64[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-        sk_many_u64[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-        sk_many_u64[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-        sk_many_u64[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-        sk_many_u64[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-        sk_many_u64[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-        sk_many_u64[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-        sk_many_u64[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-        sk_many_u64[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    {
+        const bool sk_up = (sk_lane & 4u) != 0u;
+        sk_m0 = (sk_up ? sk_m4 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m4, 4);
+        sk_m1 = (sk_up ? sk_m5 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m5, 4);
+        sk_m2 = (sk_up ? sk_m6 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m6, 4);
+        sk_m3 = (sk_up ? sk_m7 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m7, 4);
+    }
+    {
+        const bool sk_up = (sk_lane & 2u) != 0u;
+        sk_m0 = (sk_up ? sk_m2 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m2, 2);
+        sk_m1 = (sk_up ? sk_m3 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m3, 2);
+    }
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
+    }
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 16u) {
+        sk_many_u64[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 16u) {
@@ -340,42 +343,42 @@ __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long
     { \
         const unsigned int sk_bin = digit; \
         const unsigned int sk_add = 1u; \
-        if (sk_bin == 0u) { cnt_0 += sk_add; } \
-        if (sk_bin == 1u) { cnt_1 += sk_add; } \
-        if (sk_bin == 2u) { cnt_2 += sk_add; } \
-        if (sk_bin == 3u) { cnt_3 += sk_add; } \
-        if (sk_bin == 4u) { cnt_4 += sk_add; } \
-        if (sk_bin == 5u) { cnt_5 += sk_add; } \
-        if (sk_bin == 6u) { cnt_6 += sk_add; } \
-        if (sk_bin == 7u) { cnt_7 += sk_add; } \
-        if (sk_bin == 8u) { cnt_8 += sk_add; } \
-        if (sk_bin == 9u) { cnt_9 += sk_add; } \
-        if (sk_bin == 10u) { cnt_10 += sk_add; } \
-        if (sk_bin == 11u) { cnt_11 += sk_add; } \
-        if (sk_bin == 12u) { cnt_12 += sk_add; } \
-        if (sk_bin == 13u) { cnt_13 += sk_add; } \
-        if (sk_bin == 14u) { cnt_14 += sk_add; } \
-        if (sk_bin == 15u) { cnt_15 += sk_add; } \
+        sk_bin_add(cnt_0, sk_bin, 0u, sk_add); \
+        sk_bin_add(cnt_1, sk_bin, 1u, sk_add); \
+        sk_bin_add(cnt_2, sk_bin, 2u, sk_add); \
+        sk_bin_add(cnt_3, sk_bin, 3u, sk_add); \
+        sk_bin_add(cnt_4, sk_bin, 4u, sk_add); \
+        sk_bin_add(cnt_5, sk_bin, 5u, sk_add); \
+        sk_bin_add(cnt_6, sk_bin, 6u, sk_add); \
+        sk_bin_add(cnt_7, sk_bin, 7u, sk_add); \
+        sk_bin_add(cnt_8, sk_bin, 8u, sk_add); \
+        sk_bin_add(cnt_9, sk_bin, 9u, sk_add); \
+        sk_bin_add(cnt_10, sk_bin, 10u, sk_add); \
+        sk_bin_add(cnt_11, sk_bin, 11u, sk_add); \
+        sk_bin_add(cnt_12, sk_bin, 12u, sk_add); \
+        sk_bin_add(cnt_13, sk_bin, 13u, sk_add); \
+        sk_bin_add(cnt_14, sk_bin, 14u, sk_add); \
+        sk_bin_add(cnt_15, sk_bin, 15u, sk_add); \
     } \
     { \
         const unsigned int sk_bin = digit; \
         const unsigned long long sk_add = mv; \
-        if (sk_bin == 0u) { mas_0 += sk_add; } \
-        if (sk_bin == 1u) { mas_1 += sk_add; } \
-        if (sk_bin == 2u) { mas_2 += sk_add; } \
-        if (sk_bin == 3u) { mas_3 += sk_add; } \
-        if (sk_bin == 4u) { mas_4 += sk_add; } \
-        if (sk_bin == 5u) { mas_5 += sk_add; } \
-        if (sk_bin == 6u) { mas_6 += sk_add; } \
-        if (sk_bin == 7u) { mas_7 += sk_add; } \
-        if (sk_bin == 8u) { mas_8 += sk_add; } \
-        if (sk_bin == 9u) { mas_9 += sk_add; } \
-        if (sk_bin == 10u) { mas_10 += sk_add; } \
-        if (sk_bin == 11u) { mas_11 += sk_add; } \
-        if (sk_bin == 12u) { mas_12 += sk_add; } \
-        if (sk_bin == 13u) { mas_13 += sk_add; } \
-        if (sk_bin == 14u) { mas_14 += sk_add; } \
-        if (sk_bin == 15u) { mas_15 += sk_add; } \
+        sk_bin_add(mas_0, sk_bin, 0u, sk_add); \
+        sk_bin_add(mas_1, sk_bin, 1u, sk_add); \
+        sk_bin_add(mas_2, sk_bin, 2u, sk_add); \
+        sk_bin_add(mas_3, sk_bin, 3u, sk_add); \
+        sk_bin_add(mas_4, sk_bin, 4u, sk_add); \
+        sk_bin_add(mas_5, sk_bin, 5u, sk_add); \
+        sk_bin_add(mas_6, sk_bin, 6u, sk_add); \
+        sk_bin_add(mas_7, sk_bin, 7u, sk_add); \
+        sk_bin_add(mas_8, sk_bin, 8u, sk_add); \
+        sk_bin_add(mas_9, sk_bin, 9u, sk_add); \
+        sk_bin_add(mas_10, sk_bin, 10u, sk_add); \
+        sk_bin_add(mas_11, sk_bin, 11u, sk_add); \
+        sk_bin_add(mas_12, sk_bin, 12u, sk_add); \
+        sk_bin_add(mas_13, sk_bin, 13u, sk_add); \
+        sk_bin_add(mas_14, sk_bin, 14u, sk_add); \
+        sk_bin_add(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
 #define sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \

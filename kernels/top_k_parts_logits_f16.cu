@@ -24,6 +24,13 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
+__device__ __forceinline__ void sk_bin_add(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
+    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
+}
+__device__ __forceinline__ void sk_bin_add(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
+    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
+}
+
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
@@ -151,41 +158,37 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     return sk_r;
 }
 __device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
-        sk_m3 += __shfl_xor_sync(0xffffffffu, sk_m3, sk_o);
-        sk_m4 += __shfl_xor_sync(0xffffffffu, sk_m4, sk_o);
-        sk_m5 += __shfl_xor_sync(0xffffffffu, sk_m5, sk_o);
-        sk_m6 += __shfl_xor_sync(0xffffffffu, sk_m6, sk_o);
-        sk_m7 += __shfl_xor_sync(0xffffffffu, sk_m7, sk_o);
-        sk_m8 += __shfl_xor_sync(0xffffffffu, sk_m8, sk_o);
-        sk_m9 += __shfl_xor_sync(0xffffffffu, sk_m9, sk_o);
-        sk_m10 += __shfl_xor_sync(0xffffffffu, sk_m10, sk_o);
-        sk_m11 += __shfl_xor_sync(0xffffffffu, sk_m11, sk_o);
-        sk_m12 += __shfl_xor_sync(0xffffffffu, sk_m12, sk_o);
-        sk_m13 += __shfl_xor_sync(0xffffffffu, sk_m13, sk_o);
-        sk_m14 += __shfl_xor_sync(0xffffffffu, sk_m14, sk_o);
-        sk_m15 += __shfl_xor_sync(0xffffffffu, sk_m15, sk_o);
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 8u) != 0u;
+        sk_m0 = (sk_up ? sk_m8 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m8, 8);
+        sk_m1 = (sk_up ? sk_m9 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m9, 8);
+        sk_m2 = (sk_up ? sk_m10 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m10, 8);
+        sk_m3 = (sk_up ? sk_m11 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m11, 8);
+        sk_m4 = (sk_up ? sk_m12 : sk_m4) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m4 : sk_m12, 8);
+        sk_m5 = (sk_up ? sk_m13 : sk_m5) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m5 : sk_m13, 8);
+        sk_m6 = (sk_up ? sk_m14 : sk_m6) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m6 : sk_m14, 8);
+        sk_m7 = (sk_up ? sk_m15 : sk_m7) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m7 : sk_m15, 8);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
-        sk_many_u32[3 * 32 + (threadIdx.x >> 5)] = sk_m3;
-        sk_many_u32[4 * 32 + (threadIdx.x >> 5)] = sk_m4;
-        sk_many_u32[5 * 32 + (threadIdx.x >> 5)] = sk_m5;
-        sk_many_u32[6 * 32 + (threadIdx.x >> 5)] = sk_m6;
-        sk_many_u32[7 * 32 + (threadIdx.x >> 5)] = sk_m7;
-        sk_many_u32[8 * 32 + (threadIdx.x >> 5)] = sk_m8;
-        sk_many_u32[9 * 32 + (threadIdx.x >> 5)] = sk_m9;
-        sk_many_u32[10 * 32 + (threadIdx.x >> 5)] = sk_m10;
-        sk_many_u32[11 * 32 + (threadIdx.x >> 5)] = sk_m11;
-        sk_many_u32[12 * 32 + (threadIdx.x >> 5)] = sk_m12;
-        sk_many_u32[13 * 32 + (threadIdx.x >> 5)] = sk_m13;
-        sk_many_u32[14 * 32 + (threadIdx.x >> 5)] = sk_m14;
-        sk_many_u32[15 * 32 + (threadIdx.x >> 5)] = sk_m15;
+    {
+        const bool sk_up = (sk_lane & 4u) != 0u;
+        sk_m0 = (sk_up ? sk_m4 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m4, 4);
+        sk_m1 = (sk_up ? sk_m5 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m5, 4);
+        sk_m2 = (sk_up ? sk_m6 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m6, 4);
+        sk_m3 = (sk_up ? sk_m7 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m7, 4);
+    }
+    {
+        const bool sk_up = (sk_lane & 2u) != 0u;
+        sk_m0 = (sk_up ? sk_m2 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m2, 2);
+        sk_m1 = (sk_up ? sk_m3 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m3, 2);
+    }
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
+    }
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 16u) {
+        sk_many_u32[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 16u) {
@@ -574,22 +577,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                             {
                                 const unsigned int sk_bin = ((tk >> t_shift) & 15u);
                                 const unsigned int sk_add = 1u;
-                                if (sk_bin == 0u) { t_cnt_0 += sk_add; }
-                                if (sk_bin == 1u) { t_cnt_1 += sk_add; }
-                                if (sk_bin == 2u) { t_cnt_2 += sk_add; }
-                                if (sk_bin == 3u) { t_cnt_3 += sk_add; }
-                                if (sk_bin == 4u) { t_cnt_4 += sk_add; }
-                                if (sk_bin == 5u) { t_cnt_5 += sk_add; }
-                                if (sk_bin == 6u) { t_cnt_6 += sk_add; }
-                                if (sk_bin == 7u) { t_cnt_7 += sk_add; }
-                                if (sk_bin == 8u) { t_cnt_8 += sk_add; }
-                                if (sk_bin == 9u) { t_cnt_9 += sk_add; }
-                                if (sk_bin == 10u) { t_cnt_10 += sk_add; }
-                                if (sk_bin == 11u) { t_cnt_11 += sk_add; }
-                                if (sk_bin == 12u) { t_cnt_12 += sk_add; }
-                                if (sk_bin == 13u) { t_cnt_13 += sk_add; }
-                                if (sk_bin == 14u) { t_cnt_14 += sk_add; }
-                                if (sk_bin == 15u) { t_cnt_15 += sk_add; }
+                                sk_bin_add(t_cnt_0, sk_bin, 0u, sk_add);
+                                sk_bin_add(t_cnt_1, sk_bin, 1u, sk_add);
+                                sk_bin_add(t_cnt_2, sk_bin, 2u, sk_add);
+                                sk_bin_add(t_cnt_3, sk_bin, 3u, sk_add);
+                                sk_bin_add(t_cnt_4, sk_bin, 4u, sk_add);
+                                sk_bin_add(t_cnt_5, sk_bin, 5u, sk_add);
+                                sk_bin_add(t_cnt_6, sk_bin, 6u, sk_add);
+                                sk_bin_add(t_cnt_7, sk_bin, 7u, sk_add);
+                                sk_bin_add(t_cnt_8, sk_bin, 8u, sk_add);
+                                sk_bin_add(t_cnt_9, sk_bin, 9u, sk_add);
+                                sk_bin_add(t_cnt_10, sk_bin, 10u, sk_add);
+                                sk_bin_add(t_cnt_11, sk_bin, 11u, sk_add);
+                                sk_bin_add(t_cnt_12, sk_bin, 12u, sk_add);
+                                sk_bin_add(t_cnt_13, sk_bin, 13u, sk_add);
+                                sk_bin_add(t_cnt_14, sk_bin, 14u, sk_add);
+                                sk_bin_add(t_cnt_15, sk_bin, 15u, sk_add);
                             }
                         }
                     }

@@ -76,13 +76,17 @@ __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     return sk_r;
 }
 __device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned int sk_m1, unsigned int& sk_o0, unsigned int& sk_o1) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 2);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 4);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 8);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 2u) {
+        sk_many_u32[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 2u) {
