@@ -115,9 +115,18 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
                     loops.len()
                 ));
             }
+            let onchip = f.onchip_loops();
+            if model::select_rule(&name).is_some() {
+                let after = loops.first().map_or(0, |l| l.end);
+                let before = loops.get(1).map_or(u32::MAX, |l| l.start);
+                if !onchip.iter().any(|l| l.pass.is_some() && l.start > after && l.start < before) {
+                    check.push(format!("{name} {}: no select pass found after its read (a loop over workgroup memory inside a loop with a barrier)", sm.arch));
+                }
+            }
             let (resident, occupancy) = ptx_report::occupancy(sm, block, &compiled.usage);
             kernels.push(Kernel {
                 elem: element_bytes(&name),
+                onchip,
                 name,
                 loops,
                 registers: compiled.usage.registers,
@@ -145,7 +154,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     }
     if check {
         let n: usize = counted.iter().map(|c| c.kernels.len()).sum();
-        println!("cost --check: {n} kernel builds parsed, every row kernel's streaming loop found");
+        println!(
+            "cost --check: {n} kernel builds parsed, every row kernel's streaming loop and every select's pass found"
+        );
         return Ok(());
     }
     let out = root.join("bench-results").join("model");

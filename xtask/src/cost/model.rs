@@ -11,13 +11,15 @@
 
 use super::hardware::Hardware;
 use super::plan::Launch;
-use super::sass::{Counts, Loop, Pipe, PIPES};
+use super::sass::{Counts, Loop, OnChip, Pipe, PIPES};
 
 /// What the model knows of one kernel on one target.
 #[derive(Clone)]
 pub struct Kernel {
     pub name: String,
     pub loops: Vec<Loop>,
+    /// Its loops over workgroup memory, in code order.
+    pub onchip: Vec<OnChip>,
     /// Bytes of one column of what its streaming loops read.
     pub elem: f64,
     pub registers: u32,
@@ -128,6 +130,18 @@ pub fn scored_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
+/// The select of a `top_k_parts_*` kernel, on chip after its read: its passes and the share of
+/// them in which a key matches the prefix so far (the key loop's costliest path), with the reason.
+pub fn select_rule(kernel: &str) -> Option<(u32, f64, &'static str)> {
+    kernel.starts_with("top_k_parts_").then_some((
+        crate::kernels::filter_top_k::SELECT_PASSES,
+        2.38 / 8.0,
+        "a numpy run of the select on Zipf 1.1 rows (T 0.6 to 1.0, k + 1 = 21, parts of 4096): the keys matching \
+         at its 8 passes are 1, 1, 0.37, 0.003 and then none of them, 2.38 passes a key (docs/filters-design.md); \
+         a flat row matches at every pass",
+    ))
+}
+
 /// The share of columns that take a loop's massed path (a fixed-point mass added to a 64-bit
 /// sum) where its common path is a column of zero weight, with the reason.
 pub fn massed_share(kernel: &str) -> (f64, &'static str) {
@@ -210,6 +224,37 @@ impl Kernel {
         })
     }
 
+    /// The instructions per column of a select launch's on-chip work ([`select_rule`]), with
+    /// `keys` columns a thread: the loops over workgroup memory between its first streaming loop
+    /// (the read of a top-k part) and its second (another row's part, which bins its columns).
+    /// A key loop inside a pass runs at every pass, on its costliest path for the share of the
+    /// passes its key matches; the pass's own work (block-wide sums, the digit's choice) is once
+    /// a pass a thread, over its keys. The other loops visit each column once, on their
+    /// cheapest path.
+    pub fn onchip_per_column(&self, keys: f64) -> Counts {
+        let Some((passes, matched, _)) = select_rule(&self.name) else { return Counts::default() };
+        let after = self.loops.first().map_or(0, |l| l.end);
+        let before = self.loops.get(1).map_or(u32::MAX, |l| l.start);
+        let mut total = Counts::default();
+        let mut pass_counted = false;
+        for l in self.onchip.iter().filter(|l| l.start > after && l.start < before) {
+            let visits = l.common.shared_loads.max(1.0);
+            let per = match &l.pass {
+                Some(pass) => {
+                    if !pass_counted {
+                        total = total.plus(&pass.scaled(passes as f64 / keys.max(1.0)));
+                        pass_counted = true;
+                    }
+                    let key = l.common.plus(&l.longest.plus(&l.common.scaled(-1.0)).scaled(matched));
+                    key.scaled(passes as f64)
+                }
+                None => l.common,
+            };
+            total = total.plus(&per.scaled(1.0 / visits));
+        }
+        total
+    }
+
     /// Columns a thread covers in one iteration of its costliest loop.
     fn hot_columns(&self) -> f64 {
         self.hot_loop().map_or(1.0, |l| self.columns_per_iteration(l))
@@ -223,6 +268,8 @@ pub enum Bound {
     L2,
     Latency,
     Issue(Pipe),
+    /// The on-chip work after a select launch's read.
+    OnChip,
     Launch,
 }
 
@@ -234,6 +281,7 @@ impl Bound {
             Bound::Latency => "load latency".into(),
             Bound::Issue(Pipe::Other) => "issue".into(),
             Bound::Issue(p) => format!("{} pipe", p.name()),
+            Bound::OnChip => "on-chip select".into(),
             Bound::Launch => "launches".into(),
         }
     }
@@ -320,8 +368,20 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     let iterations = quads * 4.0 / cols_per_iter;
     let (whole, part) = (iterations.floor(), iterations - iterations.floor());
     let last = if part > 0.0 { (issue * part).max(wait(part)) } else { 0.0 };
+    // A select launch's on-chip work after its read: the blocks' instructions over each pipe's
+    // lanes and over the schedulers' issue rate (its loads from workgroup memory wait little
+    // beside the blocks resident with it).
+    let onchip = if l.select { k.onchip_per_column(l.columns as f64 / k.block as f64) } else { Counts::default() };
+    let onchip_items = conc as f64 * l.columns as f64;
+    let onchip_cycles = PIPES
+        .iter()
+        .map(|&p| {
+            onchip_items * onchip.get(p) / if p == Pipe::Other { hw.issue_per_clock.value * 32.0 } else { hw.lanes(p) }
+        })
+        .fold(onchip_items * onchip.total() / (hw.issue_per_clock.value * 32.0), f64::max);
     // Each round also waits for its first loads and its last stores (two DRAM round trips).
-    let sm_cycles = rounds * (whole * issue.max(wait(1.0)) + last + 2.0 * hw.dram_latency.value);
+    let streaming = whole * issue.max(wait(1.0)) + last;
+    let sm_cycles = rounds * (streaming + onchip_cycles + 2.0 * hw.dram_latency.value);
     let sm_us = sm_cycles / clock;
 
     let bytes = l.read + l.written;
@@ -348,6 +408,8 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
         } else {
             Bound::Dram
         }
+    } else if onchip_cycles > streaming {
+        Bound::OnChip
     } else if issue >= wait(1.0) {
         Bound::Issue(pipe)
     } else {
@@ -404,7 +466,7 @@ pub fn call(
 mod tests {
     use super::*;
     use crate::cost::hardware::H200;
-    use crate::cost::sass::{Counts, Loop};
+    use crate::cost::sass::{Counts, Loop, OnChip};
 
     /// A streaming kernel of one cheap loop (two instructions and a 16-byte quad load a
     /// thread), so that memory, not issue, bounds it.
@@ -415,6 +477,7 @@ mod tests {
         Kernel {
             name: "softmax_f32".into(),
             loops: vec![l],
+            onchip: vec![],
             elem: 4.0,
             registers: 32,
             shared: 0,
@@ -438,7 +501,44 @@ mod tests {
             rereads,
             side: false,
             loops_of: None,
+            select: false,
         }
+    }
+
+    /// A select launch's on-chip work: each key at every pass (on its costliest path at the
+    /// matched share), the pass's own work once a pass over a thread's keys; the launch then
+    /// takes at least its blocks' on-chip instructions over the schedulers' issue rate, and
+    /// names that its bound. The oracle is the formula written out, not `onchip_per_column`.
+    #[test]
+    fn a_select_launch_adds_its_passes_on_chip() {
+        let mut k = streaming();
+        k.name = "top_k_parts_logits_f32".into();
+        k.block = 256;
+        let mut other = k.loops[0].clone();
+        (other.start, other.end) = (0x1000, 0x1010);
+        k.loops.push(other);
+        let int = |n: f64, loads: f64| {
+            let mut c = Counts { shared_loads: loads, ..Counts::default() };
+            c.by_pipe[Pipe::Int as usize] = n;
+            c
+        };
+        k.onchip = vec![
+            OnChip { start: 0x10, common: int(10.0, 1.0), longest: int(46.0, 1.0), pass: Some(int(291.0, 0.0)) },
+            // A loop of four keys an iteration outside the passes, and one after the second read.
+            OnChip { start: 0x20, common: int(40.0, 4.0), longest: int(40.0, 4.0), pass: None },
+            OnChip { start: 0x2000, common: int(99.0, 1.0), longest: int(99.0, 1.0), pass: None },
+        ];
+        let (passes, matched, _) = select_rule(&k.name).expect("a parts kernel selects");
+        let want = passes as f64 * (291.0 / 16.0 + 10.0 + matched * 36.0) + 10.0;
+        let per = k.onchip_per_column(16.0).total();
+        assert!((per - want).abs() < 1e-9, "{per} {want}");
+        let parts = Launch { groups: 32 * 38, columns: 4096, select: true, ..read(false, 0.0, 32) };
+        let with = launch(&H200, &k, &parts, 32.0 * 151936.0 * 4.0, Cache::Warm);
+        let without = launch(&H200, &k, &Launch { select: false, ..parts.clone() }, 32.0 * 151936.0 * 4.0, Cache::Warm);
+        // 1216 blocks on 132 SMs: 10 on the busiest, 4 at once, 3 rounds.
+        let onchip_us = 3.0 * 4.0 * 4096.0 * want / (4.0 * 32.0) / (H200.clock_ghz.value * 1e3);
+        assert!(with.us >= onchip_us && with.us > without.us, "{with:?} {without:?} {onchip_us}");
+        assert_eq!(with.bound, Bound::OnChip);
     }
 
     /// A cold call's second read of an input that still fits L2 with what the call wrote costs

@@ -138,6 +138,9 @@ pub struct Launch {
     /// launch that also does the top-p cut (`FLAG_CUT_HERE`) reads as the cut kernel does, in
     /// the merge's workgroups (its block and occupancy).
     pub loops_of: Option<String>,
+    /// The launch's parts select their candidates on chip (the one-read path's top-k rows,
+    /// `top_k_parts_*`): the model adds the kernel's on-chip loops ([`crate::cost::sass::OnChip`]).
+    pub select: bool,
 }
 
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
@@ -189,6 +192,7 @@ pub fn launches(
         rereads: false,
         side: false,
         loops_of: None,
+        select: false,
     };
     let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
@@ -202,6 +206,7 @@ pub fn launches(
         rereads: false,
         side: false,
         loops_of: None,
+        select: false,
     };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
@@ -219,6 +224,7 @@ pub fn launches(
                 rereads: false,
                 side: false,
                 loops_of: None,
+                select: false,
             });
         }
         v
@@ -233,6 +239,7 @@ pub fn launches(
         rereads: false,
         side: false,
         loops_of: None,
+        select: false,
     };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
@@ -261,7 +268,7 @@ pub fn launches(
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
         let cut = !idle_rows && TOP_P_CUT.contains(&name);
-        let parts = parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut);
+        let parts = Launch { select: decided, ..parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut) };
         let merge = format!("top_k_merge_{input}");
         let cut_launch = Launch { rereads: true, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
         if batch * p <= cut_here_groups {
@@ -313,6 +320,7 @@ pub fn launches(
                         rereads: stage == 1,
                         side: false,
                         loops_of: None,
+                        select: false,
                     })
                     .collect(),
             }
@@ -364,6 +372,7 @@ pub fn launches(
                 rereads,
                 side: true,
                 loops_of: None,
+                select: false,
             };
             if top_p > 0 {
                 let (merge, cut) = (format!("top_k_merge_logits_{dtype}"), format!("top_p_cut_logits_{dtype}"));

@@ -26,6 +26,8 @@ struct Row {
     bound: Bound,
     /// The same call with L2 flushed before it (the benchmark's cold cells).
     cold_us: f64,
+    /// Instructions per column of its select launch's on-chip work (0 without one).
+    onchip: f64,
 }
 
 fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Era) -> Result<Row, String> {
@@ -58,6 +60,11 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         .map(|(p, m)| (&p.0, m.busy_sms))
         .expect("a call has a launch");
     let passes: u32 = pairs.iter().filter(|(l, _)| l.kernel == main.kernel).map(|(l, _)| l.passes).sum();
+    let onchip = pairs
+        .iter()
+        .filter(|(l, _)| l.select)
+        .map(|(l, k)| k.onchip_per_column(l.columns as f64 / k.block as f64).total())
+        .sum();
     Ok(Row {
         launches: pairs.len(),
         read: launches.iter().map(|l| l.read).sum(),
@@ -69,6 +76,7 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         us,
         bound,
         cold_us,
+        onchip,
     })
 }
 
@@ -158,7 +166,7 @@ const PRINTED: ([u32; 3], u32) = ([1, 32, 256], 151936);
 /// Every call at 1, 32 and 256 x 151936, f32 and bf16, on both targets: printed and written.
 pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
     let mut out = format!(
-        "call,dtype,batch,vocab,target,launches,bytes_read,bytes_written,main_kernel,{},occupancy,busy_sms,modelled_us,bound,modelled_cold_us\n",
+        "call,dtype,batch,vocab,target,launches,bytes_read,bytes_written,main_kernel,{},occupancy,busy_sms,modelled_us,bound,modelled_cold_us,onchip_per_col\n",
         PIPES.iter().map(|p| format!("per_col_{}", p.name())).collect::<Vec<_>>().join(",")
     );
     println!("\nCalls, modelled (not measured): the launches of today's host plan");
@@ -188,7 +196,7 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
                 }
                 writeln!(
                     out,
-                    "{},{dtype},{batch},{vocab},{},{},{:.0},{:.0},{},{},{:.3},{},{:.2},{},{:.2}",
+                    "{},{dtype},{batch},{vocab},{},{},{:.0},{:.0},{},{},{:.3},{},{:.2},{},{:.2},{:.1}",
                     call.name(),
                     c.hw.name,
                     r.launches,
@@ -200,7 +208,8 @@ pub fn calls(counted: &[Counted], csv: &Path) -> Result<(), String> {
                     r.busy_sms,
                     r.us,
                     r.bound.name(),
-                    r.cold_us
+                    r.cold_us,
+                    r.onchip
                 )
                 .expect("writing to a string");
             }

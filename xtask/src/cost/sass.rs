@@ -86,6 +86,8 @@ pub struct Counts {
     /// Adds of a 64-bit sum's high words (`IMAD.X`, `IADD3.X`): a column's fixed-point mass
     /// (a column of zero weight adds none).
     pub carries: f64,
+    /// Workgroup-memory loads (`LDS`): the items an on-chip loop's iteration visits.
+    pub shared_loads: f64,
 }
 
 impl Counts {
@@ -101,6 +103,7 @@ impl Counts {
         self.logs += f64::from(u8::from(i.log));
         self.philox += f64::from(u8::from(i.philox));
         self.carries += f64::from(u8::from(i.carry));
+        self.shared_loads += f64::from(u8::from(i.shared_load));
     }
     /// These counts times `k`.
     pub fn scaled(&self, k: f64) -> Counts {
@@ -111,6 +114,7 @@ impl Counts {
             logs: self.logs * k,
             philox: self.philox * k,
             carries: self.carries * k,
+            shared_loads: self.shared_loads * k,
         }
     }
     pub fn plus(&self, o: &Counts) -> Counts {
@@ -125,6 +129,7 @@ impl Counts {
             logs: self.logs + o.logs,
             philox: self.philox + o.philox,
             carries: self.carries + o.carries,
+            shared_loads: self.shared_loads + o.shared_loads,
         }
     }
 }
@@ -142,6 +147,8 @@ struct Instr {
     philox: bool,
     /// `IMAD.X` or `IADD3.X`: the high word of a 64-bit add.
     carry: bool,
+    /// `LDS`: a workgroup-memory load.
+    shared_load: bool,
     /// Where a branch goes, if it is one.
     target: Option<u32>,
     /// Where a `CALL` goes, if it is one.
@@ -193,7 +200,8 @@ fn parse_line(line: &str) -> Option<Instr> {
     let log = opcode.starts_with("MUFU.LG2");
     let philox = base == "IMAD" && text.contains("-0x2daee0ad");
     let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
-    Some(Instr { addr, pipe, load_bytes, log, philox, carry, target, call, ret, ends_flow })
+    let shared_load = base == "LDS";
+    Some(Instr { addr, pipe, load_bytes, log, philox, carry, shared_load, target, call, ret, ends_flow })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
@@ -243,6 +251,20 @@ impl Loop {
     pub fn rare(&self) -> Counts {
         self.longest.plus(&self.common.scaled(-1.0))
     }
+}
+
+/// A loop over workgroup memory: an innermost backward branch whose body reads workgroup memory
+/// and no global memory (a part's sum, select, gather), counted along its cheapest path (an
+/// item that takes no branch: a select's key that does not match the prefix) and its costliest
+/// (one that takes them all). `pass` is where it runs inside a pass of a select: the loop around
+/// it that holds a barrier, counted along its cheapest path without this loop's instructions
+/// (the block-wide sums and the digit's choice, once a pass a thread).
+#[derive(Clone, Debug)]
+pub struct OnChip {
+    pub start: u32,
+    pub common: Counts,
+    pub longest: Counts,
+    pub pass: Option<Counts>,
 }
 
 /// A path's rank: most loads first, then fewest (or most) instructions.
@@ -295,19 +317,47 @@ impl Function {
             .collect()
     }
 
+    /// The loops over workgroup memory ([`OnChip`]), in code order.
+    pub fn onchip_loops(&self) -> Vec<OnChip> {
+        let edges = self.back_edges();
+        let any = |(s, e): (usize, usize), f: &dyn Fn(&Instr) -> bool| self.instrs[s..=e].iter().any(f);
+        let inside = |(a, b): (usize, usize), (s, e): (usize, usize)| (a, b) != (s, e) && s <= a && b <= e;
+        let cheapest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+        let costliest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1);
+        edges
+            .iter()
+            .filter(|&&r| any(r, &|i| i.shared_load) && !any(r, &|i| i.pipe == Pipe::Ldg))
+            .filter(|&&r| !edges.iter().any(|&o| inside(o, r)))
+            .filter_map(|&(s, e)| {
+                let common = self.path((s, e), &cheapest, Through::Anything)?;
+                let longest = self.path((s, e), &costliest, Through::Anything)?;
+                let around = edges
+                    .iter()
+                    .filter(|&&o| {
+                        inside((s, e), o) && any(o, &|i| i.pipe == Pipe::Bar) && !any(o, &|i| i.pipe == Pipe::Ldg)
+                    })
+                    .min_by_key(|&&(a, b)| b - a);
+                let pass = around
+                    .and_then(|&(a, b)| self.path_to(a, b, &|k| k == b, &cheapest, Through::Anything, 0, Some((s, e))));
+                Some(OnChip { start: self.instrs[s].addr, common, longest, pass })
+            })
+            .collect()
+    }
+
     /// The counts along the best path, by `better`, from the loop's head to its backward branch
     /// (the best of those that pass through what `through` names). Inside the body, forward branches and
     /// fall-through are followed; branches out of the body and inner backward branches are not
     /// (a path leaving the body is no iteration).
     fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool, through: Through) -> Option<Counts> {
-        self.path_to(s, e, &|k| k == e, better, through, 0)
+        self.path_to(s, e, &|k| k == e, better, through, 0, None)
     }
 
     /// The best path from `s` to an instruction at or before `e` that `end` accepts, among those
     /// that pass through what `through` names; a `CALL` on it counts the called subroutine's best
     /// path to its `RET` (`depth` bounds the nesting). Each instruction is reached in two states,
     /// with and without the mark on the way there, so the best path of either kind is found in
-    /// one sweep.
+    /// one sweep. The instructions of `skip` (an index range) are passed through and not counted.
+    #[allow(clippy::too_many_arguments)]
     fn path_to(
         &self,
         s: usize,
@@ -316,18 +366,32 @@ impl Function {
         better: &dyn Fn(Rank, Rank) -> bool,
         through: Through,
         depth: u32,
+        skip: Option<(usize, usize)>,
     ) -> Option<Counts> {
+        let skipped = |k: usize| skip.is_some_and(|(a, b)| a <= k && k <= b);
         let n = e - s + 1;
         let callee = |i: &Instr| -> Counts {
             match i.call.and_then(|t| self.index(t)) {
                 Some(t) if depth < 4 => self
-                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, Through::Anything, depth + 1)
+                    .path_to(
+                        t,
+                        self.instrs.len() - 1,
+                        &|k| self.instrs[k].ret,
+                        better,
+                        Through::Anything,
+                        depth + 1,
+                        None,
+                    )
                     .unwrap_or_default(),
                 _ => Counts::default(),
             }
         };
         // (loads, cost, whether it is what the path must pass through)
-        let weight = |i: &Instr| {
+        let weight = |at: usize| {
+            if skipped(at) {
+                return (0, 0.0, 0);
+            }
+            let i = &self.instrs[at];
             let called = callee(i);
             let marked = match through {
                 Through::Anything => false,
@@ -339,7 +403,7 @@ impl Function {
         };
         let mut best: Vec<[Option<Rank>; 2]> = vec![[None; 2]; n];
         let mut from: Vec<[(usize, usize); 2]> = vec![[(usize::MAX, 0); 2]; n];
-        let (l0, c0, g0) = weight(&self.instrs[s]);
+        let (l0, c0, g0) = weight(s);
         best[0][g0] = Some((l0, c0));
         let mut done: Option<(usize, usize)> = None;
         for k in 0..n {
@@ -364,7 +428,7 @@ impl Function {
                     }
                 }
                 for j in next.into_iter().filter(|&j| j < n) {
-                    let (l, c, g) = weight(&self.instrs[s + j]);
+                    let (l, c, g) = weight(s + j);
                     let (cand, to) = ((loads + l, cost + c), state.max(g));
                     if best[j][to].is_none_or(|old| better(cand, old)) {
                         best[j][to] = Some(cand);
@@ -381,6 +445,9 @@ impl Function {
         let mut counts = Counts::default();
         let mut new_block = true;
         for (at, &k) in path.iter().enumerate() {
+            if skipped(s + k) {
+                continue;
+            }
             let i = &self.instrs[s + k];
             // A jump, or a conditional branch passed, starts a block.
             if at > 0 && (path[at - 1] + 1 != k || self.instrs[s + path[at - 1]].target.is_some()) {
@@ -429,6 +496,40 @@ mod tests {
         let kept = l.kept.expect("a path with the log");
         assert_eq!((kept.total(), kept.logs), (6.0, 1.0));
         assert!(l.noised.is_none(), "no Philox in the listing");
+    }
+
+    /// A select's pass: a key loop over workgroup memory (a key that matches takes two more
+    /// instructions) inside a loop with a barrier; a streaming loop after it is not on chip.
+    #[test]
+    fn finds_the_onchip_loop_and_its_pass() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   MOV R3, RZ ;
+            /*0020*/                   LDS R4, [R2] ;
+            /*0030*/               @P0 BRA 0x60 ;
+            /*0040*/                   IADD3 R5, R5, 0x1, RZ ;
+            /*0050*/                   IADD3 R6, R6, 0x1, RZ ;
+            /*0060*/                   IADD3 R2, R2, 0x400, RZ ;
+            /*0070*/               @P1 BRA 0x20 ;
+            /*0080*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+            /*0090*/                   SHFL.BFLY PT, R7, R5, 0x1, 0x1f ;
+            /*00a0*/               @P2 BRA 0x10 ;
+            /*00b0*/                   LDG.E R4, desc[UR6][R2.64] ;
+            /*00c0*/                   LDS R8, [R2] ;
+            /*00d0*/               @P3 BRA 0xb0 ;
+            /*00e0*/                   EXIT ;
+        ";
+        let f = &parse(listing)[0];
+        let loops = f.onchip_loops();
+        assert_eq!(loops.len(), 1, "the loop with a global load is not on chip");
+        let l = &loops[0];
+        assert_eq!(l.start, 0x20);
+        assert_eq!((l.common.total(), l.common.shared_loads), (4.0, 1.0));
+        assert_eq!(l.longest.total(), 6.0);
+        // The pass: its head, the barrier, the shuffle and its branch, without the key loop.
+        let pass = l.pass.expect("inside a loop with a barrier");
+        assert_eq!((pass.total(), pass.get(Pipe::Bar), pass.shared_loads), (4.0, 1.0, 0.0));
     }
 
     /// A kept quad's block, then a column's log behind its own branch: the noised path draws

@@ -179,6 +179,9 @@ pub(super) fn own_word(k: Expr) -> Expr {
     var("slot") * u(SLOT_WORDS) + k
 }
 
+/// The passes of [`select_top`]: 4-bit digits of a 32-bit key.
+pub const SELECT_PASSES: u32 = 8;
+
 /// The `want` largest of `n` items by (key descending, position ascending), `key_at(i)` giving
 /// item `i`'s key (0: no item): a radix select of 4-bit digits, each pass counting per digit
 /// the items matching the prefix so far. Declares `t_key` (the boundary key: the smallest
@@ -188,7 +191,7 @@ pub(super) fn select_top(b: &mut Block, n: Expr, want: Expr, key_at: &dyn Fn(&mu
     for name in ["t_key", "t_mask", "t_above", "t_at"] {
         b.let_(name, Ty::U32, u(0));
     }
-    b.for_("t_pass", u(0), u(8), u(1), |b, ps| {
+    b.for_("t_pass", u(0), u(SELECT_PASSES), u(1), |b, ps| {
         let shift = b.let_("t_shift", Ty::U32, u(28) - ps * u(4));
         b.let_bins("t_cnt", Ty::U32, 16);
         b.for_("ti", builtin(Builtin::LocalId), n.clone(), builtin(Builtin::BlockSize), |b, i| {
