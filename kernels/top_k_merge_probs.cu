@@ -209,15 +209,22 @@ __device__ __forceinline__ void sk_block_sums_u32_2(unsigned int sk_m0, unsigned
     __syncthreads();
 }
 __device__ __forceinline__ void sk_block_sums_u64_3(unsigned long long sk_m0, unsigned long long sk_m1, unsigned long long sk_m2, unsigned long long& sk_o0, unsigned long long& sk_o1, unsigned long long& sk_o2) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+    unsigned long long sk_m3 = 0;
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 2u) != 0u;
+        sk_m0 = (sk_up ? sk_m2 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m2, 2);
+        sk_m1 = (sk_up ? sk_m3 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m3, 2);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u64[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u64[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-        sk_many_u64[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
+    }
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 4);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 8);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 3u) {
+        sk_many_u64[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 3u) {
@@ -232,15 +239,22 @@ __device__ __forceinline__ void sk_block_sums_u64_3(unsigned long long sk_m0, un
     __syncthreads();
 }
 __device__ __forceinline__ void sk_block_sums_u32_3(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, sk_o);
-        sk_m1 += __shfl_xor_sync(0xffffffffu, sk_m1, sk_o);
-        sk_m2 += __shfl_xor_sync(0xffffffffu, sk_m2, sk_o);
+    unsigned int sk_m3 = 0;
+    const unsigned int sk_lane = threadIdx.x & 31u;
+    {
+        const bool sk_up = (sk_lane & 2u) != 0u;
+        sk_m0 = (sk_up ? sk_m2 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m2, 2);
+        sk_m1 = (sk_up ? sk_m3 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m3, 2);
     }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_many_u32[0 * 32 + (threadIdx.x >> 5)] = sk_m0;
-        sk_many_u32[1 * 32 + (threadIdx.x >> 5)] = sk_m1;
-        sk_many_u32[2 * 32 + (threadIdx.x >> 5)] = sk_m2;
+    {
+        const bool sk_up = (sk_lane & 1u) != 0u;
+        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
+    }
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 4);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 8);
+    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
+    if ((threadIdx.x & 31u) < 3u) {
+        sk_many_u32[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
     }
     __syncthreads();
     if (threadIdx.x < 3u) {

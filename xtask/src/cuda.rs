@@ -277,7 +277,7 @@ impl CLike for Emitter<'_> {
 /// The collectives a kernel uses, each a function of its own (called where the IR has the
 /// collective; a merge kernel runs dozens): warp shuffles, one shared slot per warp, and a
 /// barrier after the result is read, so the scratch may be reused by the next.
-fn collective_helpers(out: &mut Out, used: &Collectives) {
+fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Result<(), IrError> {
     for &(op, t) in &used.reduce {
         let tn = ty(t);
         let arr = format!("sk_red_{}", short(t));
@@ -330,23 +330,18 @@ fn collective_helpers(out: &mut Out, used: &Collectives) {
         let params: Vec<String> =
             (0..n).map(|i| format!("{tn} sk_m{i}")).chain((0..n).map(|i| format!("{tn}& sk_o{i}"))).collect();
         out.open(format!("__device__ __forceinline__ void {}({}) {{", sums_name(t, n), params.join(", ")));
-        if n.is_power_of_two() && (2..=32).contains(&n) {
-            warp_reduce_scatter(out, n);
-            out.open(format!("if ((threadIdx.x & 31u) < {n}u) {{"));
-            out.line(format!("{arr}[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;"));
-            out.close("}");
-        } else {
-            out.open("for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {");
-            for i in 0..n {
-                out.line(format!("sk_m{i} += __shfl_xor_sync(0xffffffffu, sk_m{i}, sk_o);"));
-            }
-            out.close("}");
-            out.open("if ((threadIdx.x & 31u) == 0u) {");
-            for i in 0..n {
-                out.line(format!("{arr}[{i} * 32 + (threadIdx.x >> 5)] = sk_m{i};"));
-            }
-            out.close("}");
+        // Padded with zeros to a power of two, the values a lane's warp sums ends with.
+        let padded = n.next_power_of_two().max(2);
+        if padded > 32 {
+            return Err(IrError::target(kernel, format!("a block sum of {n} values: at most 32 (a warp's lanes)")));
         }
+        for i in n..padded {
+            out.line(format!("{tn} sk_m{i} = 0;"));
+        }
+        warp_reduce_scatter(out, padded);
+        out.open(format!("if ((threadIdx.x & 31u) < {n}u) {{"));
+        out.line(format!("{arr}[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;"));
+        out.close("}");
         out.line("__syncthreads();");
         out.open(format!("if (threadIdx.x < {n}u) {{"));
         out.line(format!("{tn} sk_s = 0;"));
@@ -381,6 +376,7 @@ fn collective_helpers(out: &mut Out, used: &Collectives) {
         out.line("__syncthreads();");
         out.close("}");
     }
+    Ok(())
 }
 
 /// Sums `n` (a power of two up to 32) per-lane values `sk_m0` .. across each warp, leaving lane
@@ -532,7 +528,7 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
         out.line(format!("__shared__ __align__(16) {} {}[{}];", ty(s.ty), s.name, s.len));
     }
     out.blank();
-    collective_helpers(&mut out, &used);
+    collective_helpers(&mut out, &used, kernel)?;
     for func in &kernel.functions {
         let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{} {n}", ty(*t))).collect();
         out.open(format!("__device__ __forceinline__ {} {}({}) {{", ty(func.ret), func.name, params.join(", ")));
