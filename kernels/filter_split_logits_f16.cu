@@ -24,10 +24,11 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
-__device__ __forceinline__ void sk_bin_add(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
+__device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
 }
-__device__ __forceinline__ void sk_bin_add(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
+
+__device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
 
@@ -592,42 +593,42 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         { \
             const unsigned int sk_bin = digit; \
             const unsigned int sk_add = 1u; \
-            sk_bin_add(cnt_0, sk_bin, 0u, sk_add); \
-            sk_bin_add(cnt_1, sk_bin, 1u, sk_add); \
-            sk_bin_add(cnt_2, sk_bin, 2u, sk_add); \
-            sk_bin_add(cnt_3, sk_bin, 3u, sk_add); \
-            sk_bin_add(cnt_4, sk_bin, 4u, sk_add); \
-            sk_bin_add(cnt_5, sk_bin, 5u, sk_add); \
-            sk_bin_add(cnt_6, sk_bin, 6u, sk_add); \
-            sk_bin_add(cnt_7, sk_bin, 7u, sk_add); \
-            sk_bin_add(cnt_8, sk_bin, 8u, sk_add); \
-            sk_bin_add(cnt_9, sk_bin, 9u, sk_add); \
-            sk_bin_add(cnt_10, sk_bin, 10u, sk_add); \
-            sk_bin_add(cnt_11, sk_bin, 11u, sk_add); \
-            sk_bin_add(cnt_12, sk_bin, 12u, sk_add); \
-            sk_bin_add(cnt_13, sk_bin, 13u, sk_add); \
-            sk_bin_add(cnt_14, sk_bin, 14u, sk_add); \
-            sk_bin_add(cnt_15, sk_bin, 15u, sk_add); \
+            sk_bin_add_u32(cnt_0, sk_bin, 0u, sk_add); \
+            sk_bin_add_u32(cnt_1, sk_bin, 1u, sk_add); \
+            sk_bin_add_u32(cnt_2, sk_bin, 2u, sk_add); \
+            sk_bin_add_u32(cnt_3, sk_bin, 3u, sk_add); \
+            sk_bin_add_u32(cnt_4, sk_bin, 4u, sk_add); \
+            sk_bin_add_u32(cnt_5, sk_bin, 5u, sk_add); \
+            sk_bin_add_u32(cnt_6, sk_bin, 6u, sk_add); \
+            sk_bin_add_u32(cnt_7, sk_bin, 7u, sk_add); \
+            sk_bin_add_u32(cnt_8, sk_bin, 8u, sk_add); \
+            sk_bin_add_u32(cnt_9, sk_bin, 9u, sk_add); \
+            sk_bin_add_u32(cnt_10, sk_bin, 10u, sk_add); \
+            sk_bin_add_u32(cnt_11, sk_bin, 11u, sk_add); \
+            sk_bin_add_u32(cnt_12, sk_bin, 12u, sk_add); \
+            sk_bin_add_u32(cnt_13, sk_bin, 13u, sk_add); \
+            sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
+            sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
         } \
         { \
             const unsigned int sk_bin = digit; \
             const unsigned long long sk_add = mv; \
-            sk_bin_add(mas_0, sk_bin, 0u, sk_add); \
-            sk_bin_add(mas_1, sk_bin, 1u, sk_add); \
-            sk_bin_add(mas_2, sk_bin, 2u, sk_add); \
-            sk_bin_add(mas_3, sk_bin, 3u, sk_add); \
-            sk_bin_add(mas_4, sk_bin, 4u, sk_add); \
-            sk_bin_add(mas_5, sk_bin, 5u, sk_add); \
-            sk_bin_add(mas_6, sk_bin, 6u, sk_add); \
-            sk_bin_add(mas_7, sk_bin, 7u, sk_add); \
-            sk_bin_add(mas_8, sk_bin, 8u, sk_add); \
-            sk_bin_add(mas_9, sk_bin, 9u, sk_add); \
-            sk_bin_add(mas_10, sk_bin, 10u, sk_add); \
-            sk_bin_add(mas_11, sk_bin, 11u, sk_add); \
-            sk_bin_add(mas_12, sk_bin, 12u, sk_add); \
-            sk_bin_add(mas_13, sk_bin, 13u, sk_add); \
-            sk_bin_add(mas_14, sk_bin, 14u, sk_add); \
-            sk_bin_add(mas_15, sk_bin, 15u, sk_add); \
+            sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
+            sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
+            sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
+            sk_bin_add_u64(mas_3, sk_bin, 3u, sk_add); \
+            sk_bin_add_u64(mas_4, sk_bin, 4u, sk_add); \
+            sk_bin_add_u64(mas_5, sk_bin, 5u, sk_add); \
+            sk_bin_add_u64(mas_6, sk_bin, 6u, sk_add); \
+            sk_bin_add_u64(mas_7, sk_bin, 7u, sk_add); \
+            sk_bin_add_u64(mas_8, sk_bin, 8u, sk_add); \
+            sk_bin_add_u64(mas_9, sk_bin, 9u, sk_add); \
+            sk_bin_add_u64(mas_10, sk_bin, 10u, sk_add); \
+            sk_bin_add_u64(mas_11, sk_bin, 11u, sk_add); \
+            sk_bin_add_u64(mas_12, sk_bin, 12u, sk_add); \
+            sk_bin_add_u64(mas_13, sk_bin, 13u, sk_add); \
+            sk_bin_add_u64(mas_14, sk_bin, 14u, sk_add); \
+            sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
         } \
     } \
 }

@@ -24,11 +24,8 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
-__device__ __forceinline__ void sk_bin_add(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
+__device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
-}
-__device__ __forceinline__ void sk_bin_add(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
-    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
 
 __shared__ float sk_red_f32[33];
@@ -577,22 +574,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_f16(
                             {
                                 const unsigned int sk_bin = ((tk >> t_shift) & 15u);
                                 const unsigned int sk_add = 1u;
-                                sk_bin_add(t_cnt_0, sk_bin, 0u, sk_add);
-                                sk_bin_add(t_cnt_1, sk_bin, 1u, sk_add);
-                                sk_bin_add(t_cnt_2, sk_bin, 2u, sk_add);
-                                sk_bin_add(t_cnt_3, sk_bin, 3u, sk_add);
-                                sk_bin_add(t_cnt_4, sk_bin, 4u, sk_add);
-                                sk_bin_add(t_cnt_5, sk_bin, 5u, sk_add);
-                                sk_bin_add(t_cnt_6, sk_bin, 6u, sk_add);
-                                sk_bin_add(t_cnt_7, sk_bin, 7u, sk_add);
-                                sk_bin_add(t_cnt_8, sk_bin, 8u, sk_add);
-                                sk_bin_add(t_cnt_9, sk_bin, 9u, sk_add);
-                                sk_bin_add(t_cnt_10, sk_bin, 10u, sk_add);
-                                sk_bin_add(t_cnt_11, sk_bin, 11u, sk_add);
-                                sk_bin_add(t_cnt_12, sk_bin, 12u, sk_add);
-                                sk_bin_add(t_cnt_13, sk_bin, 13u, sk_add);
-                                sk_bin_add(t_cnt_14, sk_bin, 14u, sk_add);
-                                sk_bin_add(t_cnt_15, sk_bin, 15u, sk_add);
+                                sk_bin_add_u32(t_cnt_0, sk_bin, 0u, sk_add);
+                                sk_bin_add_u32(t_cnt_1, sk_bin, 1u, sk_add);
+                                sk_bin_add_u32(t_cnt_2, sk_bin, 2u, sk_add);
+                                sk_bin_add_u32(t_cnt_3, sk_bin, 3u, sk_add);
+                                sk_bin_add_u32(t_cnt_4, sk_bin, 4u, sk_add);
+                                sk_bin_add_u32(t_cnt_5, sk_bin, 5u, sk_add);
+                                sk_bin_add_u32(t_cnt_6, sk_bin, 6u, sk_add);
+                                sk_bin_add_u32(t_cnt_7, sk_bin, 7u, sk_add);
+                                sk_bin_add_u32(t_cnt_8, sk_bin, 8u, sk_add);
+                                sk_bin_add_u32(t_cnt_9, sk_bin, 9u, sk_add);
+                                sk_bin_add_u32(t_cnt_10, sk_bin, 10u, sk_add);
+                                sk_bin_add_u32(t_cnt_11, sk_bin, 11u, sk_add);
+                                sk_bin_add_u32(t_cnt_12, sk_bin, 12u, sk_add);
+                                sk_bin_add_u32(t_cnt_13, sk_bin, 13u, sk_add);
+                                sk_bin_add_u32(t_cnt_14, sk_bin, 14u, sk_add);
+                                sk_bin_add_u32(t_cnt_15, sk_bin, 15u, sk_add);
                             }
                         }
                     }

@@ -80,16 +80,50 @@ const LOAD_BF16: &str = r#"__device__ __forceinline__ float sk_bf16(unsigned sho
 }
 "#;
 
-/// `c += add` where `bin == i`: the histograms' adds ([`Stmt::AddToBin`]), one predicated add a
-/// counter. Written as sixteen `if`s, NVVM adds to every counter and selects each result (78
-/// instructions a counted key in the parts' select on sm_90, 46 this way).
-const BIN_ADD: &str = r#"__device__ __forceinline__ void sk_bin_add(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
-    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
+/// `c += add` where `bin == i`, for counters of type `t`: the histograms' adds
+/// ([`Stmt::AddToBin`]), one predicated add a counter. Written as sixteen `if`s, NVVM adds to
+/// every counter and selects each result (78 instructions a counted key in the parts' select on
+/// sm_90, 46 this way).
+fn bin_add(t: Ty) -> String {
+    let (tn, reg, width) = (ty(t), if t == Ty::U64 { "l" } else { "r" }, if t == Ty::U64 { 64 } else { 32 });
+    format!(
+        "__device__ __forceinline__ void {}({tn}& c, unsigned int bin, unsigned int i, {tn} add) {{\n    \
+         asm(\"{{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u{width} %0, %0, %3; }}\" : \"+{reg}\"(c) : \"r\"(bin), \"r\"(i), \"{reg}\"(add));\n}}\n",
+        bin_add_name(t)
+    )
 }
-__device__ __forceinline__ void sk_bin_add(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
-    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
+
+fn bin_add_name(t: Ty) -> String {
+    format!("sk_bin_add_{}", short(t))
 }
-"#;
+
+/// The counter types of the histograms `kernel` adds to.
+fn bin_types(kernel: &Kernel) -> Vec<Ty> {
+    let mut declared: Vec<(&str, Ty)> = Vec::new();
+    for p in &kernel.procedures {
+        declared.extend(p.histograms.iter().map(|(n, t, _)| (n.as_str(), *t)));
+    }
+    for body in bodies(kernel) {
+        visit_stmts(body, &mut |st| {
+            if let Stmt::LetBins { name, ty, .. } = st {
+                declared.push((name, *ty));
+            }
+        });
+    }
+    let mut types: Vec<Ty> = Vec::new();
+    for body in bodies(kernel) {
+        visit_stmts(body, &mut |st| {
+            if let Stmt::AddToBin { name, .. } = st {
+                for &(_, t) in declared.iter().filter(|(n, _)| n == name) {
+                    if !types.contains(&t) {
+                        types.push(t);
+                    }
+                }
+            }
+        });
+    }
+    types
+}
 
 struct Emitter<'k> {
     kernel: &'k Kernel,
@@ -205,7 +239,7 @@ impl CLike for Emitter<'_> {
                 scope.declare(name, *t);
             }
             // Separate registers (an indexed array would go to local memory) and a predicated
-            // add for each (`BIN_ADD`).
+            // add for each (`bin_add`).
             Stmt::LetBins { name, ty: t, bins } => {
                 for i in 0..*bins {
                     out.line(format!("{} {name}_{i} = 0;", ty(*t)));
@@ -218,7 +252,7 @@ impl CLike for Emitter<'_> {
                 out.line(format!("const unsigned int sk_bin = {};", self.expr(bin, scope)?));
                 out.line(format!("const {} sk_add = {};", ty(t), self.expr(value, scope)?));
                 for i in 0..bins {
-                    out.line(format!("sk_bin_add({name}_{i}, sk_bin, {i}u, sk_add);"));
+                    out.line(format!("{}({name}_{i}, sk_bin, {i}u, sk_add);", bin_add_name(t)));
                 }
                 out.close("}");
             }
@@ -487,10 +521,6 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
         || any_expr(kernel, |e| matches!(e, Expr::Bitcast(..)) || infinite(e))
         || used.reduce.iter().any(|(op, t)| *op == ReduceOp::Max && matches!(t, Ty::F32 | Ty::F64))
         || !used.argmax.is_empty();
-    let mut bins = false;
-    for body in bodies(kernel) {
-        visit_stmts(body, &mut |st| bins |= matches!(st, Stmt::AddToBin { .. }));
-    }
     let prelude = BLOCK_DEFINES.replace("#define SK_BLOCK 256", &format!("#define SK_BLOCK {default_block}"));
     let helpers = [
         (true, prelude.as_str()),
@@ -498,9 +528,9 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
         (bitcast, BITCAST),
         (f16, LOAD_F16),
         (bf16, LOAD_BF16),
-        (bins, BIN_ADD),
     ];
-    for (wanted, text) in helpers {
+    let bin_adds: Vec<String> = bin_types(kernel).into_iter().map(bin_add).collect();
+    for (wanted, text) in helpers.into_iter().chain(bin_adds.iter().map(|t| (true, t.as_str()))) {
         if wanted {
             out.blank();
             text.lines().for_each(|l| out.line(l));
