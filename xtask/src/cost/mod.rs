@@ -117,9 +117,7 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
             }
             let onchip = f.onchip_loops();
             if model::select_rule(&name).is_some() {
-                let after = loops.first().map_or(0, |l| l.end);
-                let before = loops.get(1).map_or(u32::MAX, |l| l.start);
-                if !onchip.iter().any(|l| l.pass.is_some() && l.start > after && l.start < before) {
+                if !model::after_read(&loops, &onchip).any(|l| l.pass.is_some()) {
                     check.push(format!("{name} {}: no select pass found after its read (a loop over workgroup memory inside a loop with a barrier)", sm.arch));
                 }
             }

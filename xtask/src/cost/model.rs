@@ -156,6 +156,32 @@ pub fn massed_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
+/// The loops over workgroup memory between a kernel's first streaming loop (the read of a
+/// top-k part) and its second (another row's part): a select launch's on-chip work.
+pub fn after_read<'a>(loops: &[Loop], onchip: &'a [OnChip]) -> impl Iterator<Item = &'a OnChip> {
+    let after = loops.first().map_or(0, |l| l.end);
+    let before = loops.get(1).map_or(u32::MAX, |l| l.start);
+    onchip.iter().filter(move |l| l.start > after && l.start < before)
+}
+
+/// Cycles an SM needs to issue `counts` instructions `n` times (threads x columns), by pipe: the
+/// slowest pipe over its lanes, or all of them over the schedulers' issue rate; and that pipe
+/// (`Other` for the issue rate). `ldg_lanes` is the load pipe's rate (wavefronts, not lanes).
+fn issue_cycles(hw: &Hardware, counts: &Counts, n: f64, ldg_lanes: f64) -> (f64, Pipe) {
+    PIPES
+        .iter()
+        .map(|&p| {
+            let lanes = match p {
+                Pipe::Other => hw.issue_per_clock.value * 32.0,
+                Pipe::Ldg => ldg_lanes,
+                _ => hw.lanes(p),
+            };
+            (n * counts.get(p) / lanes, p)
+        })
+        .chain(std::iter::once((n * counts.total() / (hw.issue_per_clock.value * 32.0), Pipe::Other)))
+        .fold((0.0, Pipe::Other), |a, b| if b.0 > a.0 { b } else { a })
+}
+
 impl Kernel {
     /// Columns one iteration of `l` covers: the bytes its loads read over a column's bytes.
     fn columns_per_iteration(&self, l: &Loop) -> f64 {
@@ -233,11 +259,9 @@ impl Kernel {
     /// cheapest path.
     pub fn onchip_per_column(&self, keys: f64) -> Counts {
         let Some((passes, matched, _)) = select_rule(&self.name) else { return Counts::default() };
-        let after = self.loops.first().map_or(0, |l| l.end);
-        let before = self.loops.get(1).map_or(u32::MAX, |l| l.start);
         let mut total = Counts::default();
         let mut pass_counted = false;
-        for l in self.onchip.iter().filter(|l| l.start > after && l.start < before) {
+        for l in after_read(&self.loops, &self.onchip) {
             let visits = l.common.shared_loads.max(1.0);
             let per = match &l.pass {
                 Some(pass) => {
@@ -343,21 +367,10 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     let cols_per_iter = k.hot_columns();
     let iter_instr = per_col.total() * cols_per_iter;
     let threads = (conc * k.block) as f64;
-    // Cycles the SM needs to issue one iteration of every resident thread, by pipe.
-    let (issue, pipe) = PIPES
-        .iter()
-        .map(|&p| {
-            let lanes = match p {
-                Pipe::Other => hw.issue_per_clock.value * 32.0,
-                // A warp's load spans 32 threads x 4 columns x elem bytes: elem wavefronts of
-                // 128 B through L1, one wavefront per clock.
-                Pipe::Ldg => hw.lanes(p) / k.elem.max(1.0),
-                _ => hw.lanes(p),
-            };
-            (threads * per_col.get(p) * cols_per_iter / lanes, p)
-        })
-        .chain(std::iter::once((threads * iter_instr / (hw.issue_per_clock.value * 32.0), Pipe::Other)))
-        .fold((0.0, Pipe::Other), |a, b| if b.0 > a.0 { b } else { a });
+    // Cycles the SM needs to issue one iteration of every resident thread, by pipe. A warp's
+    // load spans 32 threads x 4 columns x elem bytes: elem wavefronts of 128 B through L1, one
+    // wavefront per clock.
+    let (issue, pipe) = issue_cycles(hw, &per_col, threads * cols_per_iter, hw.lanes(Pipe::Ldg) / k.elem.max(1.0));
     let wait = |share: f64| {
         (per_col.round_trips * cols_per_iter * share).max(1.0) * latency + hw.dependent_issue.value * iter_instr * share
     };
@@ -372,13 +385,7 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     // lanes and over the schedulers' issue rate (its loads from workgroup memory wait little
     // beside the blocks resident with it).
     let onchip = if l.select { k.onchip_per_column(l.columns as f64 / k.block as f64) } else { Counts::default() };
-    let onchip_items = conc as f64 * l.columns as f64;
-    let onchip_cycles = PIPES
-        .iter()
-        .map(|&p| {
-            onchip_items * onchip.get(p) / if p == Pipe::Other { hw.issue_per_clock.value * 32.0 } else { hw.lanes(p) }
-        })
-        .fold(onchip_items * onchip.total() / (hw.issue_per_clock.value * 32.0), f64::max);
+    let (onchip_cycles, _) = issue_cycles(hw, &onchip, conc as f64 * l.columns as f64, hw.lanes(Pipe::Ldg));
     // Each round also waits for its first loads and its last stores (two DRAM round trips).
     let streaming = whole * issue.max(wait(1.0)) + last;
     let sm_cycles = rounds * (streaming + onchip_cycles + 2.0 * hw.dram_latency.value);

@@ -270,6 +270,16 @@ pub struct OnChip {
 /// A path's rank: most loads first, then fewest (or most) instructions.
 type Rank = (u32, f64);
 
+/// Whether `a` beats `b` as the cheapest path: more loads, or as many and fewer instructions.
+fn cheapest(a: Rank, b: Rank) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+/// Whether `a` beats `b` as the costliest path: more loads, or as many and more instructions.
+fn costliest(a: Rank, b: Rank) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && a.1 > b.1)
+}
+
 impl Function {
     /// The instruction index at `addr`.
     fn index(&self, addr: u32) -> Option<usize> {
@@ -304,12 +314,10 @@ impl Function {
             .iter()
             .filter(|&&r| !holds_smaller(r))
             .filter_map(|&(s, e)| {
-                let cheapest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
                 let common = self.path((s, e), &cheapest, Through::Anything)?;
                 let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, Through::Log) } else { None };
                 let noised = if common.philox == 0.0 { self.path((s, e), &cheapest, Through::Philox) } else { None };
                 let massed = if common.carries == 0.0 { self.path((s, e), &cheapest, Through::Carry) } else { None };
-                let costliest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1);
                 let longest = self.path((s, e), &costliest, Through::Anything)?;
                 let (start, end) = (self.instrs[s].addr, self.instrs[e].addr);
                 Some(Loop { start, end, common, kept, noised, massed, longest })
@@ -322,8 +330,6 @@ impl Function {
         let edges = self.back_edges();
         let any = |(s, e): (usize, usize), f: &dyn Fn(&Instr) -> bool| self.instrs[s..=e].iter().any(f);
         let inside = |(a, b): (usize, usize), (s, e): (usize, usize)| (a, b) != (s, e) && s <= a && b <= e;
-        let cheapest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
-        let costliest = |a: Rank, b: Rank| a.0 > b.0 || (a.0 == b.0 && a.1 > b.1);
         edges
             .iter()
             .filter(|&&r| any(r, &|i| i.shared_load) && !any(r, &|i| i.pipe == Pipe::Ldg))
