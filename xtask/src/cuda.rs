@@ -46,7 +46,7 @@ const BLOCK_DEFINES: &str = r#"#ifndef SK_BLOCK
 #define SK_WARPS (SK_BLOCK / 32)
 "#;
 
-/// The blocks a multiprocessor holds at most by its threads, for a [`Kernel::full_occupancy`]
+/// The blocks a multiprocessor holds at most by its threads, for a [`Kernel::occupancy`]
 /// kernel's `__launch_bounds__`: 1024 threads on Turing, 1536 on sm_86, sm_87, sm_89 and sm_120,
 /// 2048 on the rest (CUDA C++ Programming Guide, compute capabilities table).
 const FULL_BLOCKS: &str = r#"#if __CUDA_ARCH__ == 750
@@ -65,6 +65,15 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     union { From f; To t; } u;
     u.f = x;
     return u.t;
+}
+"#;
+
+/// The highest set bit's index: PTX's `bfind` is one `FLO`, where `31 - __clz(x)` makes ptxas
+/// add two more.
+const HIGH_BIT: &str = r#"__device__ __forceinline__ unsigned int sk_high_bit(unsigned int x) {
+    unsigned int r;
+    asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
 }
 "#;
 
@@ -217,6 +226,8 @@ impl CLike for Emitter<'_> {
                 format!("__umulhi({}, {})", x(&args[0])?, x(&args[1])?)
             }
             Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("__logf({})", x(&args[0])?),
+            Expr::Intrinsic(Intrinsic::ApproxExp, args) => format!("__expf({})", x(&args[0])?),
+            Expr::Intrinsic(Intrinsic::HighBit, args) => format!("sk_high_bit({})", x(&args[0])?),
             Expr::Select(c, a, b) => format!("({} ? {} : {})", atom(x(c)?), atom(x(a)?), atom(x(b)?)),
             Expr::Call(name, args) => {
                 let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;
@@ -524,8 +535,9 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     let prelude = BLOCK_DEFINES.replace("#define SK_BLOCK 256", &format!("#define SK_BLOCK {default_block}"));
     let helpers = [
         (true, prelude.as_str()),
-        (kernel.full_occupancy, FULL_BLOCKS),
+        (kernel.occupancy != Occupancy::Any, FULL_BLOCKS),
         (bitcast, BITCAST),
+        (any_expr(kernel, |e| matches!(e, Expr::Intrinsic(Intrinsic::HighBit, _))), HIGH_BIT),
         (f16, LOAD_F16),
         (bf16, LOAD_BF16),
     ];
@@ -594,7 +606,11 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     out.blank();
     let mut args: Vec<String> = kernel.buffers.iter().map(buffer_arg).collect();
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
-    let bounds = if kernel.full_occupancy { "SK_BLOCK, SK_FULL_BLOCKS" } else { "SK_BLOCK" };
+    let bounds = match kernel.occupancy {
+        Occupancy::Any => "SK_BLOCK".to_string(),
+        Occupancy::Full => "SK_BLOCK, SK_FULL_BLOCKS".to_string(),
+        Occupancy::AtLeast(n) => format!("SK_BLOCK, ({n} < SK_FULL_BLOCKS ? {n} : SK_FULL_BLOCKS)"),
+    };
     out.line(format!("extern \"C\" __global__ void __launch_bounds__({bounds}) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
     let mut scope = Scope::new(kernel, &[], None);

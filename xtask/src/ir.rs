@@ -208,6 +208,15 @@ pub enum Intrinsic {
     /// [0.5, 2], 3 ulp elsewhere), so it may only screen values whose exact version is computed
     /// with `kernels/math.rs` before it decides anything (the screened race in `race.rs`).
     ApproxLog,
+    /// The target's fast `e^x` of an f32: `__expf` on CUDA (the hardware's `ex2.approx` of
+    /// `x log2 e`), `exp` in WGSL. Only as accurate as Vulkan promises (3 + 2|x| ulp), so it
+    /// may only feed an estimate whose use is checked against a bound that counts that error
+    /// (a part's sum of weights, `filter_top_k.rs`).
+    ApproxExp,
+    /// The index of the highest set bit of a nonzero u32 (`31 - __clz` on CUDA,
+    /// `firstLeadingBit` in WGSL): an exact integer, where a conversion to f32 would round as
+    /// the target pleases.
+    HighBit,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -460,11 +469,22 @@ pub struct Kernel {
     /// WGSL holds each u64 as two u32 words, so the kernel runs on a device without 64-bit
     /// integers (`wgsl_u64.rs`). Such a kernel is WGSL only: every CUDA device has u64.
     pub u64_as_words: bool,
-    /// CUDA asks ptxas for registers few enough that a multiprocessor holds as many of its
-    /// blocks as its threads allow (`__launch_bounds__`' second argument). For a kernel a few
-    /// registers over that line, where the last block a multiprocessor cannot hold costs a whole
-    /// second round of the launch: `cargo xtask ptx-report` must still show no spills.
-    pub full_occupancy: bool,
+    /// How many of its blocks CUDA asks ptxas to fit on a multiprocessor.
+    pub occupancy: Occupancy,
+}
+
+/// The blocks a multiprocessor must hold, by the registers ptxas allows a thread
+/// (`__launch_bounds__`' second argument). For a kernel a few registers over a line, where the
+/// block a multiprocessor cannot hold costs a round of the launch: `cargo xtask ptx-report`
+/// must still show no spills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Occupancy {
+    /// Whatever ptxas chooses.
+    Any,
+    /// As many as the multiprocessor's threads allow.
+    Full,
+    /// This many, or as many as its threads allow where fewer.
+    AtLeast(u32),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -521,6 +541,12 @@ pub fn mulhi(a: Expr, b: Expr) -> Expr {
 }
 pub fn approx_log(a: Expr) -> Expr {
     Expr::Intrinsic(Intrinsic::ApproxLog, vec![a])
+}
+pub fn approx_exp(a: Expr) -> Expr {
+    Expr::Intrinsic(Intrinsic::ApproxExp, vec![a])
+}
+pub fn high_bit(a: Expr) -> Expr {
+    Expr::Intrinsic(Intrinsic::HighBit, vec![a])
 }
 pub fn bin_value(name: &str, i: u32) -> Expr {
     Expr::BinValue(name.to_string(), i)
@@ -902,12 +928,19 @@ impl<'k> Scope<'k> {
                 expect(Ty::U32, &args[1])?;
                 Ty::U32
             }
-            Expr::Intrinsic(Intrinsic::ApproxLog, args) => {
+            Expr::Intrinsic(op @ (Intrinsic::ApproxLog | Intrinsic::ApproxExp), args) => {
                 if args.len() != 1 {
-                    return Err("approx_log takes 1 argument".into());
+                    return Err(format!("{op:?} takes 1 argument"));
                 }
                 expect(Ty::F32, &args[0])?;
                 Ty::F32
+            }
+            Expr::Intrinsic(Intrinsic::HighBit, args) => {
+                if args.len() != 1 {
+                    return Err("high_bit takes 1 argument".into());
+                }
+                expect(Ty::U32, &args[0])?;
+                Ty::U32
             }
             Expr::Select(c, a, b) => {
                 expect(Ty::Bool, c)?;

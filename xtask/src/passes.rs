@@ -396,7 +396,7 @@ pub(crate) mod tests {
             procedures: vec![],
             body,
             u64_as_words: false,
-            full_occupancy: false,
+            occupancy: Occupancy::Any,
         }
     }
 
@@ -490,6 +490,33 @@ pub(crate) mod tests {
         assert!(matches!(prepare(&with(counters.clone(), "y")), Err(IrError::Type { .. })));
         let read_only = BufferDecl { writable: false, ..counters };
         assert!(matches!(prepare(&with(read_only, "c")), Err(IrError::Type { .. })));
+    }
+
+    /// The highest set bit and the fast exponential type-check (u32 and f32, one argument) and
+    /// are spelled as each target has them: `firstLeadingBit` and `exp` in WGSL; in CUDA a
+    /// `bfind` helper, written once and only where used, and `__expf`.
+    #[test]
+    fn bit_and_fast_exp_intrinsics_lower_on_both_targets() {
+        let with = |bit: Expr, e: Expr| {
+            let mut b = Block::new();
+            b.store("y", u(0), high_bit(bit).cast(Ty::F32) + approx_exp(e));
+            kernel(b.stmts)
+        };
+        let k = prepare(&with(load("x", u(0)).bitcast(Ty::U32), load("x", u(1)))).unwrap();
+        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
+        for want in ["firstLeadingBit(", "exp("] {
+            assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
+        }
+        let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
+        assert_eq!(cuda.matches("asm(\"bfind.u32").count(), 1, "{cuda}");
+        for want in ["sk_high_bit(", "__expf("] {
+            assert!(cuda.contains(want), "CUDA lacks `{want}`:\n{cuda}");
+        }
+        let mut plain = Block::new();
+        plain.store("y", u(0), load("x", u(0)));
+        assert!(!crate::cuda::emit(&prepare(&kernel(plain.stmts)).unwrap(), 64, "test").unwrap().contains("bfind"));
+        assert!(matches!(prepare(&with(load("x", u(0)), load("x", u(1)))), Err(IrError::Type { .. })));
+        assert!(matches!(prepare(&with(u(1), u(1))), Err(IrError::Type { .. })));
     }
 
     /// An atomic workgroup array (a histogram's bins) is declared `atomic<u32>` in WGSL, where

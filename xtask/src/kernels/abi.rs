@@ -123,7 +123,7 @@ pub(super) fn kernel(
         procedures: vec![],
         body: body.stmts,
         u64_as_words: false,
-        full_occupancy: false,
+        occupancy: Occupancy::Any,
     }
 }
 

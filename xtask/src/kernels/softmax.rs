@@ -170,7 +170,7 @@ fn softmax_kernel(dtype: Dtype) -> Kernel {
     k.stages = 2;
     // 34 registers on sm_90 left three blocks of 512 an H200 multiprocessor, so a split batch of
     // 32 rows (four blocks a multiprocessor) ran in two rounds; at 32 there are four and no spill.
-    k.full_occupancy = true;
+    k.occupancy = Occupancy::Full;
     k
 }
 
