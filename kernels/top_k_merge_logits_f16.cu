@@ -18,6 +18,12 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__device__ __forceinline__ unsigned int sk_high_bit(unsigned int x) {
+    unsigned int r;
+    asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+
 __device__ __forceinline__ float sk_f16(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -47,6 +53,7 @@ __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
+__shared__ __align__(16) unsigned int select_scratch[512];
 
 __device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -821,8 +828,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
-#define sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15) { \
-    /* built by kernels::filter_top_k::select_top */ \
+#define sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15) { \
+    /* built by kernels::select::radix_select */ \
     { \
         const unsigned int sk_bin = ((tk >> t_shift) & 15u); \
         const unsigned int sk_add = 1u; \
@@ -866,8 +873,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e178 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e178 + 8u)], rows[(sk_e178 + 9u)], rows[(sk_e178 + 10u)], col))); \
+        const unsigned int sk_e189 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e189 + 8u)], rows[(sk_e189 + 9u)], rows[(sk_e189 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
@@ -889,6 +896,22 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         rk_mine = (rk_mine + 1u); \
     } \
 }
+#define sk_rank_listed(ri, t_bin_at, t_need) { \
+    /* built by kernels::select::rank_listed */ \
+    unsigned int t_ki = select_scratch[ri]; \
+    unsigned int t_gt = 0u; \
+    unsigned int t_eq = 0u; \
+    for (unsigned int rj = 0u; rj < t_bin_at; rj += 1u) { \
+        unsigned int t_kj = select_scratch[rj]; \
+        t_gt = (t_gt + ((t_kj > t_ki) ? 1u : 0u)); \
+        t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u)); \
+    } \
+    if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) { \
+        select_scratch[507u] = t_ki; \
+        select_scratch[508u] = t_gt; \
+        select_scratch[509u] = t_eq; \
+    } \
+}
 #define sk_gather(key) { \
     /* built by kernels::filter_rank::gather */ \
     unsigned int rank_at = 0u; \
@@ -902,8 +925,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)(rz - row_m)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e116 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e116 + 8u)], rows[(sk_e116 + 9u)], rows[(sk_e116 + 10u)], r))); \
+        const unsigned int sk_e127 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], r))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -924,6 +947,17 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     sel_tn = 0u; \
     sel_m = 0ull; \
     sel_tm = 0ull; \
+}
+#define sk_choose_bin(t_lo, tj, t_want, t_run) { \
+    /* built by kernels::select::choose_bin */ \
+    const unsigned int sk_e36 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e36 < 464u) ? (select_scratch[min(sk_e36, 463u)]) : 0u); \
+    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
+        select_scratch[507u] = ((t_lo + tj) + 1u); \
+        select_scratch[508u] = t_run; \
+        select_scratch[509u] = t_c; \
+    } \
+    t_run = (t_run + t_c); \
 }
 #define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
     /* built by kernels::filters::digit_counts */ \
@@ -1025,8 +1059,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 #define sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e118 = (rc & 3u); \
-    float score = (rz + sk_gumbel(((sk_e118 == 3u) ? ((w4).w) : ((sk_e118 == 2u) ? ((w4).z) : ((sk_e118 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e129 = (rc & 3u); \
+    float score = (rz + sk_gumbel(((sk_e129 == 3u) ? ((w4).w) : ((sk_e129 == 2u) ? ((w4).z) : ((sk_e129 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (rc < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best = score; \
@@ -1038,8 +1072,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)rov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e36 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], rcol))); \
+        const unsigned int sk_e38 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], rcol))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -1049,8 +1083,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 #define sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
     /* built by kernels::filter_top_p::select_in_range */ \
-    const float sk_e35 = sk_f16(x[(base + rcol)]); \
-    float rz_x = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+    const float sk_e37 = sk_f16(x[(base + rcol)]); \
+    float rz_x = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37); \
     float rz = (rz_x / temp); \
     if (cut_seeded) { \
         sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \
@@ -1585,175 +1619,256 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                                     const bool sk_e34 = (tie_v == 0ull);
                                     unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e34 ? tn64 : (((lim - sel_m) / (sk_e34 ? 1ull : tie_v)) + 1ull))));
+                                    unsigned int t_top = 4294967295u;
+                                    for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::clear
+                                        select_scratch[i] = 0u;
+                                    }
+                                    __syncthreads();
+                                    for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::select_top
+                                        unsigned int tk_key = listed_cols[ti];
+                                        if ((((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u) != 0u)) {
+                                            // built by kernels::select::count
+                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u));
+                                            unsigned int t_e = sk_high_bit((t_d | 32u));
+                                            unsigned int t_old = 0u;
+                                            t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                        }
+                                    }
                                     unsigned int t_key = 0u;
-                                    unsigned int t_mask = 0u;
                                     unsigned int t_above = 0u;
                                     unsigned int t_at = 0u;
-                                    for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        unsigned int t_shift = (28u - (t_pass * 4u));
-                                        unsigned int t_cnt_0 = 0;
-                                        unsigned int t_cnt_1 = 0;
-                                        unsigned int t_cnt_2 = 0;
-                                        unsigned int t_cnt_3 = 0;
-                                        unsigned int t_cnt_4 = 0;
-                                        unsigned int t_cnt_5 = 0;
-                                        unsigned int t_cnt_6 = 0;
-                                        unsigned int t_cnt_7 = 0;
-                                        unsigned int t_cnt_8 = 0;
-                                        unsigned int t_cnt_9 = 0;
-                                        unsigned int t_cnt_10 = 0;
-                                        unsigned int t_cnt_11 = 0;
-                                        unsigned int t_cnt_12 = 0;
-                                        unsigned int t_cnt_13 = 0;
-                                        unsigned int t_cnt_14 = 0;
-                                        unsigned int t_cnt_15 = 0;
-                                        for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
-                                            unsigned int tk_key = listed_cols[ti];
-                                            unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                            }
-                                        }
-                                        unsigned int t_cs0 = 0u;
-                                        unsigned int t_cs1 = 0u;
-                                        unsigned int t_cs2 = 0u;
-                                        unsigned int t_cs3 = 0u;
-                                        unsigned int t_cs4 = 0u;
-                                        unsigned int t_cs5 = 0u;
-                                        unsigned int t_cs6 = 0u;
-                                        unsigned int t_cs7 = 0u;
-                                        unsigned int t_cs8 = 0u;
-                                        unsigned int t_cs9 = 0u;
-                                        unsigned int t_cs10 = 0u;
-                                        unsigned int t_cs11 = 0u;
-                                        unsigned int t_cs12 = 0u;
-                                        unsigned int t_cs13 = 0u;
-                                        unsigned int t_cs14 = 0u;
-                                        unsigned int t_cs15 = 0u;
-                                        sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                        unsigned int t_nb = t_above;
-                                        unsigned int t_chosen = 4294967295u;
-                                        unsigned int t_cn = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    __syncthreads();
+                                    unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    unsigned int t_lo = (threadIdx.x * t_per);
+                                    unsigned int t_run = 0u;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        // built by kernels::select::choose_bin
+                                        const unsigned int sk_e35 = (t_lo + tj);
+                                        t_run = (t_run + ((sk_e35 < 464u) ? (select_scratch[min(sk_e35, 463u)]) : 0u));
                                     }
+                                    unsigned int t_start = 0u;
+                                    t_start = sk_block_scan(t_run);
+                                    if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        select_scratch[510u] = (t_start + t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_total = select_scratch[510u];
+                                    unsigned int t_want = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_chosen = select_scratch[507u];
+                                    unsigned int t_bin_above = select_scratch[508u];
+                                    unsigned int t_bin_at = select_scratch[509u];
+                                    __syncthreads();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        unsigned int t_bin = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                                        unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                                        unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                                    unsigned int tk_key = listed_cols[ti];
+                                                    unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        unsigned int t_slot = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        select_scratch[t_slot] = tk;
+                                                    }
+                                                }
+                                                __syncthreads();
+                                                unsigned int t_need = (min(ties, t_total) - t_bin_above);
+                                                for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                __syncthreads();
+                                                t_key = select_scratch[507u];
+                                                t_above = (t_above + select_scratch[508u]);
+                                                t_at = select_scratch[509u];
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                unsigned int t_mask = 0u;
+                                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    unsigned int t_shift = (28u - (t_pass * 4u));
+                                                    unsigned int t_cnt_0 = 0;
+                                                    unsigned int t_cnt_1 = 0;
+                                                    unsigned int t_cnt_2 = 0;
+                                                    unsigned int t_cnt_3 = 0;
+                                                    unsigned int t_cnt_4 = 0;
+                                                    unsigned int t_cnt_5 = 0;
+                                                    unsigned int t_cnt_6 = 0;
+                                                    unsigned int t_cnt_7 = 0;
+                                                    unsigned int t_cnt_8 = 0;
+                                                    unsigned int t_cnt_9 = 0;
+                                                    unsigned int t_cnt_10 = 0;
+                                                    unsigned int t_cnt_11 = 0;
+                                                    unsigned int t_cnt_12 = 0;
+                                                    unsigned int t_cnt_13 = 0;
+                                                    unsigned int t_cnt_14 = 0;
+                                                    unsigned int t_cnt_15 = 0;
+                                                    for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                                        unsigned int tk_key = listed_cols[ti];
+                                                        unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
+                                                        }
+                                                    }
+                                                    unsigned int t_cs0 = 0u;
+                                                    unsigned int t_cs1 = 0u;
+                                                    unsigned int t_cs2 = 0u;
+                                                    unsigned int t_cs3 = 0u;
+                                                    unsigned int t_cs4 = 0u;
+                                                    unsigned int t_cs5 = 0u;
+                                                    unsigned int t_cs6 = 0u;
+                                                    unsigned int t_cs7 = 0u;
+                                                    unsigned int t_cs8 = 0u;
+                                                    unsigned int t_cs9 = 0u;
+                                                    unsigned int t_cs10 = 0u;
+                                                    unsigned int t_cs11 = 0u;
+                                                    unsigned int t_cs12 = 0u;
+                                                    unsigned int t_cs13 = 0u;
+                                                    unsigned int t_cs14 = 0u;
+                                                    unsigned int t_cs15 = 0u;
+                                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                                    unsigned int t_nb = t_above;
+                                                    unsigned int t_digit = 4294967295u;
+                                                    unsigned int t_cn = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
                                     unsigned int tie_col_max = (t_key ^ 4294967295u);
                                     for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) {
@@ -1814,8 +1929,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             unsigned int ri_p = (i / 384u);
                                             unsigned int ri_key = 0u;
                                             if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e38 = (i / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e38) * 805u) + (5u + ((i - (sk_e38 * 384u)) * 2u)))]);
+                                                const unsigned int sk_e40 = (i / 384u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((i - (sk_e40 * 384u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1924,185 +2039,283 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e40 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e40 ? tn64 : (((lim - sel_m) / (sk_e40 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e42 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e42 ? tn64 : (((lim - sel_m) / (sk_e42 ? 1ull : tie_v)) + 1ull))));
+                                    unsigned int t_top = 4294967295u;
+                                    for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::clear
+                                        select_scratch[i] = 0u;
+                                    }
+                                    __syncthreads();
+                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::select_top
+                                        unsigned int ri_p = (ti / 384u);
+                                        unsigned int ri_key = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            const unsigned int sk_e43 = (ti / 384u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
+                                        }
+                                        unsigned int tk_key = ri_key;
+                                        const unsigned int sk_e44 = (ti / 384u);
+                                        if ((((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u) : 0u) != 0u)) {
+                                            // built by kernels::select::count
+                                            const unsigned int sk_e45 = (ti / 384u);
+                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 805u) + (6u + ((ti - (sk_e45 * 384u)) * 2u)))]) ^ 4294967295u) : 0u));
+                                            unsigned int t_e = sk_high_bit((t_d | 32u));
+                                            unsigned int t_old = 0u;
+                                            t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                        }
+                                    }
                                     unsigned int t_key = 0u;
-                                    unsigned int t_mask = 0u;
                                     unsigned int t_above = 0u;
                                     unsigned int t_at = 0u;
-                                    for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        unsigned int t_shift = (28u - (t_pass * 4u));
-                                        unsigned int t_cnt_0 = 0;
-                                        unsigned int t_cnt_1 = 0;
-                                        unsigned int t_cnt_2 = 0;
-                                        unsigned int t_cnt_3 = 0;
-                                        unsigned int t_cnt_4 = 0;
-                                        unsigned int t_cnt_5 = 0;
-                                        unsigned int t_cnt_6 = 0;
-                                        unsigned int t_cnt_7 = 0;
-                                        unsigned int t_cnt_8 = 0;
-                                        unsigned int t_cnt_9 = 0;
-                                        unsigned int t_cnt_10 = 0;
-                                        unsigned int t_cnt_11 = 0;
-                                        unsigned int t_cnt_12 = 0;
-                                        unsigned int t_cnt_13 = 0;
-                                        unsigned int t_cnt_14 = 0;
-                                        unsigned int t_cnt_15 = 0;
-                                        for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
-                                            unsigned int ri_p = (ti / 384u);
-                                            unsigned int ri_key = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e41 = (ti / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 805u) + (5u + ((ti - (sk_e41 * 384u)) * 2u)))]);
-                                            }
-                                            unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e42 = (ti / 384u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                            }
-                                        }
-                                        unsigned int t_cs0 = 0u;
-                                        unsigned int t_cs1 = 0u;
-                                        unsigned int t_cs2 = 0u;
-                                        unsigned int t_cs3 = 0u;
-                                        unsigned int t_cs4 = 0u;
-                                        unsigned int t_cs5 = 0u;
-                                        unsigned int t_cs6 = 0u;
-                                        unsigned int t_cs7 = 0u;
-                                        unsigned int t_cs8 = 0u;
-                                        unsigned int t_cs9 = 0u;
-                                        unsigned int t_cs10 = 0u;
-                                        unsigned int t_cs11 = 0u;
-                                        unsigned int t_cs12 = 0u;
-                                        unsigned int t_cs13 = 0u;
-                                        unsigned int t_cs14 = 0u;
-                                        unsigned int t_cs15 = 0u;
-                                        sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                        unsigned int t_nb = t_above;
-                                        unsigned int t_chosen = 4294967295u;
-                                        unsigned int t_cn = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    __syncthreads();
+                                    unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    unsigned int t_lo = (threadIdx.x * t_per);
+                                    unsigned int t_run = 0u;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        // built by kernels::select::choose_bin
+                                        const unsigned int sk_e46 = (t_lo + tj);
+                                        t_run = (t_run + ((sk_e46 < 464u) ? (select_scratch[min(sk_e46, 463u)]) : 0u));
                                     }
+                                    unsigned int t_start = 0u;
+                                    t_start = sk_block_scan(t_run);
+                                    if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        select_scratch[510u] = (t_start + t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_total = select_scratch[510u];
+                                    unsigned int t_want = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_chosen = select_scratch[507u];
+                                    unsigned int t_bin_above = select_scratch[508u];
+                                    unsigned int t_bin_at = select_scratch[509u];
+                                    __syncthreads();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        unsigned int t_bin = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                                        unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                                        unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                    unsigned int ri_p = (ti / 384u);
+                                                    unsigned int ri_key = 0u;
+                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                        // built by kernels::filter_top_p::select_in_range
+                                                        const unsigned int sk_e48 = (ti / 384u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 805u) + (5u + ((ti - (sk_e48 * 384u)) * 2u)))]);
+                                                    }
+                                                    unsigned int tk_key = ri_key;
+                                                    const unsigned int sk_e49 = (ti / 384u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (6u + ((ti - (sk_e49 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        unsigned int t_slot = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        select_scratch[t_slot] = tk;
+                                                    }
+                                                }
+                                                __syncthreads();
+                                                unsigned int t_need = (min(ties, t_total) - t_bin_above);
+                                                for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                __syncthreads();
+                                                t_key = select_scratch[507u];
+                                                t_above = (t_above + select_scratch[508u]);
+                                                t_at = select_scratch[509u];
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                unsigned int t_mask = 0u;
+                                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    unsigned int t_shift = (28u - (t_pass * 4u));
+                                                    unsigned int t_cnt_0 = 0;
+                                                    unsigned int t_cnt_1 = 0;
+                                                    unsigned int t_cnt_2 = 0;
+                                                    unsigned int t_cnt_3 = 0;
+                                                    unsigned int t_cnt_4 = 0;
+                                                    unsigned int t_cnt_5 = 0;
+                                                    unsigned int t_cnt_6 = 0;
+                                                    unsigned int t_cnt_7 = 0;
+                                                    unsigned int t_cnt_8 = 0;
+                                                    unsigned int t_cnt_9 = 0;
+                                                    unsigned int t_cnt_10 = 0;
+                                                    unsigned int t_cnt_11 = 0;
+                                                    unsigned int t_cnt_12 = 0;
+                                                    unsigned int t_cnt_13 = 0;
+                                                    unsigned int t_cnt_14 = 0;
+                                                    unsigned int t_cnt_15 = 0;
+                                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                        unsigned int ri_p = (ti / 384u);
+                                                        unsigned int ri_key = 0u;
+                                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                            // built by kernels::filter_top_p::select_in_range
+                                                            const unsigned int sk_e50 = (ti / 384u);
+                                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (5u + ((ti - (sk_e50 * 384u)) * 2u)))]);
+                                                        }
+                                                        unsigned int tk_key = ri_key;
+                                                        const unsigned int sk_e51 = (ti / 384u);
+                                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 805u) + (6u + ((ti - (sk_e51 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
+                                                        }
+                                                    }
+                                                    unsigned int t_cs0 = 0u;
+                                                    unsigned int t_cs1 = 0u;
+                                                    unsigned int t_cs2 = 0u;
+                                                    unsigned int t_cs3 = 0u;
+                                                    unsigned int t_cs4 = 0u;
+                                                    unsigned int t_cs5 = 0u;
+                                                    unsigned int t_cs6 = 0u;
+                                                    unsigned int t_cs7 = 0u;
+                                                    unsigned int t_cs8 = 0u;
+                                                    unsigned int t_cs9 = 0u;
+                                                    unsigned int t_cs10 = 0u;
+                                                    unsigned int t_cs11 = 0u;
+                                                    unsigned int t_cs12 = 0u;
+                                                    unsigned int t_cs13 = 0u;
+                                                    unsigned int t_cs14 = 0u;
+                                                    unsigned int t_cs15 = 0u;
+                                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                                    unsigned int t_nb = t_above;
+                                                    unsigned int t_digit = 4294967295u;
+                                                    unsigned int t_cn = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
                                     unsigned int tie_col_max = (t_key ^ 4294967295u);
                                     for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
@@ -2110,12 +2323,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int ri_p = (i / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e43 = (i / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((i - (sk_e43 * 384u)) * 2u)))]);
+                                            const unsigned int sk_e52 = (i / 384u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 805u) + (5u + ((i - (sk_e52 * 384u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e44 = (i / 384u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((i - (sk_e44 * 384u)) * 2u)))]);
+                                        const unsigned int sk_e53 = (i / 384u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 805u) + (6u + ((i - (sk_e53 * 384u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2128,8 +2341,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e48 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e48 ? tn64 : (((lim - sel_m) / (sk_e48 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e57 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e57 ? tn64 : (((lim - sel_m) / (sk_e57 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
@@ -2152,8 +2365,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e49 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e49 > best) || ((sk_e49 == best) && (w_i < best_i)))) {
+                                                    const float sk_e58 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e58 > best) || ((sk_e58 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2162,12 +2375,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e51 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    const double sk_e50 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e51 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e51 + 0u)]))));
-                                                    if (((sk_e50 > best64) || ((sk_e50 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    const double sk_e59 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
+                                                    if (((sk_e59 > best64) || ((sk_e59 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e52 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e52 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e52 + 0u)]))));
+                                                        const unsigned int sk_e61 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2193,8 +2406,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols));
                                         unsigned int t_mine = 0u;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e53 = sk_f16(x[(base + col)]);
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53);
+                                            const float sk_e62 = sk_f16(x[(base + col)]);
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2205,8 +2418,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         t_rank0 = sk_block_scan(t_mine);
                                         unsigned int t_rank = t_rank0;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e54 = sk_f16(x[(base + col)]);
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e54) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e54);
+                                            const float sk_e63 = sk_f16(x[(base + col)]);
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2238,8 +2451,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e57 = sk_f16(x[(base + ow_at)]);
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e57) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e57);
+                                        const float sk_e66 = sk_f16(x[(base + ow_at)]);
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
@@ -2276,181 +2489,274 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 // built by kernels::filter_top_k::merge_row
                                 unsigned int want = (kc + 1u);
                                 unsigned int n_items = (parts * want);
+                                unsigned int t_top = (((sk_bitcast<unsigned int>(row_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(row_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(row_m) | 2147483648u));
+                                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::select::clear
+                                    select_scratch[i] = 0u;
+                                }
+                                __syncthreads();
+                                for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::select::select_top
+                                    unsigned int ip = (ti / want);
+                                    unsigned int is = (ti - (ip * want));
+                                    unsigned int ik = 0u;
+                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                    }
+                                    if ((ik != 0u)) {
+                                        // built by kernels::select::count
+                                        unsigned int t_d = (t_top - ik);
+                                        unsigned int t_e = sk_high_bit((t_d | 32u));
+                                        unsigned int t_old = 0u;
+                                        t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                    }
+                                }
                                 unsigned int t_key = 0u;
-                                unsigned int t_mask = 0u;
                                 unsigned int t_above = 0u;
                                 unsigned int t_at = 0u;
-                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                    // built by kernels::filter_top_k::select_top
-                                    unsigned int t_shift = (28u - (t_pass * 4u));
-                                    unsigned int t_cnt_0 = 0;
-                                    unsigned int t_cnt_1 = 0;
-                                    unsigned int t_cnt_2 = 0;
-                                    unsigned int t_cnt_3 = 0;
-                                    unsigned int t_cnt_4 = 0;
-                                    unsigned int t_cnt_5 = 0;
-                                    unsigned int t_cnt_6 = 0;
-                                    unsigned int t_cnt_7 = 0;
-                                    unsigned int t_cnt_8 = 0;
-                                    unsigned int t_cnt_9 = 0;
-                                    unsigned int t_cnt_10 = 0;
-                                    unsigned int t_cnt_11 = 0;
-                                    unsigned int t_cnt_12 = 0;
-                                    unsigned int t_cnt_13 = 0;
-                                    unsigned int t_cnt_14 = 0;
-                                    unsigned int t_cnt_15 = 0;
-                                    for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
-                                        unsigned int ip = (ti / want);
-                                        unsigned int is = (ti - (ip * want));
-                                        unsigned int ik = 0u;
-                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
-                                            // built by kernels::filter_top_k::merge_row
-                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
-                                        }
-                                        unsigned int tk = ik;
-                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                            sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                        }
-                                    }
-                                    unsigned int t_cs0 = 0u;
-                                    unsigned int t_cs1 = 0u;
-                                    unsigned int t_cs2 = 0u;
-                                    unsigned int t_cs3 = 0u;
-                                    unsigned int t_cs4 = 0u;
-                                    unsigned int t_cs5 = 0u;
-                                    unsigned int t_cs6 = 0u;
-                                    unsigned int t_cs7 = 0u;
-                                    unsigned int t_cs8 = 0u;
-                                    unsigned int t_cs9 = 0u;
-                                    unsigned int t_cs10 = 0u;
-                                    unsigned int t_cs11 = 0u;
-                                    unsigned int t_cs12 = 0u;
-                                    unsigned int t_cs13 = 0u;
-                                    unsigned int t_cs14 = 0u;
-                                    unsigned int t_cs15 = 0u;
-                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                    unsigned int t_nb = t_above;
-                                    unsigned int t_chosen = 4294967295u;
-                                    unsigned int t_cn = t_above;
-                                    if ((t_cs15 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 15u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs15);
-                                    }
-                                    if ((t_cs14 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 14u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs14);
-                                    }
-                                    if ((t_cs13 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 13u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs13);
-                                    }
-                                    if ((t_cs12 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 12u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs12);
-                                    }
-                                    if ((t_cs11 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 11u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs11);
-                                    }
-                                    if ((t_cs10 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 10u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs10);
-                                    }
-                                    if ((t_cs9 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 9u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs9);
-                                    }
-                                    if ((t_cs8 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 8u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs8);
-                                    }
-                                    if ((t_cs7 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 7u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs7);
-                                    }
-                                    if ((t_cs6 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 6u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs6);
-                                    }
-                                    if ((t_cs5 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 5u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs5);
-                                    }
-                                    if ((t_cs4 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 4u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs4);
-                                    }
-                                    if ((t_cs3 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 3u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs3);
-                                    }
-                                    if ((t_cs2 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 2u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs2);
-                                    }
-                                    if ((t_cs1 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 1u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs1);
-                                    }
-                                    if ((t_cs0 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 0u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs0);
-                                    }
-                                    if ((t_chosen != 4294967295u)) {
-                                        t_key = (t_key | (t_chosen << t_shift));
-                                        t_above = t_cn;
-                                        t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                                    }
-                                    t_mask = (t_mask | (15u << t_shift));
+                                __syncthreads();
+                                unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                unsigned int t_lo = (threadIdx.x * t_per);
+                                unsigned int t_run = 0u;
+                                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                    // built by kernels::select::choose_bin
+                                    const unsigned int sk_e67 = (t_lo + tj);
+                                    t_run = (t_run + ((sk_e67 < 464u) ? (select_scratch[min(sk_e67, 463u)]) : 0u));
                                 }
+                                unsigned int t_start = 0u;
+                                t_start = sk_block_scan(t_run);
+                                if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                    // built by kernels::select::choose_bin
+                                    select_scratch[510u] = (t_start + t_run);
+                                }
+                                __syncthreads();
+                                unsigned int t_total = select_scratch[510u];
+                                unsigned int t_want = min(want, t_total);
+                                t_run = t_start;
+                                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                    sk_choose_bin(t_lo, tj, t_want, t_run);
+                                }
+                                __syncthreads();
+                                unsigned int t_chosen = select_scratch[507u];
+                                unsigned int t_bin_above = select_scratch[508u];
+                                unsigned int t_bin_at = select_scratch[509u];
+                                __syncthreads();
+                                if ((t_chosen != 0u)) {
+                                    // built by kernels::select::decide
+                                    unsigned int t_bin = (t_chosen - 1u);
+                                    t_above = t_bin_above;
+                                    t_at = t_bin_at;
+                                    unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                                    unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                                    unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                                    if ((t_bin < 32u)) {
+                                        t_key = (t_top - t_lo_d);
+                                    } else {
+                                        if ((t_bin_at <= 507u)) {
+                                            for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                                unsigned int ip = (ti / want);
+                                                unsigned int is = (ti - (ip * want));
+                                                unsigned int ik = 0u;
+                                                if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                                    // built by kernels::filter_top_k::merge_row
+                                                    ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                                }
+                                                unsigned int tk = ik;
+                                                if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                    unsigned int t_slot = 0u;
+                                                    t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                    select_scratch[t_slot] = tk;
+                                                }
+                                            }
+                                            __syncthreads();
+                                            unsigned int t_need = (min(want, t_total) - t_bin_above);
+                                            for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                                sk_rank_listed(ri, t_bin_at, t_need);
+                                            }
+                                            __syncthreads();
+                                            t_key = select_scratch[507u];
+                                            t_above = (t_above + select_scratch[508u]);
+                                            t_at = select_scratch[509u];
+                                        } else {
+                                            t_above = 0u;
+                                            t_at = 0u;
+                                            unsigned int t_mask = 0u;
+                                            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                                // built by kernels::select::radix_select
+                                                unsigned int t_shift = (28u - (t_pass * 4u));
+                                                unsigned int t_cnt_0 = 0;
+                                                unsigned int t_cnt_1 = 0;
+                                                unsigned int t_cnt_2 = 0;
+                                                unsigned int t_cnt_3 = 0;
+                                                unsigned int t_cnt_4 = 0;
+                                                unsigned int t_cnt_5 = 0;
+                                                unsigned int t_cnt_6 = 0;
+                                                unsigned int t_cnt_7 = 0;
+                                                unsigned int t_cnt_8 = 0;
+                                                unsigned int t_cnt_9 = 0;
+                                                unsigned int t_cnt_10 = 0;
+                                                unsigned int t_cnt_11 = 0;
+                                                unsigned int t_cnt_12 = 0;
+                                                unsigned int t_cnt_13 = 0;
+                                                unsigned int t_cnt_14 = 0;
+                                                unsigned int t_cnt_15 = 0;
+                                                for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                                    unsigned int ip = (ti / want);
+                                                    unsigned int is = (ti - (ip * want));
+                                                    unsigned int ik = 0u;
+                                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                                        // built by kernels::filter_top_k::merge_row
+                                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                                    }
+                                                    unsigned int tk = ik;
+                                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                        sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
+                                                    }
+                                                }
+                                                unsigned int t_cs0 = 0u;
+                                                unsigned int t_cs1 = 0u;
+                                                unsigned int t_cs2 = 0u;
+                                                unsigned int t_cs3 = 0u;
+                                                unsigned int t_cs4 = 0u;
+                                                unsigned int t_cs5 = 0u;
+                                                unsigned int t_cs6 = 0u;
+                                                unsigned int t_cs7 = 0u;
+                                                unsigned int t_cs8 = 0u;
+                                                unsigned int t_cs9 = 0u;
+                                                unsigned int t_cs10 = 0u;
+                                                unsigned int t_cs11 = 0u;
+                                                unsigned int t_cs12 = 0u;
+                                                unsigned int t_cs13 = 0u;
+                                                unsigned int t_cs14 = 0u;
+                                                unsigned int t_cs15 = 0u;
+                                                sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                                unsigned int t_nb = t_above;
+                                                unsigned int t_digit = 4294967295u;
+                                                unsigned int t_cn = t_above;
+                                                if ((t_cs15 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 15u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs15);
+                                                }
+                                                if ((t_cs14 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 14u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs14);
+                                                }
+                                                if ((t_cs13 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 13u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs13);
+                                                }
+                                                if ((t_cs12 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 12u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs12);
+                                                }
+                                                if ((t_cs11 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 11u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs11);
+                                                }
+                                                if ((t_cs10 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 10u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs10);
+                                                }
+                                                if ((t_cs9 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 9u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs9);
+                                                }
+                                                if ((t_cs8 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 8u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs8);
+                                                }
+                                                if ((t_cs7 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 7u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs7);
+                                                }
+                                                if ((t_cs6 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 6u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs6);
+                                                }
+                                                if ((t_cs5 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 5u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs5);
+                                                }
+                                                if ((t_cs4 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 4u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs4);
+                                                }
+                                                if ((t_cs3 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 3u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs3);
+                                                }
+                                                if ((t_cs2 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 2u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs2);
+                                                }
+                                                if ((t_cs1 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 1u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs1);
+                                                }
+                                                if ((t_cs0 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 0u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs0);
+                                                }
+                                                if ((t_digit != 4294967295u)) {
+                                                    t_key = (t_key | (t_digit << t_shift));
+                                                    t_above = t_cn;
+                                                    t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                                }
+                                                t_mask = (t_mask | (15u << t_shift));
+                                            }
+                                        }
+                                    }
+                                }
+                                __syncthreads();
                                 unsigned int t_take = min(t_at, (want - t_above));
                                 unsigned int g_per = (((n_items + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 unsigned int g_lo = min((threadIdx.x * g_per), n_items);
@@ -2499,8 +2805,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e58 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e58) * 805u) + (6u + ((gj - (sk_e58 * want)) * 2u)))];
+                                            const unsigned int sk_e69 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e69) * 805u) + (6u + ((gj - (sk_e69 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2508,8 +2814,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e59 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e59 & 2147483648u) != 0u) ? (sk_e59 ^ 2147483648u) : (sk_e59 ^ 4294967295u)));
+                                    const unsigned int sk_e70 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e70 & 2147483648u) != 0u) ? (sk_e70 ^ 2147483648u) : (sk_e70 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -2546,9 +2852,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e61 = listed_cols[(1285u + r)];
-                                    const float sk_e60 = sk_bitcast<float>((((sk_e61 & 2147483648u) != 0u) ? (sk_e61 ^ 2147483648u) : (sk_e61 ^ 4294967295u)));
-                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e60 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e60 - row_m))));
+                                    const unsigned int sk_e72 = listed_cols[(1285u + r)];
+                                    const float sk_e71 = sk_bitcast<float>((((sk_e72 & 2147483648u) != 0u) ? (sk_e72 ^ 2147483648u) : (sk_e72 ^ 4294967295u)));
+                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e71 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e71 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2568,148 +2874,148 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e63 = (col_hi - col_lo);
-                                        const float sk_e62 = sk_f16(x[(base + (col_lo + ((li0 < sk_e63) ? li0 : (sk_e63 - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                        const unsigned int sk_e74 = (col_hi - col_lo);
+                                        const float sk_e73 = sk_f16(x[(base + (col_lo + ((li0 < sk_e74) ? li0 : (sk_e74 - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e65 = (col_hi - col_lo);
-                                        const float sk_e64 = sk_f16(x[(base + (col_lo + ((li1 < sk_e65) ? li1 : (sk_e65 - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e64) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e64);
+                                        const unsigned int sk_e76 = (col_hi - col_lo);
+                                        const float sk_e75 = sk_f16(x[(base + (col_lo + ((li1 < sk_e76) ? li1 : (sk_e76 - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e75);
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e67 = (col_hi - col_lo);
-                                        const float sk_e66 = sk_f16(x[(base + (col_lo + ((li2 < sk_e67) ? li2 : (sk_e67 - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                        const unsigned int sk_e78 = (col_hi - col_lo);
+                                        const float sk_e77 = sk_f16(x[(base + (col_lo + ((li2 < sk_e78) ? li2 : (sk_e78 - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77);
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e69 = (col_hi - col_lo);
-                                        const float sk_e68 = sk_f16(x[(base + (col_lo + ((li3 < sk_e69) ? li3 : (sk_e69 - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e68) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e68);
+                                        const unsigned int sk_e80 = (col_hi - col_lo);
+                                        const float sk_e79 = sk_f16(x[(base + (col_lo + ((li3 < sk_e80) ? li3 : (sk_e80 - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
                                         unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e71 = (col_hi - col_lo);
-                                        const float sk_e70 = sk_f16(x[(base + (col_lo + ((li4 < sk_e71) ? li4 : (sk_e71 - 1u))))]);
-                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
+                                        const unsigned int sk_e82 = (col_hi - col_lo);
+                                        const float sk_e81 = sk_f16(x[(base + (col_lo + ((li4 < sk_e82) ? li4 : (sk_e82 - 1u))))]);
+                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
                                         unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e73 = (col_hi - col_lo);
-                                        const float sk_e72 = sk_f16(x[(base + (col_lo + ((li5 < sk_e73) ? li5 : (sk_e73 - 1u))))]);
-                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                                        const unsigned int sk_e84 = (col_hi - col_lo);
+                                        const float sk_e83 = sk_f16(x[(base + (col_lo + ((li5 < sk_e84) ? li5 : (sk_e84 - 1u))))]);
+                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
                                         unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
-                                        const unsigned int sk_e75 = (col_hi - col_lo);
-                                        const float sk_e74 = sk_f16(x[(base + (col_lo + ((li6 < sk_e75) ? li6 : (sk_e75 - 1u))))]);
-                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
+                                        const unsigned int sk_e86 = (col_hi - col_lo);
+                                        const float sk_e85 = sk_f16(x[(base + (col_lo + ((li6 < sk_e86) ? li6 : (sk_e86 - 1u))))]);
+                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
                                         unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
-                                        const unsigned int sk_e77 = (col_hi - col_lo);
-                                        const float sk_e76 = sk_f16(x[(base + (col_lo + ((li7 < sk_e77) ? li7 : (sk_e77 - 1u))))]);
-                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76);
+                                        const unsigned int sk_e88 = (col_hi - col_lo);
+                                        const float sk_e87 = sk_f16(x[(base + (col_lo + ((li7 < sk_e88) ? li7 : (sk_e88 - 1u))))]);
+                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87);
                                         unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
-                                        const unsigned int sk_e79 = (col_hi - col_lo);
-                                        const float sk_e78 = sk_f16(x[(base + (col_lo + ((li8 < sk_e79) ? li8 : (sk_e79 - 1u))))]);
-                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
+                                        const unsigned int sk_e90 = (col_hi - col_lo);
+                                        const float sk_e89 = sk_f16(x[(base + (col_lo + ((li8 < sk_e90) ? li8 : (sk_e90 - 1u))))]);
+                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
                                         unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
-                                        const unsigned int sk_e81 = (col_hi - col_lo);
-                                        const float sk_e80 = sk_f16(x[(base + (col_lo + ((li9 < sk_e81) ? li9 : (sk_e81 - 1u))))]);
-                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
+                                        const unsigned int sk_e92 = (col_hi - col_lo);
+                                        const float sk_e91 = sk_f16(x[(base + (col_lo + ((li9 < sk_e92) ? li9 : (sk_e92 - 1u))))]);
+                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
                                         unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
-                                        const unsigned int sk_e83 = (col_hi - col_lo);
-                                        const float sk_e82 = sk_f16(x[(base + (col_lo + ((li10 < sk_e83) ? li10 : (sk_e83 - 1u))))]);
-                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e82) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e82);
+                                        const unsigned int sk_e94 = (col_hi - col_lo);
+                                        const float sk_e93 = sk_f16(x[(base + (col_lo + ((li10 < sk_e94) ? li10 : (sk_e94 - 1u))))]);
+                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93);
                                         unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
-                                        const unsigned int sk_e85 = (col_hi - col_lo);
-                                        const float sk_e84 = sk_f16(x[(base + (col_lo + ((li11 < sk_e85) ? li11 : (sk_e85 - 1u))))]);
-                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84);
+                                        const unsigned int sk_e96 = (col_hi - col_lo);
+                                        const float sk_e95 = sk_f16(x[(base + (col_lo + ((li11 < sk_e96) ? li11 : (sk_e96 - 1u))))]);
+                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
                                         unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
-                                        const unsigned int sk_e87 = (col_hi - col_lo);
-                                        const float sk_e86 = sk_f16(x[(base + (col_lo + ((li12 < sk_e87) ? li12 : (sk_e87 - 1u))))]);
-                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86);
+                                        const unsigned int sk_e98 = (col_hi - col_lo);
+                                        const float sk_e97 = sk_f16(x[(base + (col_lo + ((li12 < sk_e98) ? li12 : (sk_e98 - 1u))))]);
+                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
                                         unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
-                                        const unsigned int sk_e89 = (col_hi - col_lo);
-                                        const float sk_e88 = sk_f16(x[(base + (col_lo + ((li13 < sk_e89) ? li13 : (sk_e89 - 1u))))]);
-                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
+                                        const unsigned int sk_e100 = (col_hi - col_lo);
+                                        const float sk_e99 = sk_f16(x[(base + (col_lo + ((li13 < sk_e100) ? li13 : (sk_e100 - 1u))))]);
+                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
                                         unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
-                                        const unsigned int sk_e91 = (col_hi - col_lo);
-                                        const float sk_e90 = sk_f16(x[(base + (col_lo + ((li14 < sk_e91) ? li14 : (sk_e91 - 1u))))]);
-                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90);
+                                        const unsigned int sk_e102 = (col_hi - col_lo);
+                                        const float sk_e101 = sk_f16(x[(base + (col_lo + ((li14 < sk_e102) ? li14 : (sk_e102 - 1u))))]);
+                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
                                         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
-                                        const unsigned int sk_e93 = (col_hi - col_lo);
-                                        const float sk_e92 = sk_f16(x[(base + (col_lo + ((li15 < sk_e93) ? li15 : (sk_e93 - 1u))))]);
-                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e92) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e92);
+                                        const unsigned int sk_e104 = (col_hi - col_lo);
+                                        const float sk_e103 = sk_f16(x[(base + (col_lo + ((li15 < sk_e104) ? li15 : (sk_e104 - 1u))))]);
+                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e94 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e94 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e94 - row_m))))));
+                                            const float sk_e105 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e95 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e95 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e95 - row_m))))));
+                                            const float sk_e106 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e106 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e106 - row_m))))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e96 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e96 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e96 - row_m))))));
+                                            const float sk_e107 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e107 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e107 - row_m))))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e97 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e97 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e97 - row_m))))));
+                                            const float sk_e108 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e108 - row_m))))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e98 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e98 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e98 - row_m))))));
+                                            const float sk_e109 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e109 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e109 - row_m))))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e99 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e99 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e99 - row_m))))));
+                                            const float sk_e110 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e100 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e100 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e100 - row_m))))));
+                                            const float sk_e111 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e111 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e111 - row_m))))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e101 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e101 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e101 - row_m))))));
+                                            const float sk_e112 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e112 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e112 - row_m))))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e102 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e102 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e102 - row_m))))));
+                                            const float sk_e113 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e113 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e113 - row_m))))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e103 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e103 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e103 - row_m))))));
+                                            const float sk_e114 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e114 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e114 - row_m))))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e104 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e104 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e104 - row_m))))));
+                                            const float sk_e115 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e115 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e115 - row_m))))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e105 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))))));
+                                            const float sk_e116 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m))))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e106 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e106 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e106 - row_m))))));
+                                            const float sk_e117 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e117 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e117 - row_m))))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e107 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e107 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e107 - row_m))))));
+                                            const float sk_e118 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e118 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e118 - row_m))))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e108 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e108 - row_m))))));
+                                            const float sk_e119 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e119 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e119 - row_m))))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e109 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e109 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e109 - row_m))))));
+                                            const float sk_e120 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2717,9 +3023,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e111 = listed_cols[(1285u + r)];
-                                        const float sk_e110 = sk_bitcast<float>((((sk_e111 & 2147483648u) != 0u) ? (sk_e111 ^ 2147483648u) : (sk_e111 ^ 4294967295u)));
-                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))));
+                                        const unsigned int sk_e122 = listed_cols[(1285u + r)];
+                                        const float sk_e121 = sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u)));
+                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e121 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e121 - row_m))));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2734,10 +3040,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                                const unsigned int sk_e112 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = ((sk_bitcast<float>((((sk_e112 & 2147483648u) != 0u) ? (sk_e112 ^ 2147483648u) : (sk_e112 ^ 4294967295u))) - row_m) > (zt - row_m));
-                                const unsigned int sk_e113 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e113] & 2147483648u) != 0u) ? (listed_cols[sk_e113] ^ 2147483648u) : (listed_cols[sk_e113] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                                const unsigned int sk_e123 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = ((sk_bitcast<float>((((sk_e123 & 2147483648u) != 0u) ? (sk_e123 ^ 2147483648u) : (sk_e123 ^ 4294967295u))) - row_m) > (zt - row_m));
+                                const unsigned int sk_e124 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e124] & 2147483648u) != 0u) ? (listed_cols[sk_e124] ^ 2147483648u) : (listed_cols[sk_e124] ^ 4294967295u))) - row_m) > (zt - row_m)));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2786,16 +3092,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e114 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e114 + 1u)] == 1u) && (rows[(sk_e114 + 6u)] == 1u));
+                                    const unsigned int sk_e125 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e125 + 1u)] == 1u) && (rows[(sk_e125 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e115 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e115 & 2147483648u) != 0u) ? (sk_e115 ^ 2147483648u) : (sk_e115 ^ 4294967295u)));
+                                        const unsigned int sk_e126 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e126 & 2147483648u) != 0u) ? (sk_e126 ^ 2147483648u) : (sk_e126 ^ 4294967295u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2824,8 +3130,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e119 = sk_f16(x[(base + ow_at)]);
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e119) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e119);
+                                        const float sk_e130 = sk_f16(x[(base + ow_at)]);
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e130) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e130);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2842,21 +3148,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e120 = (((slot * parts) + p) * 805u);
-                                        unsigned int mo_lk = max(partials[(sk_e120 + 3u)], partials[(sk_e120 + 4u)]);
-                                        const float sk_e123 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e121 = ((sk_e123 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                                        const float sk_e122 = (sk_e123 - row_m);
-                                        const bool sk_e124 = (row_m == sk_bitcast<float>(4286578688u));
-                                        const bool sk_e125 = (row_m == sk_bitcast<float>(2139095040u));
-                                        if (((mo_lk != 0u) && (((sk_e125 ? sk_e121 : (sk_e124 ? (0.0f) : sk_exp(sk_e122))) > (0.0f)) && ((sk_e125 ? sk_e121 : (sk_e124 ? (0.0f) : sk_exp(sk_e122))) >= mp)))) {
+                                        const unsigned int sk_e131 = (((slot * parts) + p) * 805u);
+                                        unsigned int mo_lk = max(partials[(sk_e131 + 3u)], partials[(sk_e131 + 4u)]);
+                                        const float sk_e134 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e132 = ((sk_e134 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                                        const float sk_e133 = (sk_e134 - row_m);
+                                        const bool sk_e135 = (row_m == sk_bitcast<float>(4286578688u));
+                                        const bool sk_e136 = (row_m == sk_bitcast<float>(2139095040u));
+                                        if (((mo_lk != 0u) && (((sk_e136 ? sk_e132 : (sk_e135 ? (0.0f) : sk_exp(sk_e133))) > (0.0f)) && ((sk_e136 ? sk_e132 : (sk_e135 ? (0.0f) : sk_exp(sk_e133))) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e126 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e137 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2871,10 +3177,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
-                                                const unsigned int sk_e127 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e127 & 2147483648u) != 0u) ? (sk_e127 ^ 2147483648u) : (sk_e127 ^ 4294967295u)));
-                                                const float sk_e128 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
-                                                if (((sk_e128 > (0.0f)) && (sk_e128 >= mp))) {
+                                                const unsigned int sk_e138 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e138 & 2147483648u) != 0u) ? (sk_e138 ^ 2147483648u) : (sk_e138 ^ 4294967295u)));
+                                                const float sk_e139 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
+                                                if (((sk_e139 > (0.0f)) && (sk_e139 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i);
@@ -2902,8 +3208,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (((flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            const float sk_e131 = sk_f16(x[(base + ow_at)]);
-                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e131);
+                                            const float sk_e142 = sk_f16(x[(base + ow_at)]);
+                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
                                             float ow_v = (ow_v_x / temp);
                                             if ((threadIdx.x == 0u)) {
                                                 logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2931,17 +3237,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e132 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e132) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e132);
+                            const float sk_e143 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            float zx0 = (((sk_bitcast<unsigned int>(sk_e143) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e143);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e133 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e133) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e133);
+                            const float sk_e144 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            float zx1 = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e134 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e134) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e134);
+                            const float sk_e145 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            float zx2 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e135 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e135) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e135);
+                            const float sk_e146 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            float zx3 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 unsigned int col = (col_lo + li0);
@@ -2985,8 +3291,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e136 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e136 : (sk_e136 - sel_a));
+                        const unsigned int sk_e147 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e147 : (sk_e147 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -3002,17 +3308,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const float sk_e137 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e137) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e137);
+                                    const float sk_e148 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
                                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const float sk_e138 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138);
+                                    const float sk_e149 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
                                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const float sk_e139 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e139) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e139);
+                                    const float sk_e150 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const float sk_e140 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e140) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e140);
+                                    const float sk_e151 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                                     }
@@ -3036,8 +3342,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e141 = sk_f16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e141) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e141);
+                                const float sk_e152 = sk_f16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3061,8 +3367,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e142 = sk_f16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
+                                const float sk_e153 = sk_f16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e153) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e153);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3102,8 +3408,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e143 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e143 == (sel_n + min(sel_tn, 64u))) || (!((sk_e143 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e154 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e154 == (sel_n + min(sel_tn, 64u))) || (!((sk_e154 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3153,8 +3459,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::filters::sweep_list
                                     unsigned int col = listed_cols[at];
-                                    const float sk_e144 = sk_f16(x[(base + col)]);
-                                    float lx = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
+                                    const float sk_e155 = sk_f16(x[(base + col)]);
+                                    float lx = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155);
                                     float zv = (lx / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3183,17 +3489,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e145 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
+                                            const float sk_e156 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e146 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
+                                            const float sk_e157 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e147 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e147) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e147);
+                                            const float sk_e158 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e148 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
+                                            const float sk_e159 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3211,17 +3517,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                            const float sk_e149 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
+                                            const float sk_e160 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
                                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                            const float sk_e150 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
+                                            const float sk_e161 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
                                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                            const float sk_e151 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
+                                            const float sk_e162 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162);
                                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                            const float sk_e152 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
+                                            const float sk_e163 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3354,8 +3660,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e154 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e154 ? tn64 : (((lim - sel_m) / (sk_e154 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e165 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e165 ? tn64 : (((lim - sel_m) / (sk_e165 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3379,17 +3685,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e155 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155);
+                                            const float sk_e166 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e156 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
+                                            const float sk_e167 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e157 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
+                                            const float sk_e168 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e158 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
+                                            const float sk_e169 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                             }
@@ -3414,8 +3720,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e159 = (row * 12u);
-                    if ((((rows[(sk_e159 + 1u)] == 1u) && (rows[(sk_e159 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e170 = (row * 12u);
+                    if ((((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3432,17 +3738,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e160 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
+                                    const float sk_e171 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e161 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
+                                    const float sk_e172 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e162 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162);
+                                    const float sk_e173 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e163 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163);
+                                    const float sk_e174 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e174) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e174);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
@@ -3498,13 +3804,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e164 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e164 & 2147483648u) != 0u) ? (sk_e164 ^ 2147483648u) : (sk_e164 ^ 4294967295u)));
+                                const unsigned int sk_e175 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e175 & 2147483648u) != 0u) ? (sk_e175 ^ 2147483648u) : (sk_e175 ^ 4294967295u)));
                                 double s64 = ((double)rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e165 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e165 + 8u)], rows[(sk_e165 + 9u)], rows[(sk_e165 + 10u)], r)));
+                                    const unsigned int sk_e176 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e176 + 8u)], rows[(sk_e176 + 9u)], rows[(sk_e176 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3545,17 +3851,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e166 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
+                                            const float sk_e177 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e167 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
+                                            const float sk_e178 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e168 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
+                                            const float sk_e179 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e169 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169);
+                                            const float sk_e180 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine);
                                             }
@@ -3586,17 +3892,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e170 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170);
+                                        const float sk_e181 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e171 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
+                                        const float sk_e182 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e172 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172);
+                                        const float sk_e183 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e173 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
+                                        const float sk_e184 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
                                         if ((li0 < sweep_n)) {
                                             sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
@@ -3639,17 +3945,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e174 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e174) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e174);
+                                    const float sk_e185 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e175 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e175) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e175);
+                                    const float sk_e186 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e176 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e176) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e176);
+                                    const float sk_e187 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e177 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
+                                    const float sk_e188 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e188) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e188);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
@@ -3682,17 +3988,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e182 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
+                                    const float sk_e193 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e183 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
+                                    const float sk_e194 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e184 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
+                                    const float sk_e195 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e185 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
+                                    const float sk_e196 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e196) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e196);
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3712,8 +4018,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e186 = sk_gumbel((w).x);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e186 : (zv + sk_e186)) : zv);
+                                            const float sk_e197 = sk_gumbel((w).x);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e197 : (zv + sk_e197)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3736,8 +4042,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e187 = sk_gumbel((w).y);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e187 : (zv + sk_e187)) : zv);
+                                            const float sk_e198 = sk_gumbel((w).y);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e198 : (zv + sk_e198)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3760,8 +4066,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e188 = sk_gumbel((w).z);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e188 : (zv + sk_e188)) : zv);
+                                            const float sk_e199 = sk_gumbel((w).z);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e199 : (zv + sk_e199)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3784,8 +4090,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e189 = sk_gumbel((w).w);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e189 : (zv + sk_e189)) : zv);
+                                            const float sk_e200 = sk_gumbel((w).w);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e200 : (zv + sk_e200)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3819,8 +4125,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         // built by kernels::abi::write_results_as
                         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e190 = sk_f16(x[(base + tok_at)]);
-                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e190) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e190) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e201 = sk_f16(x[(base + tok_at)]);
+                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

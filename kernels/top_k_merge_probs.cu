@@ -18,6 +18,12 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     return u.t;
 }
 
+__device__ __forceinline__ unsigned int sk_high_bit(unsigned int x) {
+    unsigned int r;
+    asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+
 __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
 }
@@ -41,6 +47,7 @@ __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
+__shared__ __align__(16) unsigned int select_scratch[512];
 
 __device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -789,8 +796,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
-#define sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15) { \
-    /* built by kernels::filter_top_k::select_top */ \
+#define sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15) { \
+    /* built by kernels::select::radix_select */ \
     { \
         const unsigned int sk_bin = ((tk >> t_shift) & 15u); \
         const unsigned int sk_add = 1u; \
@@ -848,13 +855,29 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = sk_log64(((double)zv)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e112 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e112 + 8u)], rows[(sk_e112 + 9u)], rows[(sk_e112 + 10u)], col))); \
+        const unsigned int sk_e123 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e123 + 8u)], rows[(sk_e123 + 9u)], rows[(sk_e123 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
         best64 = s64; \
         best64_i = col; \
+    } \
+}
+#define sk_rank_listed(ri, t_bin_at, t_need) { \
+    /* built by kernels::select::rank_listed */ \
+    unsigned int t_ki = select_scratch[ri]; \
+    unsigned int t_gt = 0u; \
+    unsigned int t_eq = 0u; \
+    for (unsigned int rj = 0u; rj < t_bin_at; rj += 1u) { \
+        unsigned int t_kj = select_scratch[rj]; \
+        t_gt = (t_gt + ((t_kj > t_ki) ? 1u : 0u)); \
+        t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u)); \
+    } \
+    if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) { \
+        select_scratch[507u] = t_ki; \
+        select_scratch[508u] = t_gt; \
+        select_scratch[509u] = t_eq; \
     } \
 }
 #define sk_gather(key) { \
@@ -879,6 +902,17 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     sel_m = 0ull; \
     sel_tm = 0ull; \
 }
+#define sk_choose_bin(t_lo, tj, t_want, t_run) { \
+    /* built by kernels::select::choose_bin */ \
+    const unsigned int sk_e33 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e33 < 464u) ? (select_scratch[min(sk_e33, 463u)]) : 0u); \
+    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
+        select_scratch[507u] = ((t_lo + tj) + 1u); \
+        select_scratch[508u] = t_run; \
+        select_scratch[509u] = t_c; \
+    } \
+    t_run = (t_run + t_c); \
+}
 #define sk_read_step_7(col_lo, li0, zx0, m) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
@@ -900,8 +934,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = sk_log64(((double)tz)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e50 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col))); \
+        const unsigned int sk_e59 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -975,8 +1009,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 #define sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e51 = (col & 3u); \
-    float score = (tz / sk_exponential(((sk_e51 == 3u) ? ((w4).w) : ((sk_e51 == 2u) ? ((w4).z) : ((sk_e51 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e60 = (col & 3u); \
+    float score = (tz / sk_exponential(((sk_e60 == 3u) ? ((w4).w) : ((sk_e60 == 2u) ? ((w4).z) : ((sk_e60 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (col < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best = score; \
@@ -1550,175 +1584,256 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                                     const bool sk_e31 = (tie_v == 0ull);
                                     unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e31 ? tn64 : (((lim - sel_m) / (sk_e31 ? 1ull : tie_v)) + 1ull))));
+                                    unsigned int t_top = 4294967295u;
+                                    for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::clear
+                                        select_scratch[i] = 0u;
+                                    }
+                                    __syncthreads();
+                                    for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::select_top
+                                        unsigned int tk_key = listed_cols[ti];
+                                        if ((((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u) != 0u)) {
+                                            // built by kernels::select::count
+                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u));
+                                            unsigned int t_e = sk_high_bit((t_d | 32u));
+                                            unsigned int t_old = 0u;
+                                            t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                        }
+                                    }
                                     unsigned int t_key = 0u;
-                                    unsigned int t_mask = 0u;
                                     unsigned int t_above = 0u;
                                     unsigned int t_at = 0u;
-                                    for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        unsigned int t_shift = (28u - (t_pass * 4u));
-                                        unsigned int t_cnt_0 = 0;
-                                        unsigned int t_cnt_1 = 0;
-                                        unsigned int t_cnt_2 = 0;
-                                        unsigned int t_cnt_3 = 0;
-                                        unsigned int t_cnt_4 = 0;
-                                        unsigned int t_cnt_5 = 0;
-                                        unsigned int t_cnt_6 = 0;
-                                        unsigned int t_cnt_7 = 0;
-                                        unsigned int t_cnt_8 = 0;
-                                        unsigned int t_cnt_9 = 0;
-                                        unsigned int t_cnt_10 = 0;
-                                        unsigned int t_cnt_11 = 0;
-                                        unsigned int t_cnt_12 = 0;
-                                        unsigned int t_cnt_13 = 0;
-                                        unsigned int t_cnt_14 = 0;
-                                        unsigned int t_cnt_15 = 0;
-                                        for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
-                                            unsigned int tk_key = listed_cols[ti];
-                                            unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                            }
-                                        }
-                                        unsigned int t_cs0 = 0u;
-                                        unsigned int t_cs1 = 0u;
-                                        unsigned int t_cs2 = 0u;
-                                        unsigned int t_cs3 = 0u;
-                                        unsigned int t_cs4 = 0u;
-                                        unsigned int t_cs5 = 0u;
-                                        unsigned int t_cs6 = 0u;
-                                        unsigned int t_cs7 = 0u;
-                                        unsigned int t_cs8 = 0u;
-                                        unsigned int t_cs9 = 0u;
-                                        unsigned int t_cs10 = 0u;
-                                        unsigned int t_cs11 = 0u;
-                                        unsigned int t_cs12 = 0u;
-                                        unsigned int t_cs13 = 0u;
-                                        unsigned int t_cs14 = 0u;
-                                        unsigned int t_cs15 = 0u;
-                                        sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                        unsigned int t_nb = t_above;
-                                        unsigned int t_chosen = 4294967295u;
-                                        unsigned int t_cn = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    __syncthreads();
+                                    unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    unsigned int t_lo = (threadIdx.x * t_per);
+                                    unsigned int t_run = 0u;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        // built by kernels::select::choose_bin
+                                        const unsigned int sk_e32 = (t_lo + tj);
+                                        t_run = (t_run + ((sk_e32 < 464u) ? (select_scratch[min(sk_e32, 463u)]) : 0u));
                                     }
+                                    unsigned int t_start = 0u;
+                                    t_start = sk_block_scan(t_run);
+                                    if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        select_scratch[510u] = (t_start + t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_total = select_scratch[510u];
+                                    unsigned int t_want = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_chosen = select_scratch[507u];
+                                    unsigned int t_bin_above = select_scratch[508u];
+                                    unsigned int t_bin_at = select_scratch[509u];
+                                    __syncthreads();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        unsigned int t_bin = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                                        unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                                        unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                                    unsigned int tk_key = listed_cols[ti];
+                                                    unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        unsigned int t_slot = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        select_scratch[t_slot] = tk;
+                                                    }
+                                                }
+                                                __syncthreads();
+                                                unsigned int t_need = (min(ties, t_total) - t_bin_above);
+                                                for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                __syncthreads();
+                                                t_key = select_scratch[507u];
+                                                t_above = (t_above + select_scratch[508u]);
+                                                t_at = select_scratch[509u];
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                unsigned int t_mask = 0u;
+                                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    unsigned int t_shift = (28u - (t_pass * 4u));
+                                                    unsigned int t_cnt_0 = 0;
+                                                    unsigned int t_cnt_1 = 0;
+                                                    unsigned int t_cnt_2 = 0;
+                                                    unsigned int t_cnt_3 = 0;
+                                                    unsigned int t_cnt_4 = 0;
+                                                    unsigned int t_cnt_5 = 0;
+                                                    unsigned int t_cnt_6 = 0;
+                                                    unsigned int t_cnt_7 = 0;
+                                                    unsigned int t_cnt_8 = 0;
+                                                    unsigned int t_cnt_9 = 0;
+                                                    unsigned int t_cnt_10 = 0;
+                                                    unsigned int t_cnt_11 = 0;
+                                                    unsigned int t_cnt_12 = 0;
+                                                    unsigned int t_cnt_13 = 0;
+                                                    unsigned int t_cnt_14 = 0;
+                                                    unsigned int t_cnt_15 = 0;
+                                                    for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                                        unsigned int tk_key = listed_cols[ti];
+                                                        unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
+                                                        }
+                                                    }
+                                                    unsigned int t_cs0 = 0u;
+                                                    unsigned int t_cs1 = 0u;
+                                                    unsigned int t_cs2 = 0u;
+                                                    unsigned int t_cs3 = 0u;
+                                                    unsigned int t_cs4 = 0u;
+                                                    unsigned int t_cs5 = 0u;
+                                                    unsigned int t_cs6 = 0u;
+                                                    unsigned int t_cs7 = 0u;
+                                                    unsigned int t_cs8 = 0u;
+                                                    unsigned int t_cs9 = 0u;
+                                                    unsigned int t_cs10 = 0u;
+                                                    unsigned int t_cs11 = 0u;
+                                                    unsigned int t_cs12 = 0u;
+                                                    unsigned int t_cs13 = 0u;
+                                                    unsigned int t_cs14 = 0u;
+                                                    unsigned int t_cs15 = 0u;
+                                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                                    unsigned int t_nb = t_above;
+                                                    unsigned int t_digit = 4294967295u;
+                                                    unsigned int t_cn = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
                                     unsigned int tie_col_max = (t_key ^ 4294967295u);
                                     for (unsigned int i = threadIdx.x; i < n_range_all; i += ((unsigned int)SK_BLOCK)) {
@@ -1779,8 +1894,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int ri_p = (i / 384u);
                                             unsigned int ri_key = 0u;
                                             if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e34 = (i / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e34) * 805u) + (5u + ((i - (sk_e34 * 384u)) * 2u)))]);
+                                                const unsigned int sk_e36 = (i / 384u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e36) * 805u) + (5u + ((i - (sk_e36 * 384u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1889,185 +2004,283 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e37 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e37 ? tn64 : (((lim - sel_m) / (sk_e37 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e39 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e39 ? tn64 : (((lim - sel_m) / (sk_e39 ? 1ull : tie_v)) + 1ull))));
+                                    unsigned int t_top = 4294967295u;
+                                    for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::clear
+                                        select_scratch[i] = 0u;
+                                    }
+                                    __syncthreads();
+                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::select_top
+                                        unsigned int ri_p = (ti / 384u);
+                                        unsigned int ri_key = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            const unsigned int sk_e40 = (ti / 384u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((ti - (sk_e40 * 384u)) * 2u)))]);
+                                        }
+                                        unsigned int tk_key = ri_key;
+                                        const unsigned int sk_e41 = (ti / 384u);
+                                        if ((((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u) : 0u) != 0u)) {
+                                            // built by kernels::select::count
+                                            const unsigned int sk_e42 = (ti / 384u);
+                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u) : 0u));
+                                            unsigned int t_e = sk_high_bit((t_d | 32u));
+                                            unsigned int t_old = 0u;
+                                            t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                        }
+                                    }
                                     unsigned int t_key = 0u;
-                                    unsigned int t_mask = 0u;
                                     unsigned int t_above = 0u;
                                     unsigned int t_at = 0u;
-                                    for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        unsigned int t_shift = (28u - (t_pass * 4u));
-                                        unsigned int t_cnt_0 = 0;
-                                        unsigned int t_cnt_1 = 0;
-                                        unsigned int t_cnt_2 = 0;
-                                        unsigned int t_cnt_3 = 0;
-                                        unsigned int t_cnt_4 = 0;
-                                        unsigned int t_cnt_5 = 0;
-                                        unsigned int t_cnt_6 = 0;
-                                        unsigned int t_cnt_7 = 0;
-                                        unsigned int t_cnt_8 = 0;
-                                        unsigned int t_cnt_9 = 0;
-                                        unsigned int t_cnt_10 = 0;
-                                        unsigned int t_cnt_11 = 0;
-                                        unsigned int t_cnt_12 = 0;
-                                        unsigned int t_cnt_13 = 0;
-                                        unsigned int t_cnt_14 = 0;
-                                        unsigned int t_cnt_15 = 0;
-                                        for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
-                                            unsigned int ri_p = (ti / 384u);
-                                            unsigned int ri_key = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e38 = (ti / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e38) * 805u) + (5u + ((ti - (sk_e38 * 384u)) * 2u)))]);
-                                            }
-                                            unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e39 = (ti / 384u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e39) * 805u) + (6u + ((ti - (sk_e39 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                            }
-                                        }
-                                        unsigned int t_cs0 = 0u;
-                                        unsigned int t_cs1 = 0u;
-                                        unsigned int t_cs2 = 0u;
-                                        unsigned int t_cs3 = 0u;
-                                        unsigned int t_cs4 = 0u;
-                                        unsigned int t_cs5 = 0u;
-                                        unsigned int t_cs6 = 0u;
-                                        unsigned int t_cs7 = 0u;
-                                        unsigned int t_cs8 = 0u;
-                                        unsigned int t_cs9 = 0u;
-                                        unsigned int t_cs10 = 0u;
-                                        unsigned int t_cs11 = 0u;
-                                        unsigned int t_cs12 = 0u;
-                                        unsigned int t_cs13 = 0u;
-                                        unsigned int t_cs14 = 0u;
-                                        unsigned int t_cs15 = 0u;
-                                        sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                        unsigned int t_nb = t_above;
-                                        unsigned int t_chosen = 4294967295u;
-                                        unsigned int t_cn = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    __syncthreads();
+                                    unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                    unsigned int t_lo = (threadIdx.x * t_per);
+                                    unsigned int t_run = 0u;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        // built by kernels::select::choose_bin
+                                        const unsigned int sk_e43 = (t_lo + tj);
+                                        t_run = (t_run + ((sk_e43 < 464u) ? (select_scratch[min(sk_e43, 463u)]) : 0u));
                                     }
+                                    unsigned int t_start = 0u;
+                                    t_start = sk_block_scan(t_run);
+                                    if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        select_scratch[510u] = (t_start + t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_total = select_scratch[510u];
+                                    unsigned int t_want = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, t_run);
+                                    }
+                                    __syncthreads();
+                                    unsigned int t_chosen = select_scratch[507u];
+                                    unsigned int t_bin_above = select_scratch[508u];
+                                    unsigned int t_bin_at = select_scratch[509u];
+                                    __syncthreads();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        unsigned int t_bin = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                                        unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                                        unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                    unsigned int ri_p = (ti / 384u);
+                                                    unsigned int ri_key = 0u;
+                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                        // built by kernels::filter_top_p::select_in_range
+                                                        const unsigned int sk_e45 = (ti / 384u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
+                                                    }
+                                                    unsigned int tk_key = ri_key;
+                                                    const unsigned int sk_e46 = (ti / 384u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        unsigned int t_slot = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        select_scratch[t_slot] = tk;
+                                                    }
+                                                }
+                                                __syncthreads();
+                                                unsigned int t_need = (min(ties, t_total) - t_bin_above);
+                                                for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                __syncthreads();
+                                                t_key = select_scratch[507u];
+                                                t_above = (t_above + select_scratch[508u]);
+                                                t_at = select_scratch[509u];
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                unsigned int t_mask = 0u;
+                                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    unsigned int t_shift = (28u - (t_pass * 4u));
+                                                    unsigned int t_cnt_0 = 0;
+                                                    unsigned int t_cnt_1 = 0;
+                                                    unsigned int t_cnt_2 = 0;
+                                                    unsigned int t_cnt_3 = 0;
+                                                    unsigned int t_cnt_4 = 0;
+                                                    unsigned int t_cnt_5 = 0;
+                                                    unsigned int t_cnt_6 = 0;
+                                                    unsigned int t_cnt_7 = 0;
+                                                    unsigned int t_cnt_8 = 0;
+                                                    unsigned int t_cnt_9 = 0;
+                                                    unsigned int t_cnt_10 = 0;
+                                                    unsigned int t_cnt_11 = 0;
+                                                    unsigned int t_cnt_12 = 0;
+                                                    unsigned int t_cnt_13 = 0;
+                                                    unsigned int t_cnt_14 = 0;
+                                                    unsigned int t_cnt_15 = 0;
+                                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                        unsigned int ri_p = (ti / 384u);
+                                                        unsigned int ri_key = 0u;
+                                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                            // built by kernels::filter_top_p::select_in_range
+                                                            const unsigned int sk_e47 = (ti / 384u);
+                                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 805u) + (5u + ((ti - (sk_e47 * 384u)) * 2u)))]);
+                                                        }
+                                                        unsigned int tk_key = ri_key;
+                                                        const unsigned int sk_e48 = (ti / 384u);
+                                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 805u) + (6u + ((ti - (sk_e48 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
+                                                        }
+                                                    }
+                                                    unsigned int t_cs0 = 0u;
+                                                    unsigned int t_cs1 = 0u;
+                                                    unsigned int t_cs2 = 0u;
+                                                    unsigned int t_cs3 = 0u;
+                                                    unsigned int t_cs4 = 0u;
+                                                    unsigned int t_cs5 = 0u;
+                                                    unsigned int t_cs6 = 0u;
+                                                    unsigned int t_cs7 = 0u;
+                                                    unsigned int t_cs8 = 0u;
+                                                    unsigned int t_cs9 = 0u;
+                                                    unsigned int t_cs10 = 0u;
+                                                    unsigned int t_cs11 = 0u;
+                                                    unsigned int t_cs12 = 0u;
+                                                    unsigned int t_cs13 = 0u;
+                                                    unsigned int t_cs14 = 0u;
+                                                    unsigned int t_cs15 = 0u;
+                                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                                    unsigned int t_nb = t_above;
+                                                    unsigned int t_digit = 4294967295u;
+                                                    unsigned int t_cn = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
                                     unsigned int tie_col_max = (t_key ^ 4294967295u);
                                     for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
@@ -2075,12 +2288,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ri_p = (i / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e40 = (i / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((i - (sk_e40 * 384u)) * 2u)))]);
+                                            const unsigned int sk_e49 = (i / 384u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((i - (sk_e49 * 384u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e41 = (i / 384u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((i - (sk_e41 * 384u)) * 2u)))]);
+                                        const unsigned int sk_e50 = (i / 384u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((i - (sk_e50 * 384u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2093,10 +2306,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e44 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e44 ? tn64 : (((lim - sel_m) / (sk_e44 ? 1ull : tie_v)) + 1ull))));
-                                    const float sk_e45 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
-                                    unsigned int t_kept = ((((sk_e45 == cut_mx) ? (1.0f) : (sk_e45 / cut_mx)) >= mp) ? ties : 0u);
+                                    const bool sk_e53 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e53 ? tn64 : (((lim - sel_m) / (sk_e53 ? 1ull : tie_v)) + 1ull))));
+                                    const float sk_e54 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                    unsigned int t_kept = ((((sk_e54 == cut_mx) ? (1.0f) : (sk_e54 / cut_mx)) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
                                     unsigned int t_base = 0u;
@@ -2118,8 +2331,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e46 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e46 > best) || ((sk_e46 == best) && (w_i < best_i)))) {
+                                                    const float sk_e55 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e55 > best) || ((sk_e55 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2128,12 +2341,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e48 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    const double sk_e47 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e48 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e48 + 0u)]))));
-                                                    if (((sk_e47 > best64) || ((sk_e47 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e57 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    const double sk_e56 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 0u)]))));
+                                                    if (((sk_e56 > best64) || ((sk_e56 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e49 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e49 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e49 + 0u)]))));
+                                                        const unsigned int sk_e58 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e58 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e58 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2238,181 +2451,274 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 // built by kernels::filter_top_k::merge_row
                                 unsigned int want = (kc + 1u);
                                 unsigned int n_items = (parts * want);
+                                unsigned int t_top = (((sk_bitcast<unsigned int>(row_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(row_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(row_m) | 2147483648u));
+                                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::select::clear
+                                    select_scratch[i] = 0u;
+                                }
+                                __syncthreads();
+                                for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::select::select_top
+                                    unsigned int ip = (ti / want);
+                                    unsigned int is = (ti - (ip * want));
+                                    unsigned int ik = 0u;
+                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                    }
+                                    if ((ik != 0u)) {
+                                        // built by kernels::select::count
+                                        unsigned int t_d = (t_top - ik);
+                                        unsigned int t_e = sk_high_bit((t_d | 32u));
+                                        unsigned int t_old = 0u;
+                                        t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                    }
+                                }
                                 unsigned int t_key = 0u;
-                                unsigned int t_mask = 0u;
                                 unsigned int t_above = 0u;
                                 unsigned int t_at = 0u;
-                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                    // built by kernels::filter_top_k::select_top
-                                    unsigned int t_shift = (28u - (t_pass * 4u));
-                                    unsigned int t_cnt_0 = 0;
-                                    unsigned int t_cnt_1 = 0;
-                                    unsigned int t_cnt_2 = 0;
-                                    unsigned int t_cnt_3 = 0;
-                                    unsigned int t_cnt_4 = 0;
-                                    unsigned int t_cnt_5 = 0;
-                                    unsigned int t_cnt_6 = 0;
-                                    unsigned int t_cnt_7 = 0;
-                                    unsigned int t_cnt_8 = 0;
-                                    unsigned int t_cnt_9 = 0;
-                                    unsigned int t_cnt_10 = 0;
-                                    unsigned int t_cnt_11 = 0;
-                                    unsigned int t_cnt_12 = 0;
-                                    unsigned int t_cnt_13 = 0;
-                                    unsigned int t_cnt_14 = 0;
-                                    unsigned int t_cnt_15 = 0;
-                                    for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
-                                        unsigned int ip = (ti / want);
-                                        unsigned int is = (ti - (ip * want));
-                                        unsigned int ik = 0u;
-                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
-                                            // built by kernels::filter_top_k::merge_row
-                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
-                                        }
-                                        unsigned int tk = ik;
-                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                            sk_select_top(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                        }
-                                    }
-                                    unsigned int t_cs0 = 0u;
-                                    unsigned int t_cs1 = 0u;
-                                    unsigned int t_cs2 = 0u;
-                                    unsigned int t_cs3 = 0u;
-                                    unsigned int t_cs4 = 0u;
-                                    unsigned int t_cs5 = 0u;
-                                    unsigned int t_cs6 = 0u;
-                                    unsigned int t_cs7 = 0u;
-                                    unsigned int t_cs8 = 0u;
-                                    unsigned int t_cs9 = 0u;
-                                    unsigned int t_cs10 = 0u;
-                                    unsigned int t_cs11 = 0u;
-                                    unsigned int t_cs12 = 0u;
-                                    unsigned int t_cs13 = 0u;
-                                    unsigned int t_cs14 = 0u;
-                                    unsigned int t_cs15 = 0u;
-                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                    unsigned int t_nb = t_above;
-                                    unsigned int t_chosen = 4294967295u;
-                                    unsigned int t_cn = t_above;
-                                    if ((t_cs15 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 15u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs15);
-                                    }
-                                    if ((t_cs14 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 14u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs14);
-                                    }
-                                    if ((t_cs13 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 13u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs13);
-                                    }
-                                    if ((t_cs12 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 12u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs12);
-                                    }
-                                    if ((t_cs11 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 11u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs11);
-                                    }
-                                    if ((t_cs10 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 10u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs10);
-                                    }
-                                    if ((t_cs9 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 9u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs9);
-                                    }
-                                    if ((t_cs8 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 8u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs8);
-                                    }
-                                    if ((t_cs7 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 7u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs7);
-                                    }
-                                    if ((t_cs6 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 6u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs6);
-                                    }
-                                    if ((t_cs5 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 5u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs5);
-                                    }
-                                    if ((t_cs4 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 4u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs4);
-                                    }
-                                    if ((t_cs3 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 3u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs3);
-                                    }
-                                    if ((t_cs2 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 2u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs2);
-                                    }
-                                    if ((t_cs1 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 1u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs1);
-                                    }
-                                    if ((t_cs0 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 0u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs0);
-                                    }
-                                    if ((t_chosen != 4294967295u)) {
-                                        t_key = (t_key | (t_chosen << t_shift));
-                                        t_above = t_cn;
-                                        t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                                    }
-                                    t_mask = (t_mask | (15u << t_shift));
+                                __syncthreads();
+                                unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                unsigned int t_lo = (threadIdx.x * t_per);
+                                unsigned int t_run = 0u;
+                                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                    // built by kernels::select::choose_bin
+                                    const unsigned int sk_e61 = (t_lo + tj);
+                                    t_run = (t_run + ((sk_e61 < 464u) ? (select_scratch[min(sk_e61, 463u)]) : 0u));
                                 }
+                                unsigned int t_start = 0u;
+                                t_start = sk_block_scan(t_run);
+                                if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                    // built by kernels::select::choose_bin
+                                    select_scratch[510u] = (t_start + t_run);
+                                }
+                                __syncthreads();
+                                unsigned int t_total = select_scratch[510u];
+                                unsigned int t_want = min(want, t_total);
+                                t_run = t_start;
+                                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                    sk_choose_bin(t_lo, tj, t_want, t_run);
+                                }
+                                __syncthreads();
+                                unsigned int t_chosen = select_scratch[507u];
+                                unsigned int t_bin_above = select_scratch[508u];
+                                unsigned int t_bin_at = select_scratch[509u];
+                                __syncthreads();
+                                if ((t_chosen != 0u)) {
+                                    // built by kernels::select::decide
+                                    unsigned int t_bin = (t_chosen - 1u);
+                                    t_above = t_bin_above;
+                                    t_at = t_bin_at;
+                                    unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                                    unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                                    unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                                    if ((t_bin < 32u)) {
+                                        t_key = (t_top - t_lo_d);
+                                    } else {
+                                        if ((t_bin_at <= 507u)) {
+                                            for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                                unsigned int ip = (ti / want);
+                                                unsigned int is = (ti - (ip * want));
+                                                unsigned int ik = 0u;
+                                                if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                                    // built by kernels::filter_top_k::merge_row
+                                                    ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                                }
+                                                unsigned int tk = ik;
+                                                if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                    unsigned int t_slot = 0u;
+                                                    t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                    select_scratch[t_slot] = tk;
+                                                }
+                                            }
+                                            __syncthreads();
+                                            unsigned int t_need = (min(want, t_total) - t_bin_above);
+                                            for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                                sk_rank_listed(ri, t_bin_at, t_need);
+                                            }
+                                            __syncthreads();
+                                            t_key = select_scratch[507u];
+                                            t_above = (t_above + select_scratch[508u]);
+                                            t_at = select_scratch[509u];
+                                        } else {
+                                            t_above = 0u;
+                                            t_at = 0u;
+                                            unsigned int t_mask = 0u;
+                                            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                                // built by kernels::select::radix_select
+                                                unsigned int t_shift = (28u - (t_pass * 4u));
+                                                unsigned int t_cnt_0 = 0;
+                                                unsigned int t_cnt_1 = 0;
+                                                unsigned int t_cnt_2 = 0;
+                                                unsigned int t_cnt_3 = 0;
+                                                unsigned int t_cnt_4 = 0;
+                                                unsigned int t_cnt_5 = 0;
+                                                unsigned int t_cnt_6 = 0;
+                                                unsigned int t_cnt_7 = 0;
+                                                unsigned int t_cnt_8 = 0;
+                                                unsigned int t_cnt_9 = 0;
+                                                unsigned int t_cnt_10 = 0;
+                                                unsigned int t_cnt_11 = 0;
+                                                unsigned int t_cnt_12 = 0;
+                                                unsigned int t_cnt_13 = 0;
+                                                unsigned int t_cnt_14 = 0;
+                                                unsigned int t_cnt_15 = 0;
+                                                for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                                    unsigned int ip = (ti / want);
+                                                    unsigned int is = (ti - (ip * want));
+                                                    unsigned int ik = 0u;
+                                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                                        // built by kernels::filter_top_k::merge_row
+                                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                                    }
+                                                    unsigned int tk = ik;
+                                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                        sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
+                                                    }
+                                                }
+                                                unsigned int t_cs0 = 0u;
+                                                unsigned int t_cs1 = 0u;
+                                                unsigned int t_cs2 = 0u;
+                                                unsigned int t_cs3 = 0u;
+                                                unsigned int t_cs4 = 0u;
+                                                unsigned int t_cs5 = 0u;
+                                                unsigned int t_cs6 = 0u;
+                                                unsigned int t_cs7 = 0u;
+                                                unsigned int t_cs8 = 0u;
+                                                unsigned int t_cs9 = 0u;
+                                                unsigned int t_cs10 = 0u;
+                                                unsigned int t_cs11 = 0u;
+                                                unsigned int t_cs12 = 0u;
+                                                unsigned int t_cs13 = 0u;
+                                                unsigned int t_cs14 = 0u;
+                                                unsigned int t_cs15 = 0u;
+                                                sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                                unsigned int t_nb = t_above;
+                                                unsigned int t_digit = 4294967295u;
+                                                unsigned int t_cn = t_above;
+                                                if ((t_cs15 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 15u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs15);
+                                                }
+                                                if ((t_cs14 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 14u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs14);
+                                                }
+                                                if ((t_cs13 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 13u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs13);
+                                                }
+                                                if ((t_cs12 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 12u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs12);
+                                                }
+                                                if ((t_cs11 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 11u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs11);
+                                                }
+                                                if ((t_cs10 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 10u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs10);
+                                                }
+                                                if ((t_cs9 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 9u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs9);
+                                                }
+                                                if ((t_cs8 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 8u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs8);
+                                                }
+                                                if ((t_cs7 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 7u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs7);
+                                                }
+                                                if ((t_cs6 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 6u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs6);
+                                                }
+                                                if ((t_cs5 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 5u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs5);
+                                                }
+                                                if ((t_cs4 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 4u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs4);
+                                                }
+                                                if ((t_cs3 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 3u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs3);
+                                                }
+                                                if ((t_cs2 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 2u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs2);
+                                                }
+                                                if ((t_cs1 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 1u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs1);
+                                                }
+                                                if ((t_cs0 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 0u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs0);
+                                                }
+                                                if ((t_digit != 4294967295u)) {
+                                                    t_key = (t_key | (t_digit << t_shift));
+                                                    t_above = t_cn;
+                                                    t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                                }
+                                                t_mask = (t_mask | (15u << t_shift));
+                                            }
+                                        }
+                                    }
+                                }
+                                __syncthreads();
                                 unsigned int t_take = min(t_at, (want - t_above));
                                 unsigned int g_per = (((n_items + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 unsigned int g_lo = min((threadIdx.x * g_per), n_items);
@@ -2461,8 +2767,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e52 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e52) * 805u) + (6u + ((gj - (sk_e52 * want)) * 2u)))];
+                                            const unsigned int sk_e63 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e63) * 805u) + (6u + ((gj - (sk_e63 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2470,8 +2776,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e53 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e53 & 2147483648u) != 0u) ? (sk_e53 ^ 2147483648u) : (sk_e53 ^ 4294967295u)));
+                                    const unsigned int sk_e64 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e64 & 2147483648u) != 0u) ? (sk_e64 ^ 2147483648u) : (sk_e64 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -2508,9 +2814,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e55 = listed_cols[(1285u + r)];
-                                    const float sk_e54 = sk_bitcast<float>((((sk_e55 & 2147483648u) != 0u) ? (sk_e55 ^ 2147483648u) : (sk_e55 ^ 4294967295u)));
-                                    float wr = ((sk_e54 == row_m) ? (1.0f) : (sk_e54 / row_m));
+                                    const unsigned int sk_e66 = listed_cols[(1285u + r)];
+                                    const float sk_e65 = sk_bitcast<float>((((sk_e66 & 2147483648u) != 0u) ? (sk_e66 ^ 2147483648u) : (sk_e66 ^ 4294967295u)));
+                                    float wr = ((sk_e65 == row_m) ? (1.0f) : (sk_e65 / row_m));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2530,132 +2836,132 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e56 = (col_hi - col_lo);
-                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e56) ? li0 : (sk_e56 - 1u))))];
-                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e57 = (col_hi - col_lo);
-                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e57) ? li1 : (sk_e57 - 1u))))];
-                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e58 = (col_hi - col_lo);
-                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e58) ? li2 : (sk_e58 - 1u))))];
-                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e59 = (col_hi - col_lo);
-                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e59) ? li3 : (sk_e59 - 1u))))];
-                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e60 = (col_hi - col_lo);
-                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e60) ? li4 : (sk_e60 - 1u))))];
-                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e61 = (col_hi - col_lo);
-                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e61) ? li5 : (sk_e61 - 1u))))];
-                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
-                                        const unsigned int sk_e62 = (col_hi - col_lo);
-                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e62) ? li6 : (sk_e62 - 1u))))];
-                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
-                                        const unsigned int sk_e63 = (col_hi - col_lo);
-                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e63) ? li7 : (sk_e63 - 1u))))];
-                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
-                                        const unsigned int sk_e64 = (col_hi - col_lo);
-                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e64) ? li8 : (sk_e64 - 1u))))];
-                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
-                                        const unsigned int sk_e65 = (col_hi - col_lo);
-                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e65) ? li9 : (sk_e65 - 1u))))];
-                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
-                                        const unsigned int sk_e66 = (col_hi - col_lo);
-                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e66) ? li10 : (sk_e66 - 1u))))];
-                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
                                         const unsigned int sk_e67 = (col_hi - col_lo);
-                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e67) ? li11 : (sk_e67 - 1u))))];
-                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e67) ? li0 : (sk_e67 - 1u))))];
+                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                                         const unsigned int sk_e68 = (col_hi - col_lo);
-                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e68) ? li12 : (sk_e68 - 1u))))];
-                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e68) ? li1 : (sk_e68 - 1u))))];
+                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                                         const unsigned int sk_e69 = (col_hi - col_lo);
-                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e69) ? li13 : (sk_e69 - 1u))))];
-                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e69) ? li2 : (sk_e69 - 1u))))];
+                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                                         const unsigned int sk_e70 = (col_hi - col_lo);
-                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e70) ? li14 : (sk_e70 - 1u))))];
-                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e70) ? li3 : (sk_e70 - 1u))))];
+                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
                                         const unsigned int sk_e71 = (col_hi - col_lo);
-                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e71) ? li15 : (sk_e71 - 1u))))];
+                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e71) ? li4 : (sk_e71 - 1u))))];
+                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
+                                        const unsigned int sk_e72 = (col_hi - col_lo);
+                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e72) ? li5 : (sk_e72 - 1u))))];
+                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
+                                        const unsigned int sk_e73 = (col_hi - col_lo);
+                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e73) ? li6 : (sk_e73 - 1u))))];
+                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                                        const unsigned int sk_e74 = (col_hi - col_lo);
+                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e74) ? li7 : (sk_e74 - 1u))))];
+                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                                        const unsigned int sk_e75 = (col_hi - col_lo);
+                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e75) ? li8 : (sk_e75 - 1u))))];
+                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                                        const unsigned int sk_e76 = (col_hi - col_lo);
+                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e76) ? li9 : (sk_e76 - 1u))))];
+                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                        const unsigned int sk_e77 = (col_hi - col_lo);
+                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e77) ? li10 : (sk_e77 - 1u))))];
+                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                        const unsigned int sk_e78 = (col_hi - col_lo);
+                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e78) ? li11 : (sk_e78 - 1u))))];
+                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        const unsigned int sk_e79 = (col_hi - col_lo);
+                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e79) ? li12 : (sk_e79 - 1u))))];
+                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        const unsigned int sk_e80 = (col_hi - col_lo);
+                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e80) ? li13 : (sk_e80 - 1u))))];
+                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        const unsigned int sk_e81 = (col_hi - col_lo);
+                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e81) ? li14 : (sk_e81 - 1u))))];
+                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        const unsigned int sk_e82 = (col_hi - col_lo);
+                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e82) ? li15 : (sk_e82 - 1u))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e72 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e72 == row_m) ? (1.0f) : (sk_e72 / row_m))));
+                                            const float sk_e83 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e83 == row_m) ? (1.0f) : (sk_e83 / row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e73 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e73 == row_m) ? (1.0f) : (sk_e73 / row_m))));
+                                            const float sk_e84 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e84 == row_m) ? (1.0f) : (sk_e84 / row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e74 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e74 == row_m) ? (1.0f) : (sk_e74 / row_m))));
+                                            const float sk_e85 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e85 == row_m) ? (1.0f) : (sk_e85 / row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e75 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e75 == row_m) ? (1.0f) : (sk_e75 / row_m))));
+                                            const float sk_e86 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e86 == row_m) ? (1.0f) : (sk_e86 / row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e76 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e76 == row_m) ? (1.0f) : (sk_e76 / row_m))));
+                                            const float sk_e87 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e77 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e77 == row_m) ? (1.0f) : (sk_e77 / row_m))));
+                                            const float sk_e88 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e78 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e78 == row_m) ? (1.0f) : (sk_e78 / row_m))));
+                                            const float sk_e89 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e89 == row_m) ? (1.0f) : (sk_e89 / row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e79 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e79 == row_m) ? (1.0f) : (sk_e79 / row_m))));
+                                            const float sk_e90 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e90 == row_m) ? (1.0f) : (sk_e90 / row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e80 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e80 == row_m) ? (1.0f) : (sk_e80 / row_m))));
+                                            const float sk_e91 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e91 == row_m) ? (1.0f) : (sk_e91 / row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e81 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e81 == row_m) ? (1.0f) : (sk_e81 / row_m))));
+                                            const float sk_e92 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e92 == row_m) ? (1.0f) : (sk_e92 / row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e82 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e82 == row_m) ? (1.0f) : (sk_e82 / row_m))));
+                                            const float sk_e93 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e83 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e83 == row_m) ? (1.0f) : (sk_e83 / row_m))));
+                                            const float sk_e94 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e84 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e84 == row_m) ? (1.0f) : (sk_e84 / row_m))));
+                                            const float sk_e95 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e85 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e85 == row_m) ? (1.0f) : (sk_e85 / row_m))));
+                                            const float sk_e96 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e86 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e86 == row_m) ? (1.0f) : (sk_e86 / row_m))));
+                                            const float sk_e97 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e87 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
+                                            const float sk_e98 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2663,9 +2969,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e89 = listed_cols[(1285u + r)];
-                                        const float sk_e88 = sk_bitcast<float>((((sk_e89 & 2147483648u) != 0u) ? (sk_e89 ^ 2147483648u) : (sk_e89 ^ 4294967295u)));
-                                        float wr = ((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m));
+                                        const unsigned int sk_e100 = listed_cols[(1285u + r)];
+                                        const float sk_e99 = sk_bitcast<float>((((sk_e100 & 2147483648u) != 0u) ? (sk_e100 ^ 2147483648u) : (sk_e100 ^ 4294967295u)));
+                                        float wr = ((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2680,10 +2986,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                                const unsigned int sk_e90 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = (sk_bitcast<float>((((sk_e90 & 2147483648u) != 0u) ? (sk_e90 ^ 2147483648u) : (sk_e90 ^ 4294967295u))) > zt);
-                                const unsigned int sk_e91 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e91] & 2147483648u) != 0u) ? (listed_cols[sk_e91] ^ 2147483648u) : (listed_cols[sk_e91] ^ 4294967295u))) > zt));
+                                const unsigned int sk_e101 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = (sk_bitcast<float>((((sk_e101 & 2147483648u) != 0u) ? (sk_e101 ^ 2147483648u) : (sk_e101 ^ 4294967295u))) > zt);
+                                const unsigned int sk_e102 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e102] & 2147483648u) != 0u) ? (listed_cols[sk_e102] ^ 2147483648u) : (listed_cols[sk_e102] ^ 4294967295u))) > zt));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2732,16 +3038,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e92 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e92 + 1u)] == 1u) && (rows[(sk_e92 + 6u)] == 1u));
+                                    const unsigned int sk_e103 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e103 + 1u)] == 1u) && (rows[(sk_e103 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e93 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e93 & 2147483648u) != 0u) ? (sk_e93 ^ 2147483648u) : (sk_e93 ^ 4294967295u)));
+                                        const unsigned int sk_e104 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
                                         if (ow_ranked) {
                                             sk_race_one(rz, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2782,18 +3088,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e97 = (((slot * parts) + p) * 805u);
-                                        unsigned int mo_lk = max(partials[(sk_e97 + 3u)], partials[(sk_e97 + 4u)]);
-                                        const float sk_e99 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e98 = ((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m));
-                                        if (((mo_lk != 0u) && ((sk_e98 > (0.0f)) && (sk_e98 >= mp)))) {
+                                        const unsigned int sk_e108 = (((slot * parts) + p) * 805u);
+                                        unsigned int mo_lk = max(partials[(sk_e108 + 3u)], partials[(sk_e108 + 4u)]);
+                                        const float sk_e110 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e109 = ((sk_e110 == row_m) ? (1.0f) : (sk_e110 / row_m));
+                                        if (((mo_lk != 0u) && ((sk_e109 > (0.0f)) && (sk_e109 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e100 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e100 + 1u)] == 1u) && (rows[(sk_e100 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e111 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2808,10 +3114,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
-                                                const unsigned int sk_e101 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e101 & 2147483648u) != 0u) ? (sk_e101 ^ 2147483648u) : (sk_e101 ^ 4294967295u)));
-                                                const float sk_e102 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
-                                                if (((sk_e102 > (0.0f)) && (sk_e102 >= mp))) {
+                                                const unsigned int sk_e112 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e112 & 2147483648u) != 0u) ? (sk_e112 ^ 2147483648u) : (sk_e112 ^ 4294967295u)));
+                                                const float sk_e113 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
+                                                if (((sk_e113 > (0.0f)) && (sk_e113 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_race_one(mo_z, noisy, row, mo_col, best64, best64_i);
@@ -2904,8 +3210,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e105 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e105 : (sk_e105 - sel_a));
+                        const unsigned int sk_e116 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e116 : (sk_e116 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -3015,8 +3321,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e106 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e106 == (sel_n + min(sel_tn, 64u))) || (!((sk_e106 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e117 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e117 == (sel_n + min(sel_tn, 64u))) || (!((sk_e117 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3258,8 +3564,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e108 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e108 ? tn64 : (((lim - sel_m) / (sk_e108 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e119 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e119 ? tn64 : (((lim - sel_m) / (sk_e119 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3314,8 +3620,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e109 = (row * 12u);
-                    if ((((rows[(sk_e109 + 1u)] == 1u) && (rows[(sk_e109 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e120 = (row * 12u);
+                    if ((((rows[(sk_e120 + 1u)] == 1u) && (rows[(sk_e120 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3394,13 +3700,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e110 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e110 & 2147483648u) != 0u) ? (sk_e110 ^ 2147483648u) : (sk_e110 ^ 4294967295u)));
+                                const unsigned int sk_e121 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e121 & 2147483648u) != 0u) ? (sk_e121 ^ 2147483648u) : (sk_e121 ^ 4294967295u)));
                                 double s64 = sk_log64(((double)rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e111 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e111 + 8u)], rows[(sk_e111 + 9u)], rows[(sk_e111 + 10u)], r)));
+                                    const unsigned int sk_e122 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3694,8 +4000,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e116 = x[(base + tok_at)];
-                            logprobs[row] = (valid ? ((sk_e116 > (0.0f)) ? sk_log(sk_e116) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e127 = x[(base + tok_at)];
+                            logprobs[row] = (valid ? ((sk_e127 > (0.0f)) ? sk_log(sk_e127) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

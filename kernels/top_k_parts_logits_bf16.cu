@@ -10,12 +10,26 @@
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
+#if __CUDA_ARCH__ == 750
+#define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
+#define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#else
+#define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#endif
+
 template <typename To, typename From>
 __device__ __forceinline__ To sk_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
     union { From f; To t; } u;
     u.f = x;
     return u.t;
+}
+
+__device__ __forceinline__ unsigned int sk_high_bit(unsigned int x) {
+    unsigned int r;
+    asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
 }
 
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
@@ -271,7 +285,7 @@ __device__ __forceinline__ float sk_exp(float x) {
     } \
 }
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -524,6 +538,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 }
             } else {
                 unsigned int n_cols = (col_hi - col_lo);
+                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::select::clear
+                    part_hist[i] = 0u;
+                }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
@@ -531,206 +549,300 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
+                unsigned int top_key = (((sk_bitcast<unsigned int>(part_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(part_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(part_m) | 2147483648u));
+                float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f));
                 float s = (0.0f);
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_k::sum_part
                     unsigned int k = part_keys[i];
                     if ((k != 0u)) {
                         float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
-                        float kw = ((part_m == sk_bitcast<float>(2139095040u)) ? ((kz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((part_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((kz - part_m))));
+                        float kw = __expf((kz - m_finite));
                         s = (s + kw);
+                        if ((k != 0u)) {
+                            // built by kernels::select::count
+                            unsigned int t_d = (top_key - k);
+                            unsigned int t_e = sk_high_bit((t_d | 32u));
+                            unsigned int t_old = 0u;
+                            t_old = atomicAdd(&part_hist[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                        }
                     }
                 }
                 float part_s = (0.0f);
                 part_s = sk_block_sum_f32(s);
                 unsigned int t_key = 0u;
-                unsigned int t_mask = 0u;
                 unsigned int t_above = 0u;
                 unsigned int t_at = 0u;
-                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                    // built by kernels::filter_top_k::select_top
-                    unsigned int t_shift = (28u - (t_pass * 4u));
-                    unsigned int t_cnt_0 = 0;
-                    unsigned int t_cnt_1 = 0;
-                    unsigned int t_cnt_2 = 0;
-                    unsigned int t_cnt_3 = 0;
-                    unsigned int t_cnt_4 = 0;
-                    unsigned int t_cnt_5 = 0;
-                    unsigned int t_cnt_6 = 0;
-                    unsigned int t_cnt_7 = 0;
-                    unsigned int t_cnt_8 = 0;
-                    unsigned int t_cnt_9 = 0;
-                    unsigned int t_cnt_10 = 0;
-                    unsigned int t_cnt_11 = 0;
-                    unsigned int t_cnt_12 = 0;
-                    unsigned int t_cnt_13 = 0;
-                    unsigned int t_cnt_14 = 0;
-                    unsigned int t_cnt_15 = 0;
-                    for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
-                        unsigned int tk = part_keys[ti];
-                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                            {
-                                const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                                const unsigned int sk_add = 1u;
-                                sk_bin_add_u32(t_cnt_0, sk_bin, 0u, sk_add);
-                                sk_bin_add_u32(t_cnt_1, sk_bin, 1u, sk_add);
-                                sk_bin_add_u32(t_cnt_2, sk_bin, 2u, sk_add);
-                                sk_bin_add_u32(t_cnt_3, sk_bin, 3u, sk_add);
-                                sk_bin_add_u32(t_cnt_4, sk_bin, 4u, sk_add);
-                                sk_bin_add_u32(t_cnt_5, sk_bin, 5u, sk_add);
-                                sk_bin_add_u32(t_cnt_6, sk_bin, 6u, sk_add);
-                                sk_bin_add_u32(t_cnt_7, sk_bin, 7u, sk_add);
-                                sk_bin_add_u32(t_cnt_8, sk_bin, 8u, sk_add);
-                                sk_bin_add_u32(t_cnt_9, sk_bin, 9u, sk_add);
-                                sk_bin_add_u32(t_cnt_10, sk_bin, 10u, sk_add);
-                                sk_bin_add_u32(t_cnt_11, sk_bin, 11u, sk_add);
-                                sk_bin_add_u32(t_cnt_12, sk_bin, 12u, sk_add);
-                                sk_bin_add_u32(t_cnt_13, sk_bin, 13u, sk_add);
-                                sk_bin_add_u32(t_cnt_14, sk_bin, 14u, sk_add);
-                                sk_bin_add_u32(t_cnt_15, sk_bin, 15u, sk_add);
+                __syncthreads();
+                unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                unsigned int t_lo = (threadIdx.x * t_per);
+                unsigned int t_run = 0u;
+                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                    // built by kernels::select::choose_bin
+                    const unsigned int sk_e15 = (t_lo + tj);
+                    t_run = (t_run + ((sk_e15 < 464u) ? (part_hist[min(sk_e15, 463u)]) : 0u));
+                }
+                unsigned int t_start = 0u;
+                t_start = sk_block_scan(t_run);
+                if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                    // built by kernels::select::choose_bin
+                    part_hist[510u] = (t_start + t_run);
+                }
+                __syncthreads();
+                unsigned int t_total = part_hist[510u];
+                unsigned int t_want = min((kc + 1u), t_total);
+                t_run = t_start;
+                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                    // built by kernels::select::choose_bin
+                    const unsigned int sk_e16 = (t_lo + tj);
+                    unsigned int t_c = ((sk_e16 < 464u) ? (part_hist[min(sk_e16, 463u)]) : 0u);
+                    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
+                        part_hist[507u] = ((t_lo + tj) + 1u);
+                        part_hist[508u] = t_run;
+                        part_hist[509u] = t_c;
+                    }
+                    t_run = (t_run + t_c);
+                }
+                __syncthreads();
+                unsigned int t_chosen = part_hist[507u];
+                unsigned int t_bin_above = part_hist[508u];
+                unsigned int t_bin_at = part_hist[509u];
+                __syncthreads();
+                if ((t_chosen != 0u)) {
+                    // built by kernels::select::decide
+                    unsigned int t_bin = (t_chosen - 1u);
+                    t_above = t_bin_above;
+                    t_at = t_bin_at;
+                    unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                    unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                    unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                    if ((t_bin < 32u)) {
+                        t_key = (top_key - t_lo_d);
+                    } else {
+                        if ((t_bin_at <= 507u)) {
+                            for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
+                                unsigned int tk = part_keys[ti];
+                                if (((tk != 0u) && (((top_key - tk) - t_lo_d) < t_width))) {
+                                    unsigned int t_slot = 0u;
+                                    t_slot = atomicAdd(&part_hist[511u], 1u);
+                                    part_hist[t_slot] = tk;
+                                }
+                            }
+                            __syncthreads();
+                            unsigned int t_need = (min((kc + 1u), t_total) - t_bin_above);
+                            for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::select::rank_listed
+                                unsigned int t_ki = part_hist[ri];
+                                unsigned int t_gt = 0u;
+                                unsigned int t_eq = 0u;
+                                for (unsigned int rj = 0u; rj < t_bin_at; rj += 1u) {
+                                    unsigned int t_kj = part_hist[rj];
+                                    t_gt = (t_gt + ((t_kj > t_ki) ? 1u : 0u));
+                                    t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u));
+                                }
+                                if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
+                                    part_hist[507u] = t_ki;
+                                    part_hist[508u] = t_gt;
+                                    part_hist[509u] = t_eq;
+                                }
+                            }
+                            __syncthreads();
+                            t_key = part_hist[507u];
+                            t_above = (t_above + part_hist[508u]);
+                            t_at = part_hist[509u];
+                        } else {
+                            t_above = 0u;
+                            t_at = 0u;
+                            unsigned int t_mask = 0u;
+                            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
+                                // built by kernels::select::radix_select
+                                unsigned int t_shift = (28u - (t_pass * 4u));
+                                unsigned int t_cnt_0 = 0;
+                                unsigned int t_cnt_1 = 0;
+                                unsigned int t_cnt_2 = 0;
+                                unsigned int t_cnt_3 = 0;
+                                unsigned int t_cnt_4 = 0;
+                                unsigned int t_cnt_5 = 0;
+                                unsigned int t_cnt_6 = 0;
+                                unsigned int t_cnt_7 = 0;
+                                unsigned int t_cnt_8 = 0;
+                                unsigned int t_cnt_9 = 0;
+                                unsigned int t_cnt_10 = 0;
+                                unsigned int t_cnt_11 = 0;
+                                unsigned int t_cnt_12 = 0;
+                                unsigned int t_cnt_13 = 0;
+                                unsigned int t_cnt_14 = 0;
+                                unsigned int t_cnt_15 = 0;
+                                for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
+                                    unsigned int tk = part_keys[ti];
+                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                        {
+                                            const unsigned int sk_bin = ((tk >> t_shift) & 15u);
+                                            const unsigned int sk_add = 1u;
+                                            sk_bin_add_u32(t_cnt_0, sk_bin, 0u, sk_add);
+                                            sk_bin_add_u32(t_cnt_1, sk_bin, 1u, sk_add);
+                                            sk_bin_add_u32(t_cnt_2, sk_bin, 2u, sk_add);
+                                            sk_bin_add_u32(t_cnt_3, sk_bin, 3u, sk_add);
+                                            sk_bin_add_u32(t_cnt_4, sk_bin, 4u, sk_add);
+                                            sk_bin_add_u32(t_cnt_5, sk_bin, 5u, sk_add);
+                                            sk_bin_add_u32(t_cnt_6, sk_bin, 6u, sk_add);
+                                            sk_bin_add_u32(t_cnt_7, sk_bin, 7u, sk_add);
+                                            sk_bin_add_u32(t_cnt_8, sk_bin, 8u, sk_add);
+                                            sk_bin_add_u32(t_cnt_9, sk_bin, 9u, sk_add);
+                                            sk_bin_add_u32(t_cnt_10, sk_bin, 10u, sk_add);
+                                            sk_bin_add_u32(t_cnt_11, sk_bin, 11u, sk_add);
+                                            sk_bin_add_u32(t_cnt_12, sk_bin, 12u, sk_add);
+                                            sk_bin_add_u32(t_cnt_13, sk_bin, 13u, sk_add);
+                                            sk_bin_add_u32(t_cnt_14, sk_bin, 14u, sk_add);
+                                            sk_bin_add_u32(t_cnt_15, sk_bin, 15u, sk_add);
+                                        }
+                                    }
+                                }
+                                unsigned int t_cs0 = 0u;
+                                unsigned int t_cs1 = 0u;
+                                unsigned int t_cs2 = 0u;
+                                unsigned int t_cs3 = 0u;
+                                unsigned int t_cs4 = 0u;
+                                unsigned int t_cs5 = 0u;
+                                unsigned int t_cs6 = 0u;
+                                unsigned int t_cs7 = 0u;
+                                unsigned int t_cs8 = 0u;
+                                unsigned int t_cs9 = 0u;
+                                unsigned int t_cs10 = 0u;
+                                unsigned int t_cs11 = 0u;
+                                unsigned int t_cs12 = 0u;
+                                unsigned int t_cs13 = 0u;
+                                unsigned int t_cs14 = 0u;
+                                unsigned int t_cs15 = 0u;
+                                sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
+                                unsigned int t_nb = t_above;
+                                unsigned int t_digit = 4294967295u;
+                                unsigned int t_cn = t_above;
+                                if ((t_cs15 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 15u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs15);
+                                }
+                                if ((t_cs14 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 14u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs14);
+                                }
+                                if ((t_cs13 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 13u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs13);
+                                }
+                                if ((t_cs12 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 12u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs12);
+                                }
+                                if ((t_cs11 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 11u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs11);
+                                }
+                                if ((t_cs10 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 10u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs10);
+                                }
+                                if ((t_cs9 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 9u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs9);
+                                }
+                                if ((t_cs8 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 8u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs8);
+                                }
+                                if ((t_cs7 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 7u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs7);
+                                }
+                                if ((t_cs6 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 6u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs6);
+                                }
+                                if ((t_cs5 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 5u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs5);
+                                }
+                                if ((t_cs4 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 4u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs4);
+                                }
+                                if ((t_cs3 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 3u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs3);
+                                }
+                                if ((t_cs2 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 2u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs2);
+                                }
+                                if ((t_cs1 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 1u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs1);
+                                }
+                                if ((t_cs0 > 0u)) {
+                                    if ((t_nb < (kc + 1u))) {
+                                        t_digit = 0u;
+                                        t_cn = t_nb;
+                                    }
+                                    t_nb = (t_nb + t_cs0);
+                                }
+                                if ((t_digit != 4294967295u)) {
+                                    t_key = (t_key | (t_digit << t_shift));
+                                    t_above = t_cn;
+                                    t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
+                                }
+                                t_mask = (t_mask | (15u << t_shift));
                             }
                         }
                     }
-                    unsigned int t_cs0 = 0u;
-                    unsigned int t_cs1 = 0u;
-                    unsigned int t_cs2 = 0u;
-                    unsigned int t_cs3 = 0u;
-                    unsigned int t_cs4 = 0u;
-                    unsigned int t_cs5 = 0u;
-                    unsigned int t_cs6 = 0u;
-                    unsigned int t_cs7 = 0u;
-                    unsigned int t_cs8 = 0u;
-                    unsigned int t_cs9 = 0u;
-                    unsigned int t_cs10 = 0u;
-                    unsigned int t_cs11 = 0u;
-                    unsigned int t_cs12 = 0u;
-                    unsigned int t_cs13 = 0u;
-                    unsigned int t_cs14 = 0u;
-                    unsigned int t_cs15 = 0u;
-                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                    unsigned int t_nb = t_above;
-                    unsigned int t_chosen = 4294967295u;
-                    unsigned int t_cn = t_above;
-                    if ((t_cs15 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 15u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs15);
-                    }
-                    if ((t_cs14 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 14u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs14);
-                    }
-                    if ((t_cs13 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 13u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs13);
-                    }
-                    if ((t_cs12 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 12u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs12);
-                    }
-                    if ((t_cs11 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 11u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs11);
-                    }
-                    if ((t_cs10 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 10u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs10);
-                    }
-                    if ((t_cs9 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 9u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs9);
-                    }
-                    if ((t_cs8 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 8u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs8);
-                    }
-                    if ((t_cs7 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 7u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs7);
-                    }
-                    if ((t_cs6 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 6u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs6);
-                    }
-                    if ((t_cs5 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 5u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs5);
-                    }
-                    if ((t_cs4 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 4u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs4);
-                    }
-                    if ((t_cs3 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 3u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs3);
-                    }
-                    if ((t_cs2 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 2u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs2);
-                    }
-                    if ((t_cs1 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 1u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs1);
-                    }
-                    if ((t_cs0 > 0u)) {
-                        if ((t_nb < (kc + 1u))) {
-                            t_chosen = 0u;
-                            t_cn = t_nb;
-                        }
-                        t_nb = (t_nb + t_cs0);
-                    }
-                    if ((t_chosen != 4294967295u)) {
-                        t_key = (t_key | (t_chosen << t_shift));
-                        t_above = t_cn;
-                        t_at = ((t_chosen == 15u) ? t_cs15 : ((t_chosen == 14u) ? t_cs14 : ((t_chosen == 13u) ? t_cs13 : ((t_chosen == 12u) ? t_cs12 : ((t_chosen == 11u) ? t_cs11 : ((t_chosen == 10u) ? t_cs10 : ((t_chosen == 9u) ? t_cs9 : ((t_chosen == 8u) ? t_cs8 : ((t_chosen == 7u) ? t_cs7 : ((t_chosen == 6u) ? t_cs6 : ((t_chosen == 5u) ? t_cs5 : ((t_chosen == 4u) ? t_cs4 : ((t_chosen == 3u) ? t_cs3 : ((t_chosen == 2u) ? t_cs2 : ((t_chosen == 1u) ? t_cs1 : ((t_chosen == 0u) ? t_cs0 : 0u))))))))))))))));
-                    }
-                    t_mask = (t_mask | (15u << t_shift));
                 }
+                __syncthreads();
                 unsigned int t_take = min(t_at, ((kc + 1u) - t_above));
+                unsigned int below = 0u;
                 unsigned int g_per = (((n_cols + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                 unsigned int g_lo = min((threadIdx.x * g_per), n_cols);
                 unsigned int g_hi = min((g_lo + g_per), n_cols);
@@ -745,6 +857,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                         }
                         if ((gk > t_key)) {
                             g_above = (g_above + 1u);
+                        }
+                        if ((gk < t_key)) {
+                            // built by kernels::filter_top_k::read_part
+                            below = max(below, gk);
                         }
                     }
                 }
@@ -767,14 +883,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_parts_logits_bf16(
                             partials[(((slot * 805u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
                             g_out = (g_out + 1u);
                         }
-                    }
-                }
-                unsigned int below = 0u;
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_k::read_part
-                    unsigned int k = part_keys[i];
-                    if ((k < t_key)) {
-                        below = max(below, k);
                     }
                 }
                 unsigned int part_below = 0u;

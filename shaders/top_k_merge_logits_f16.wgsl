@@ -37,6 +37,7 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
+var<workgroup> select_scratch: array<atomic<u32>, 512>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -900,8 +901,8 @@ fn sk_select_in_range(dk: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, m
     (*cnt)[digit] += 1u;
     (*mas)[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
 }
-fn sk_select_top(tk: u32, t_shift: u32, t_cnt: ptr<function, array<u32, 16>>) {
-    // built by kernels::filter_top_k::select_top
+fn sk_radix_select(tk: u32, t_shift: u32, t_cnt: ptr<function, array<u32, 16>>) {
+    // built by kernels::select::radix_select
     (*t_cnt)[((tk >> t_shift) & 15u)] += 1u;
 }
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
@@ -932,8 +933,8 @@ fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = f64(ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e178: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e178 + 8u)], rows[(sk_e178 + 9u)], rows[(sk_e178 + 10u)], col)));
+        let sk_e189: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e189 + 8u)], rows[(sk_e189 + 9u)], rows[(sk_e189 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -959,6 +960,22 @@ fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u
     }
     *sk_io_rk_mine = rk_mine;
 }
+fn sk_rank_listed(ri: u32, t_bin_at: u32, t_need: u32) {
+    // built by kernels::select::rank_listed
+    var t_ki: u32 = atomicLoad(&select_scratch[ri]);
+    var t_gt: u32 = 0u;
+    var t_eq: u32 = 0u;
+    for (var rj: u32 = 0u; rj < t_bin_at; rj = rj + 1u) {
+        var t_kj: u32 = atomicLoad(&select_scratch[rj]);
+        t_gt = (t_gt + select(0u, 1u, (t_kj > t_ki)));
+        t_eq = (t_eq + select(0u, 1u, (t_kj == t_ki)));
+    }
+    if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
+        atomicStore(&select_scratch[507u], t_ki);
+        atomicStore(&select_scratch[508u], t_gt);
+        atomicStore(&select_scratch[509u], t_eq);
+    }
+}
 fn sk_gather(key: u32) {
     // built by kernels::filter_rank::gather
     var rank_at: u32 = 0u;
@@ -974,8 +991,8 @@ fn sk_merge_row(rz: f32, row_m: f32, noisy: bool, row: u32, r: u32, sk_io_best64
     var s64: f64 = f64((rz - row_m));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e116: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e116 + 8u)], rows[(sk_e116 + 9u)], rows[(sk_e116 + 10u)], r)));
+        let sk_e127: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1012,6 +1029,19 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     *sk_io_sel_m = sel_m;
     *sk_io_sel_key = sel_key;
     *sk_io_sel_mask = sel_mask;
+}
+fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, sk_io_t_run: ptr<function, u32>) {
+    var t_run: u32 = *sk_io_t_run;
+    // built by kernels::select::choose_bin
+    let sk_e36: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e36, 463u)]), (sk_e36 < 464u));
+    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
+        atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
+        atomicStore(&select_scratch[508u], t_run);
+        atomicStore(&select_scratch[509u], t_c);
+    }
+    t_run = (t_run + t_c);
+    *sk_io_t_run = t_run;
 }
 fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
     // built by kernels::filters::digit_counts
@@ -1089,8 +1119,8 @@ fn sk_race_one(rc: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e118: u32 = (rc & 3u);
-    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e118 == 1u)), w4[2], (sk_e118 == 2u)), w4[3], (sk_e118 == 3u))));
+    let sk_e129: u32 = (rc & 3u);
+    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e129 == 1u)), w4[2], (sk_e129 == 2u)), w4[3], (sk_e129 == 3u))));
     if (((score > best) || ((score == best) && (rc < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;
@@ -1106,8 +1136,8 @@ fn sk_race_one_2(rov: f32, noisy: bool, row: u32, rcol: u32, sk_io_best64: ptr<f
     var s64: f64 = f64(rov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e36: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e36 + 8u)], rows[(sk_e36 + 9u)], rows[(sk_e36 + 10u)], rcol)));
+        let sk_e38: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], rcol)));
     }
     if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1123,8 +1153,8 @@ fn sk_select_in_range_2(base: u32, rcol: u32, temp: f32, cut_seeded: bool, rov: 
     var best: f32 = *sk_io_best;
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_p::select_in_range
-    let sk_e35: f32 = sk_load_x((base + rcol));
-    var rz_x: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+    let sk_e37: f32 = sk_load_x((base + rcol));
+    var rz_x: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
     var rz: f32 = (rz_x / temp);
     if (cut_seeded) {
         sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
@@ -1677,160 +1707,241 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                                     let sk_e34: bool = (tie_v == 0lu);
                                     var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e34)) + 1lu), tn64, sk_e34)));
+                                    var t_top: u32 = 4294967295u;
+                                    for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                        // built by kernels::select::clear
+                                        atomicStore(&select_scratch[i], 0u);
+                                    }
+                                    workgroupBarrier();
+                                    for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                        // built by kernels::select::select_top
+                                        var tk_key: u32 = listed_cols[ti];
+                                        if ((select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
+                                            // built by kernels::select::count
+                                            var t_d: u32 = (t_top - select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)));
+                                            var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                            var t_old: u32 = 0u;
+                                            t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                        }
+                                    }
                                     var t_key: u32 = 0u;
-                                    var t_mask: u32 = 0u;
                                     var t_above: u32 = 0u;
                                     var t_at: u32 = 0u;
-                                    for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        var t_shift: u32 = (28u - (t_pass * 4u));
-                                        var t_cnt: array<u32, 16>;
-                                        for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
-                                            var tk_key: u32 = listed_cols[ti];
-                                            var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, &t_cnt);
-                                            }
-                                        }
-                                        var t_cs0: u32 = 0u;
-                                        var t_cs1: u32 = 0u;
-                                        var t_cs2: u32 = 0u;
-                                        var t_cs3: u32 = 0u;
-                                        var t_cs4: u32 = 0u;
-                                        var t_cs5: u32 = 0u;
-                                        var t_cs6: u32 = 0u;
-                                        var t_cs7: u32 = 0u;
-                                        var t_cs8: u32 = 0u;
-                                        var t_cs9: u32 = 0u;
-                                        var t_cs10: u32 = 0u;
-                                        var t_cs11: u32 = 0u;
-                                        var t_cs12: u32 = 0u;
-                                        var t_cs13: u32 = 0u;
-                                        var t_cs14: u32 = 0u;
-                                        var t_cs15: u32 = 0u;
-                                        sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                        var t_nb: u32 = t_above;
-                                        var t_chosen: u32 = 4294967295u;
-                                        var t_cn: u32 = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    workgroupBarrier();
+                                    var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                    var t_lo: u32 = (sk_lid * t_per);
+                                    var t_run: u32 = 0u;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        // built by kernels::select::choose_bin
+                                        let sk_e35: u32 = (t_lo + tj);
+                                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e35, 463u)]), (sk_e35 < 464u)));
                                     }
+                                    var t_start: u32 = 0u;
+                                    t_start = sk_block_scan(sk_lid, t_run);
+                                    if ((sk_lid == (BLOCK - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        atomicStore(&select_scratch[510u], (t_start + t_run));
+                                    }
+                                    workgroupBarrier();
+                                    var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                    var t_want: u32 = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, &t_run);
+                                    }
+                                    workgroupBarrier();
+                                    var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                    var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                    var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                    workgroupBarrier();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        var t_bin: u32 = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                                        var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                                        var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                                    var tk_key: u32 = listed_cols[ti];
+                                                    var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        var t_slot: u32 = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        atomicStore(&select_scratch[t_slot], tk);
+                                                    }
+                                                }
+                                                workgroupBarrier();
+                                                var t_need: u32 = (min(ties, t_total) - t_bin_above);
+                                                for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                workgroupBarrier();
+                                                t_key = atomicLoad(&select_scratch[507u]);
+                                                t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                                t_at = atomicLoad(&select_scratch[509u]);
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                var t_mask: u32 = 0u;
+                                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    var t_shift: u32 = (28u - (t_pass * 4u));
+                                                    var t_cnt: array<u32, 16>;
+                                                    for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                                        var tk_key: u32 = listed_cols[ti];
+                                                        var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, &t_cnt);
+                                                        }
+                                                    }
+                                                    var t_cs0: u32 = 0u;
+                                                    var t_cs1: u32 = 0u;
+                                                    var t_cs2: u32 = 0u;
+                                                    var t_cs3: u32 = 0u;
+                                                    var t_cs4: u32 = 0u;
+                                                    var t_cs5: u32 = 0u;
+                                                    var t_cs6: u32 = 0u;
+                                                    var t_cs7: u32 = 0u;
+                                                    var t_cs8: u32 = 0u;
+                                                    var t_cs9: u32 = 0u;
+                                                    var t_cs10: u32 = 0u;
+                                                    var t_cs11: u32 = 0u;
+                                                    var t_cs12: u32 = 0u;
+                                                    var t_cs13: u32 = 0u;
+                                                    var t_cs14: u32 = 0u;
+                                                    var t_cs15: u32 = 0u;
+                                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
+                                                    var t_nb: u32 = t_above;
+                                                    var t_digit: u32 = 4294967295u;
+                                                    var t_cn: u32 = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
                                     var tie_col_max: u32 = (t_key ^ 4294967295u);
                                     for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
@@ -1861,8 +1972,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_p: u32 = (i / 384u);
                                             var ri_key: u32 = 0u;
                                             if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                let sk_e38: u32 = (i / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e38) * 805u) + (5u + ((i - (sk_e38 * 384u)) * 2u)))]);
+                                                let sk_e40: u32 = (i / 384u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((i - (sk_e40 * 384u)) * 2u)))]);
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1971,170 +2082,268 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e40: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e40)) + 1lu), tn64, sk_e40)));
+                                    let sk_e42: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e42)) + 1lu), tn64, sk_e42)));
+                                    var t_top: u32 = 4294967295u;
+                                    for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                        // built by kernels::select::clear
+                                        atomicStore(&select_scratch[i], 0u);
+                                    }
+                                    workgroupBarrier();
+                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                        // built by kernels::select::select_top
+                                        var ri_p: u32 = (ti / 384u);
+                                        var ri_key: u32 = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            let sk_e43: u32 = (ti / 384u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
+                                        }
+                                        var tk_key: u32 = ri_key;
+                                        let sk_e44: u32 = (ti / 384u);
+                                        if ((select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
+                                            // built by kernels::select::count
+                                            let sk_e45: u32 = (ti / 384u);
+                                            var t_d: u32 = (t_top - select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 805u) + (6u + ((ti - (sk_e45 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)));
+                                            var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                            var t_old: u32 = 0u;
+                                            t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                        }
+                                    }
                                     var t_key: u32 = 0u;
-                                    var t_mask: u32 = 0u;
                                     var t_above: u32 = 0u;
                                     var t_at: u32 = 0u;
-                                    for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        var t_shift: u32 = (28u - (t_pass * 4u));
-                                        var t_cnt: array<u32, 16>;
-                                        for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
-                                            var ri_p: u32 = (ti / 384u);
-                                            var ri_key: u32 = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                // built by kernels::filter_top_p::select_in_range
-                                                let sk_e41: u32 = (ti / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 805u) + (5u + ((ti - (sk_e41 * 384u)) * 2u)))]);
-                                            }
-                                            var tk_key: u32 = ri_key;
-                                            let sk_e42: u32 = (ti / 384u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, &t_cnt);
-                                            }
-                                        }
-                                        var t_cs0: u32 = 0u;
-                                        var t_cs1: u32 = 0u;
-                                        var t_cs2: u32 = 0u;
-                                        var t_cs3: u32 = 0u;
-                                        var t_cs4: u32 = 0u;
-                                        var t_cs5: u32 = 0u;
-                                        var t_cs6: u32 = 0u;
-                                        var t_cs7: u32 = 0u;
-                                        var t_cs8: u32 = 0u;
-                                        var t_cs9: u32 = 0u;
-                                        var t_cs10: u32 = 0u;
-                                        var t_cs11: u32 = 0u;
-                                        var t_cs12: u32 = 0u;
-                                        var t_cs13: u32 = 0u;
-                                        var t_cs14: u32 = 0u;
-                                        var t_cs15: u32 = 0u;
-                                        sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                        var t_nb: u32 = t_above;
-                                        var t_chosen: u32 = 4294967295u;
-                                        var t_cn: u32 = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    workgroupBarrier();
+                                    var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                    var t_lo: u32 = (sk_lid * t_per);
+                                    var t_run: u32 = 0u;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        // built by kernels::select::choose_bin
+                                        let sk_e46: u32 = (t_lo + tj);
+                                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e46, 463u)]), (sk_e46 < 464u)));
                                     }
+                                    var t_start: u32 = 0u;
+                                    t_start = sk_block_scan(sk_lid, t_run);
+                                    if ((sk_lid == (BLOCK - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        atomicStore(&select_scratch[510u], (t_start + t_run));
+                                    }
+                                    workgroupBarrier();
+                                    var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                    var t_want: u32 = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, &t_run);
+                                    }
+                                    workgroupBarrier();
+                                    var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                    var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                    var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                    workgroupBarrier();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        var t_bin: u32 = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                                        var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                                        var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                    var ri_p: u32 = (ti / 384u);
+                                                    var ri_key: u32 = 0u;
+                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                        // built by kernels::filter_top_p::select_in_range
+                                                        let sk_e48: u32 = (ti / 384u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 805u) + (5u + ((ti - (sk_e48 * 384u)) * 2u)))]);
+                                                    }
+                                                    var tk_key: u32 = ri_key;
+                                                    let sk_e49: u32 = (ti / 384u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 805u) + (6u + ((ti - (sk_e49 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        var t_slot: u32 = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        atomicStore(&select_scratch[t_slot], tk);
+                                                    }
+                                                }
+                                                workgroupBarrier();
+                                                var t_need: u32 = (min(ties, t_total) - t_bin_above);
+                                                for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                workgroupBarrier();
+                                                t_key = atomicLoad(&select_scratch[507u]);
+                                                t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                                t_at = atomicLoad(&select_scratch[509u]);
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                var t_mask: u32 = 0u;
+                                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    var t_shift: u32 = (28u - (t_pass * 4u));
+                                                    var t_cnt: array<u32, 16>;
+                                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                        var ri_p: u32 = (ti / 384u);
+                                                        var ri_key: u32 = 0u;
+                                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                            // built by kernels::filter_top_p::select_in_range
+                                                            let sk_e50: u32 = (ti / 384u);
+                                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 805u) + (5u + ((ti - (sk_e50 * 384u)) * 2u)))]);
+                                                        }
+                                                        var tk_key: u32 = ri_key;
+                                                        let sk_e51: u32 = (ti / 384u);
+                                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 805u) + (6u + ((ti - (sk_e51 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, &t_cnt);
+                                                        }
+                                                    }
+                                                    var t_cs0: u32 = 0u;
+                                                    var t_cs1: u32 = 0u;
+                                                    var t_cs2: u32 = 0u;
+                                                    var t_cs3: u32 = 0u;
+                                                    var t_cs4: u32 = 0u;
+                                                    var t_cs5: u32 = 0u;
+                                                    var t_cs6: u32 = 0u;
+                                                    var t_cs7: u32 = 0u;
+                                                    var t_cs8: u32 = 0u;
+                                                    var t_cs9: u32 = 0u;
+                                                    var t_cs10: u32 = 0u;
+                                                    var t_cs11: u32 = 0u;
+                                                    var t_cs12: u32 = 0u;
+                                                    var t_cs13: u32 = 0u;
+                                                    var t_cs14: u32 = 0u;
+                                                    var t_cs15: u32 = 0u;
+                                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
+                                                    var t_nb: u32 = t_above;
+                                                    var t_digit: u32 = 4294967295u;
+                                                    var t_cn: u32 = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
                                     var tie_col_max: u32 = (t_key ^ 4294967295u);
                                     for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
@@ -2142,12 +2351,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e43: u32 = (i / 384u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((i - (sk_e43 * 384u)) * 2u)))]);
+                                            let sk_e52: u32 = (i / 384u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 805u) + (5u + ((i - (sk_e52 * 384u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e44: u32 = (i / 384u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((i - (sk_e44 * 384u)) * 2u)))]);
+                                        let sk_e53: u32 = (i / 384u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e53) * 805u) + (6u + ((i - (sk_e53 * 384u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -2160,8 +2369,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e48: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e48)) + 1lu), tn64, sk_e48)));
+                                    let sk_e57: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e57)) + 1lu), tn64, sk_e57)));
                                     var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)))) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
@@ -2184,8 +2393,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e49: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e49 > best) || ((sk_e49 == best) && (w_i < best_i)))) {
+                                                    let sk_e58: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e58 > best) || ((sk_e58 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2194,12 +2403,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e51: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    let sk_e50: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e51 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e51 + 0u)]))));
-                                                    if (((sk_e50 > best64) || ((sk_e50 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e60: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    let sk_e59: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e60 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e60 + 0u)]))));
+                                                    if (((sk_e59 > best64) || ((sk_e59 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e52: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e52 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e52 + 0u)]))));
+                                                        let sk_e61: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e61 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e61 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2225,8 +2434,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
                                         var t_mine: u32 = 0u;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                            let sk_e53: f32 = sk_load_x((base + col));
-                                            var tz_x: f32 = select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u));
+                                            let sk_e62: f32 = sk_load_x((base + col));
+                                            var tz_x: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2237,8 +2446,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         t_rank0 = sk_block_scan(sk_lid, t_mine);
                                         var t_rank: u32 = t_rank0;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                            let sk_e54: f32 = sk_load_x((base + col));
-                                            var tz_x: f32 = select(sk_e54, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e54) & 2147483647u) > 2139095040u));
+                                            let sk_e63: f32 = sk_load_x((base + col));
+                                            var tz_x: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2270,8 +2479,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (((params.flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        let sk_e57: f32 = sk_load_x((base + ow_at));
-                                        var ow_v_x: f32 = select(sk_e57, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e57) & 2147483647u) > 2139095040u));
+                                        let sk_e66: f32 = sk_load_x((base + ow_at));
+                                        var ow_v_x: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
                                         var ow_v: f32 = (ow_v_x / temp);
                                         if ((sk_lid == 0u)) {
                                             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
@@ -2308,166 +2517,259 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_k::merge_row
                                 var want: u32 = (kc + 1u);
                                 var n_items: u32 = (parts * want);
+                                var t_top: u32 = select((bitcast<u32>(row_m) | 2147483648u), (bitcast<u32>(row_m) ^ 4294967295u), ((bitcast<u32>(row_m) & 2147483648u) != 0u));
+                                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                    // built by kernels::select::clear
+                                    atomicStore(&select_scratch[i], 0u);
+                                }
+                                workgroupBarrier();
+                                for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                    // built by kernels::select::select_top
+                                    var ip: u32 = (ti / want);
+                                    var is: u32 = (ti - (ip * want));
+                                    var ik: u32 = 0u;
+                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                    }
+                                    if ((ik != 0u)) {
+                                        // built by kernels::select::count
+                                        var t_d: u32 = (t_top - ik);
+                                        var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                        var t_old: u32 = 0u;
+                                        t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                    }
+                                }
                                 var t_key: u32 = 0u;
-                                var t_mask: u32 = 0u;
                                 var t_above: u32 = 0u;
                                 var t_at: u32 = 0u;
-                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                    // built by kernels::filter_top_k::select_top
-                                    var t_shift: u32 = (28u - (t_pass * 4u));
-                                    var t_cnt: array<u32, 16>;
-                                    for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
-                                        var ip: u32 = (ti / want);
-                                        var is: u32 = (ti - (ip * want));
-                                        var ik: u32 = 0u;
-                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
-                                            // built by kernels::filter_top_k::merge_row
-                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
-                                        }
-                                        var tk: u32 = ik;
-                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                            sk_select_top(tk, t_shift, &t_cnt);
-                                        }
-                                    }
-                                    var t_cs0: u32 = 0u;
-                                    var t_cs1: u32 = 0u;
-                                    var t_cs2: u32 = 0u;
-                                    var t_cs3: u32 = 0u;
-                                    var t_cs4: u32 = 0u;
-                                    var t_cs5: u32 = 0u;
-                                    var t_cs6: u32 = 0u;
-                                    var t_cs7: u32 = 0u;
-                                    var t_cs8: u32 = 0u;
-                                    var t_cs9: u32 = 0u;
-                                    var t_cs10: u32 = 0u;
-                                    var t_cs11: u32 = 0u;
-                                    var t_cs12: u32 = 0u;
-                                    var t_cs13: u32 = 0u;
-                                    var t_cs14: u32 = 0u;
-                                    var t_cs15: u32 = 0u;
-                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                    var t_nb: u32 = t_above;
-                                    var t_chosen: u32 = 4294967295u;
-                                    var t_cn: u32 = t_above;
-                                    if ((t_cs15 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 15u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs15);
-                                    }
-                                    if ((t_cs14 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 14u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs14);
-                                    }
-                                    if ((t_cs13 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 13u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs13);
-                                    }
-                                    if ((t_cs12 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 12u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs12);
-                                    }
-                                    if ((t_cs11 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 11u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs11);
-                                    }
-                                    if ((t_cs10 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 10u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs10);
-                                    }
-                                    if ((t_cs9 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 9u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs9);
-                                    }
-                                    if ((t_cs8 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 8u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs8);
-                                    }
-                                    if ((t_cs7 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 7u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs7);
-                                    }
-                                    if ((t_cs6 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 6u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs6);
-                                    }
-                                    if ((t_cs5 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 5u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs5);
-                                    }
-                                    if ((t_cs4 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 4u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs4);
-                                    }
-                                    if ((t_cs3 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 3u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs3);
-                                    }
-                                    if ((t_cs2 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 2u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs2);
-                                    }
-                                    if ((t_cs1 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 1u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs1);
-                                    }
-                                    if ((t_cs0 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 0u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs0);
-                                    }
-                                    if ((t_chosen != 4294967295u)) {
-                                        t_key = (t_key | (t_chosen << t_shift));
-                                        t_above = t_cn;
-                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                                    }
-                                    t_mask = (t_mask | (15u << t_shift));
+                                workgroupBarrier();
+                                var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                var t_lo: u32 = (sk_lid * t_per);
+                                var t_run: u32 = 0u;
+                                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                    // built by kernels::select::choose_bin
+                                    let sk_e67: u32 = (t_lo + tj);
+                                    t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e67, 463u)]), (sk_e67 < 464u)));
                                 }
+                                var t_start: u32 = 0u;
+                                t_start = sk_block_scan(sk_lid, t_run);
+                                if ((sk_lid == (BLOCK - 1u))) {
+                                    // built by kernels::select::choose_bin
+                                    atomicStore(&select_scratch[510u], (t_start + t_run));
+                                }
+                                workgroupBarrier();
+                                var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                var t_want: u32 = min(want, t_total);
+                                t_run = t_start;
+                                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                    sk_choose_bin(t_lo, tj, t_want, &t_run);
+                                }
+                                workgroupBarrier();
+                                var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                workgroupBarrier();
+                                if ((t_chosen != 0u)) {
+                                    // built by kernels::select::decide
+                                    var t_bin: u32 = (t_chosen - 1u);
+                                    t_above = t_bin_above;
+                                    t_at = t_bin_at;
+                                    var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                                    var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                                    var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                                    if ((t_bin < 32u)) {
+                                        t_key = (t_top - t_lo_d);
+                                    } else {
+                                        if ((t_bin_at <= 507u)) {
+                                            for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                                var ip: u32 = (ti / want);
+                                                var is: u32 = (ti - (ip * want));
+                                                var ik: u32 = 0u;
+                                                if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                                    // built by kernels::filter_top_k::merge_row
+                                                    ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                                }
+                                                var tk: u32 = ik;
+                                                if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                    var t_slot: u32 = 0u;
+                                                    t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                    atomicStore(&select_scratch[t_slot], tk);
+                                                }
+                                            }
+                                            workgroupBarrier();
+                                            var t_need: u32 = (min(want, t_total) - t_bin_above);
+                                            for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
+                                                sk_rank_listed(ri, t_bin_at, t_need);
+                                            }
+                                            workgroupBarrier();
+                                            t_key = atomicLoad(&select_scratch[507u]);
+                                            t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                            t_at = atomicLoad(&select_scratch[509u]);
+                                        } else {
+                                            t_above = 0u;
+                                            t_at = 0u;
+                                            var t_mask: u32 = 0u;
+                                            for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                                // built by kernels::select::radix_select
+                                                var t_shift: u32 = (28u - (t_pass * 4u));
+                                                var t_cnt: array<u32, 16>;
+                                                for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                                    var ip: u32 = (ti / want);
+                                                    var is: u32 = (ti - (ip * want));
+                                                    var ik: u32 = 0u;
+                                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                                        // built by kernels::filter_top_k::merge_row
+                                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                                    }
+                                                    var tk: u32 = ik;
+                                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                        sk_radix_select(tk, t_shift, &t_cnt);
+                                                    }
+                                                }
+                                                var t_cs0: u32 = 0u;
+                                                var t_cs1: u32 = 0u;
+                                                var t_cs2: u32 = 0u;
+                                                var t_cs3: u32 = 0u;
+                                                var t_cs4: u32 = 0u;
+                                                var t_cs5: u32 = 0u;
+                                                var t_cs6: u32 = 0u;
+                                                var t_cs7: u32 = 0u;
+                                                var t_cs8: u32 = 0u;
+                                                var t_cs9: u32 = 0u;
+                                                var t_cs10: u32 = 0u;
+                                                var t_cs11: u32 = 0u;
+                                                var t_cs12: u32 = 0u;
+                                                var t_cs13: u32 = 0u;
+                                                var t_cs14: u32 = 0u;
+                                                var t_cs15: u32 = 0u;
+                                                sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
+                                                var t_nb: u32 = t_above;
+                                                var t_digit: u32 = 4294967295u;
+                                                var t_cn: u32 = t_above;
+                                                if ((t_cs15 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 15u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs15);
+                                                }
+                                                if ((t_cs14 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 14u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs14);
+                                                }
+                                                if ((t_cs13 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 13u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs13);
+                                                }
+                                                if ((t_cs12 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 12u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs12);
+                                                }
+                                                if ((t_cs11 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 11u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs11);
+                                                }
+                                                if ((t_cs10 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 10u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs10);
+                                                }
+                                                if ((t_cs9 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 9u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs9);
+                                                }
+                                                if ((t_cs8 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 8u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs8);
+                                                }
+                                                if ((t_cs7 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 7u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs7);
+                                                }
+                                                if ((t_cs6 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 6u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs6);
+                                                }
+                                                if ((t_cs5 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 5u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs5);
+                                                }
+                                                if ((t_cs4 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 4u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs4);
+                                                }
+                                                if ((t_cs3 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 3u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs3);
+                                                }
+                                                if ((t_cs2 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 2u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs2);
+                                                }
+                                                if ((t_cs1 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 1u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs1);
+                                                }
+                                                if ((t_cs0 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 0u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs0);
+                                                }
+                                                if ((t_digit != 4294967295u)) {
+                                                    t_key = (t_key | (t_digit << t_shift));
+                                                    t_above = t_cn;
+                                                    t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
+                                                }
+                                                t_mask = (t_mask | (15u << t_shift));
+                                            }
+                                        }
+                                    }
+                                }
+                                workgroupBarrier();
                                 var t_take: u32 = min(t_at, (want - t_above));
                                 var g_per: u32 = (((n_items + BLOCK) - 1u) / BLOCK);
                                 var g_lo: u32 = min((sk_lid * g_per), n_items);
@@ -2516,8 +2818,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e58: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e58) * 805u) + (6u + ((gj - (sk_e58 * want)) * 2u)))]);
+                                            let sk_e69: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e69) * 805u) + (6u + ((gj - (sk_e69 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2525,8 +2827,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e59: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e59 ^ 4294967295u), (sk_e59 ^ 2147483648u), ((sk_e59 & 2147483648u) != 0u)));
+                                    let sk_e70: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e70 ^ 4294967295u), (sk_e70 ^ 2147483648u), ((sk_e70 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                                     listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -2563,9 +2865,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e61: u32 = listed_cols[(1285u + r)];
-                                    let sk_e60: f32 = bitcast<f32>(select((sk_e61 ^ 4294967295u), (sk_e61 ^ 2147483648u), ((sk_e61 & 2147483648u) != 0u)));
-                                    var wr: f32 = select(select(sk_exp((sk_e60 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e60 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                    let sk_e72: u32 = listed_cols[(1285u + r)];
+                                    let sk_e71: f32 = bitcast<f32>(select((sk_e72 ^ 4294967295u), (sk_e72 ^ 2147483648u), ((sk_e72 & 2147483648u) != 0u)));
+                                    var wr: f32 = select(select(sk_exp((sk_e71 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e71 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2585,148 +2887,148 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e63: u32 = (col_hi - col_lo);
-                                        let sk_e62: f32 = sk_load_x((base + (col_lo + select((sk_e63 - 1u), li0, (li0 < sk_e63)))));
-                                        var zx0: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                                        let sk_e74: u32 = (col_hi - col_lo);
+                                        let sk_e73: f32 = sk_load_x((base + (col_lo + select((sk_e74 - 1u), li0, (li0 < sk_e74)))));
+                                        var zx0: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e65: u32 = (col_hi - col_lo);
-                                        let sk_e64: f32 = sk_load_x((base + (col_lo + select((sk_e65 - 1u), li1, (li1 < sk_e65)))));
-                                        var zx1: f32 = select(sk_e64, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e64) & 2147483647u) > 2139095040u));
+                                        let sk_e76: u32 = (col_hi - col_lo);
+                                        let sk_e75: f32 = sk_load_x((base + (col_lo + select((sk_e76 - 1u), li1, (li1 < sk_e76)))));
+                                        var zx1: f32 = select(sk_e75, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e75) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e67: u32 = (col_hi - col_lo);
-                                        let sk_e66: f32 = sk_load_x((base + (col_lo + select((sk_e67 - 1u), li2, (li2 < sk_e67)))));
-                                        var zx2: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                        let sk_e78: u32 = (col_hi - col_lo);
+                                        let sk_e77: f32 = sk_load_x((base + (col_lo + select((sk_e78 - 1u), li2, (li2 < sk_e78)))));
+                                        var zx2: f32 = select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e69: u32 = (col_hi - col_lo);
-                                        let sk_e68: f32 = sk_load_x((base + (col_lo + select((sk_e69 - 1u), li3, (li3 < sk_e69)))));
-                                        var zx3: f32 = select(sk_e68, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e68) & 2147483647u) > 2139095040u));
+                                        let sk_e80: u32 = (col_hi - col_lo);
+                                        let sk_e79: f32 = sk_load_x((base + (col_lo + select((sk_e80 - 1u), li3, (li3 < sk_e80)))));
+                                        var zx3: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
                                         var li4: u32 = (i0 + (BLOCK * 4u));
-                                        let sk_e71: u32 = (col_hi - col_lo);
-                                        let sk_e70: f32 = sk_load_x((base + (col_lo + select((sk_e71 - 1u), li4, (li4 < sk_e71)))));
-                                        var zx4: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
+                                        let sk_e82: u32 = (col_hi - col_lo);
+                                        let sk_e81: f32 = sk_load_x((base + (col_lo + select((sk_e82 - 1u), li4, (li4 < sk_e82)))));
+                                        var zx4: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
                                         var li5: u32 = (i0 + (BLOCK * 5u));
-                                        let sk_e73: u32 = (col_hi - col_lo);
-                                        let sk_e72: f32 = sk_load_x((base + (col_lo + select((sk_e73 - 1u), li5, (li5 < sk_e73)))));
-                                        var zx5: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
+                                        let sk_e84: u32 = (col_hi - col_lo);
+                                        let sk_e83: f32 = sk_load_x((base + (col_lo + select((sk_e84 - 1u), li5, (li5 < sk_e84)))));
+                                        var zx5: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
                                         var li6: u32 = (i0 + (BLOCK * 6u));
-                                        let sk_e75: u32 = (col_hi - col_lo);
-                                        let sk_e74: f32 = sk_load_x((base + (col_lo + select((sk_e75 - 1u), li6, (li6 < sk_e75)))));
-                                        var zx6: f32 = select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u));
+                                        let sk_e86: u32 = (col_hi - col_lo);
+                                        let sk_e85: f32 = sk_load_x((base + (col_lo + select((sk_e86 - 1u), li6, (li6 < sk_e86)))));
+                                        var zx6: f32 = select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u));
                                         var li7: u32 = (i0 + (BLOCK * 7u));
-                                        let sk_e77: u32 = (col_hi - col_lo);
-                                        let sk_e76: f32 = sk_load_x((base + (col_lo + select((sk_e77 - 1u), li7, (li7 < sk_e77)))));
-                                        var zx7: f32 = select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u));
+                                        let sk_e88: u32 = (col_hi - col_lo);
+                                        let sk_e87: f32 = sk_load_x((base + (col_lo + select((sk_e88 - 1u), li7, (li7 < sk_e88)))));
+                                        var zx7: f32 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
                                         var li8: u32 = (i0 + (BLOCK * 8u));
-                                        let sk_e79: u32 = (col_hi - col_lo);
-                                        let sk_e78: f32 = sk_load_x((base + (col_lo + select((sk_e79 - 1u), li8, (li8 < sk_e79)))));
-                                        var zx8: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
+                                        let sk_e90: u32 = (col_hi - col_lo);
+                                        let sk_e89: f32 = sk_load_x((base + (col_lo + select((sk_e90 - 1u), li8, (li8 < sk_e90)))));
+                                        var zx8: f32 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
                                         var li9: u32 = (i0 + (BLOCK * 9u));
-                                        let sk_e81: u32 = (col_hi - col_lo);
-                                        let sk_e80: f32 = sk_load_x((base + (col_lo + select((sk_e81 - 1u), li9, (li9 < sk_e81)))));
-                                        var zx9: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
+                                        let sk_e92: u32 = (col_hi - col_lo);
+                                        let sk_e91: f32 = sk_load_x((base + (col_lo + select((sk_e92 - 1u), li9, (li9 < sk_e92)))));
+                                        var zx9: f32 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
                                         var li10: u32 = (i0 + (BLOCK * 10u));
-                                        let sk_e83: u32 = (col_hi - col_lo);
-                                        let sk_e82: f32 = sk_load_x((base + (col_lo + select((sk_e83 - 1u), li10, (li10 < sk_e83)))));
-                                        var zx10: f32 = select(sk_e82, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e82) & 2147483647u) > 2139095040u));
+                                        let sk_e94: u32 = (col_hi - col_lo);
+                                        let sk_e93: f32 = sk_load_x((base + (col_lo + select((sk_e94 - 1u), li10, (li10 < sk_e94)))));
+                                        var zx10: f32 = select(sk_e93, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e93) & 2147483647u) > 2139095040u));
                                         var li11: u32 = (i0 + (BLOCK * 11u));
-                                        let sk_e85: u32 = (col_hi - col_lo);
-                                        let sk_e84: f32 = sk_load_x((base + (col_lo + select((sk_e85 - 1u), li11, (li11 < sk_e85)))));
-                                        var zx11: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
+                                        let sk_e96: u32 = (col_hi - col_lo);
+                                        let sk_e95: f32 = sk_load_x((base + (col_lo + select((sk_e96 - 1u), li11, (li11 < sk_e96)))));
+                                        var zx11: f32 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
                                         var li12: u32 = (i0 + (BLOCK * 12u));
-                                        let sk_e87: u32 = (col_hi - col_lo);
-                                        let sk_e86: f32 = sk_load_x((base + (col_lo + select((sk_e87 - 1u), li12, (li12 < sk_e87)))));
-                                        var zx12: f32 = select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u));
+                                        let sk_e98: u32 = (col_hi - col_lo);
+                                        let sk_e97: f32 = sk_load_x((base + (col_lo + select((sk_e98 - 1u), li12, (li12 < sk_e98)))));
+                                        var zx12: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
                                         var li13: u32 = (i0 + (BLOCK * 13u));
-                                        let sk_e89: u32 = (col_hi - col_lo);
-                                        let sk_e88: f32 = sk_load_x((base + (col_lo + select((sk_e89 - 1u), li13, (li13 < sk_e89)))));
-                                        var zx13: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
+                                        let sk_e100: u32 = (col_hi - col_lo);
+                                        let sk_e99: f32 = sk_load_x((base + (col_lo + select((sk_e100 - 1u), li13, (li13 < sk_e100)))));
+                                        var zx13: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
                                         var li14: u32 = (i0 + (BLOCK * 14u));
-                                        let sk_e91: u32 = (col_hi - col_lo);
-                                        let sk_e90: f32 = sk_load_x((base + (col_lo + select((sk_e91 - 1u), li14, (li14 < sk_e91)))));
-                                        var zx14: f32 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
+                                        let sk_e102: u32 = (col_hi - col_lo);
+                                        let sk_e101: f32 = sk_load_x((base + (col_lo + select((sk_e102 - 1u), li14, (li14 < sk_e102)))));
+                                        var zx14: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
                                         var li15: u32 = (i0 + (BLOCK * 15u));
-                                        let sk_e93: u32 = (col_hi - col_lo);
-                                        let sk_e92: f32 = sk_load_x((base + (col_lo + select((sk_e93 - 1u), li15, (li15 < sk_e93)))));
-                                        var zx15: f32 = select(sk_e92, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e92) & 2147483647u) > 2139095040u));
+                                        let sk_e104: u32 = (col_hi - col_lo);
+                                        let sk_e103: f32 = sk_load_x((base + (col_lo + select((sk_e104 - 1u), li15, (li15 < sk_e104)))));
+                                        var zx15: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e94: f32 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e94 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e94 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e105: f32 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e105 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e105 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e95: f32 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e95 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e95 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e106: f32 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e106 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e106 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e96: f32 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e96 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e96 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e107: f32 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e107 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e107 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e97: f32 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e97 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e97 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e108: f32 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e108 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e108 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e98: f32 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e98 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e98 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e109: f32 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e109 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e109 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e99: f32 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e99 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e99 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e110: f32 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e110 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e110 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e100: f32 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e100 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e100 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e111: f32 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e111 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e111 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e101: f32 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e101 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e101 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e112: f32 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e112 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e112 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e102: f32 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e102 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e102 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e113: f32 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e113 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e113 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e103: f32 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e103 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e103 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e114: f32 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e114 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e114 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e104: f32 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e104 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e104 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e115: f32 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e115 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e115 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e105: f32 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e105 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e105 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e116: f32 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e116 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e116 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e106: f32 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e106 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e106 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e117: f32 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e117 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e117 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e107: f32 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e107 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e107 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e118: f32 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e118 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e118 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e108: f32 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e108 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e108 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e119: f32 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e119 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e119 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e109: f32 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e109 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e109 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e120: f32 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e120 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e120 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2734,9 +3036,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e111: u32 = listed_cols[(1285u + r)];
-                                        let sk_e110: f32 = bitcast<f32>(select((sk_e111 ^ 4294967295u), (sk_e111 ^ 2147483648u), ((sk_e111 & 2147483648u) != 0u)));
-                                        var wr: f32 = select(select(sk_exp((sk_e110 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e110 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                        let sk_e122: u32 = listed_cols[(1285u + r)];
+                                        let sk_e121: f32 = bitcast<f32>(select((sk_e122 ^ 4294967295u), (sk_e122 ^ 2147483648u), ((sk_e122 & 2147483648u) != 0u)));
+                                        var wr: f32 = select(select(sk_exp((sk_e121 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e121 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2751,10 +3053,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                                let sk_e112: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = ((bitcast<f32>(select((sk_e112 ^ 4294967295u), (sk_e112 ^ 2147483648u), ((sk_e112 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                                let sk_e113: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e113] ^ 4294967295u), (listed_cols[sk_e113] ^ 2147483648u), ((listed_cols[sk_e113] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                                let sk_e123: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = ((bitcast<f32>(select((sk_e123 ^ 4294967295u), (sk_e123 ^ 2147483648u), ((sk_e123 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                                let sk_e124: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e124] ^ 4294967295u), (listed_cols[sk_e124] ^ 2147483648u), ((listed_cols[sk_e124] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2803,16 +3105,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e114: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e114 + 1u)] == 1u) && (rows[(sk_e114 + 6u)] == 1u));
+                                    let sk_e125: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e125 + 1u)] == 1u) && (rows[(sk_e125 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e115: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e115 ^ 4294967295u), (sk_e115 ^ 2147483648u), ((sk_e115 & 2147483648u) != 0u)));
+                                        let sk_e126: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e126 ^ 4294967295u), (sk_e126 ^ 2147483648u), ((sk_e126 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2841,8 +3143,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (((params.flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        let sk_e119: f32 = sk_load_x((base + ow_at));
-                                        var ow_v_x: f32 = select(sk_e119, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e119) & 2147483647u) > 2139095040u));
+                                        let sk_e130: f32 = sk_load_x((base + ow_at));
+                                        var ow_v_x: f32 = select(sk_e130, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e130) & 2147483647u) > 2139095040u));
                                         var ow_v: f32 = (ow_v_x / temp);
                                         if ((sk_lid == 0u)) {
                                             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -2859,21 +3161,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        let sk_e120: u32 = (((slot * parts) + p) * 805u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e120 + 3u)]), atomicLoad(&partials[(sk_e120 + 4u)]));
-                                        let sk_e123: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e121: f32 = select((0.0f), (1.0f), (sk_e123 == bitcast<f32>(2139095040u)));
-                                        let sk_e122: f32 = (sk_e123 - row_m);
-                                        let sk_e124: bool = (row_m == bitcast<f32>(4286578688u));
-                                        let sk_e125: bool = (row_m == bitcast<f32>(2139095040u));
-                                        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e122), (0.0f), sk_e124), sk_e121, sk_e125) > (0.0f)) && (select(select(sk_exp(sk_e122), (0.0f), sk_e124), sk_e121, sk_e125) >= mp)))) {
+                                        let sk_e131: u32 = (((slot * parts) + p) * 805u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e131 + 3u)]), atomicLoad(&partials[(sk_e131 + 4u)]));
+                                        let sk_e134: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e132: f32 = select((0.0f), (1.0f), (sk_e134 == bitcast<f32>(2139095040u)));
+                                        let sk_e133: f32 = (sk_e134 - row_m);
+                                        let sk_e135: bool = (row_m == bitcast<f32>(4286578688u));
+                                        let sk_e136: bool = (row_m == bitcast<f32>(2139095040u));
+                                        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e133), (0.0f), sk_e135), sk_e132, sk_e136) > (0.0f)) && (select(select(sk_exp(sk_e133), (0.0f), sk_e135), sk_e132, sk_e136) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e126: u32 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e126 + 1u)] == 1u) && (rows[(sk_e126 + 6u)] == 1u))))) {
+                                    let sk_e137: u32 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2888,10 +3190,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                let sk_e127: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e127 ^ 4294967295u), (sk_e127 ^ 2147483648u), ((sk_e127 & 2147483648u) != 0u)));
-                                                let sk_e128: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                                                if (((sk_e128 > (0.0f)) && (sk_e128 >= mp))) {
+                                                let sk_e138: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e138 ^ 4294967295u), (sk_e138 ^ 2147483648u), ((sk_e138 & 2147483648u) != 0u)));
+                                                let sk_e139: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                                if (((sk_e139 > (0.0f)) && (sk_e139 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
@@ -2919,8 +3221,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (((params.flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            let sk_e131: f32 = sk_load_x((base + ow_at));
-                                            var ow_v_x: f32 = select(sk_e131, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e131) & 2147483647u) > 2139095040u));
+                                            let sk_e142: f32 = sk_load_x((base + ow_at));
+                                            var ow_v_x: f32 = select(sk_e142, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e142) & 2147483647u) > 2139095040u));
                                             var ow_v: f32 = (ow_v_x / temp);
                                             if ((sk_lid == 0u)) {
                                                 logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -2948,17 +3250,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
-                            let sk_e132: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e132, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e132) & 2147483647u) > 2139095040u));
+                            let sk_e143: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                            var zx0: f32 = select(sk_e143, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e143) & 2147483647u) > 2139095040u));
                             var li1: u32 = (i0 + (BLOCK * 1u));
-                            let sk_e133: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e133, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e133) & 2147483647u) > 2139095040u));
+                            let sk_e144: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                            var zx1: f32 = select(sk_e144, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e144) & 2147483647u) > 2139095040u));
                             var li2: u32 = (i0 + (BLOCK * 2u));
-                            let sk_e134: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e134, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e134) & 2147483647u) > 2139095040u));
+                            let sk_e145: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                            var zx2: f32 = select(sk_e145, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e145) & 2147483647u) > 2139095040u));
                             var li3: u32 = (i0 + (BLOCK * 3u));
-                            let sk_e135: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e135, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e135) & 2147483647u) > 2139095040u));
+                            let sk_e146: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                            var zx3: f32 = select(sk_e146, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e146) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 var col: u32 = (col_lo + li0);
@@ -3002,8 +3304,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e136: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e136 - sel_a), sk_e136, in_a);
+                        let sk_e147: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e147 - sel_a), sk_e147, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -3019,17 +3321,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     var li0: u32 = (i0 + (BLOCK * 0u));
-                                    let sk_e137: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e137, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e137) & 2147483647u) > 2139095040u));
+                                    let sk_e148: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (i0 + (BLOCK * 1u));
-                                    let sk_e138: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u));
+                                    let sk_e149: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (i0 + (BLOCK * 2u));
-                                    let sk_e139: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e139, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e139) & 2147483647u) > 2139095040u));
+                                    let sk_e150: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e150, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e150) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (i0 + (BLOCK * 3u));
-                                    let sk_e140: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e140, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e140) & 2147483647u) > 2139095040u));
+                                    let sk_e151: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e151, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e151) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                                     }
@@ -3053,8 +3355,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e141: f32 = sk_load_x((base + col));
-                                var lx: f32 = select(sk_e141, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e141) & 2147483647u) > 2139095040u));
+                                let sk_e152: f32 = sk_load_x((base + col));
+                                var lx: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3078,8 +3380,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e142: f32 = sk_load_x((base + col));
-                                var lx: f32 = select(sk_e142, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e142) & 2147483647u) > 2139095040u));
+                                let sk_e153: f32 = sk_load_x((base + col));
+                                var lx: f32 = select(sk_e153, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e153) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3119,8 +3421,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e143: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e143 == (sel_n + min(sel_tn, 64u))) || (!((sk_e143 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e154: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e154 == (sel_n + min(sel_tn, 64u))) || (!((sk_e154 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3140,8 +3442,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                     // built by kernels::filters::sweep_list
                                     var col: u32 = listed_cols[at];
-                                    let sk_e144: f32 = sk_load_x((base + col));
-                                    var lx: f32 = select(sk_e144, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e144) & 2147483647u) > 2139095040u));
+                                    let sk_e155: f32 = sk_load_x((base + col));
+                                    var lx: f32 = select(sk_e155, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e155) & 2147483647u) > 2139095040u));
                                     var zv: f32 = (lx / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3170,17 +3472,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e145: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e145, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e145) & 2147483647u) > 2139095040u));
+                                            let sk_e156: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e156, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e156) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e146: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e146, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e146) & 2147483647u) > 2139095040u));
+                                            let sk_e157: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e157, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e157) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e147: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e147, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e147) & 2147483647u) > 2139095040u));
+                                            let sk_e158: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e148: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
+                                            let sk_e159: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e159, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e159) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
@@ -3198,17 +3500,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             var li0: u32 = (i0 + (BLOCK * 0u));
-                                            let sk_e149: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
+                                            let sk_e160: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (i0 + (BLOCK * 1u));
-                                            let sk_e150: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e150, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e150) & 2147483647u) > 2139095040u));
+                                            let sk_e161: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (i0 + (BLOCK * 2u));
-                                            let sk_e151: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e151, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e151) & 2147483647u) > 2139095040u));
+                                            let sk_e162: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e162, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e162) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (i0 + (BLOCK * 3u));
-                                            let sk_e152: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
+                                            let sk_e163: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e163, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e163) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
@@ -3341,8 +3643,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e154: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e154)) + 1lu), tn64, sk_e154)));
+                        let sk_e165: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e165)) + 1lu), tn64, sk_e165)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3366,17 +3668,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e155: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e155, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e155) & 2147483647u) > 2139095040u));
+                                            let sk_e166: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e156: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e156, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e156) & 2147483647u) > 2139095040u));
+                                            let sk_e167: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e157: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e157, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e157) & 2147483647u) > 2139095040u));
+                                            let sk_e168: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e168, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e168) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e158: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
+                                            let sk_e169: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                             }
@@ -3401,8 +3703,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e159: u32 = (row * 12u);
-                    if ((((rows[(sk_e159 + 1u)] == 1u) && (rows[(sk_e159 + 6u)] == 1u)) && filtered)) {
+                    let sk_e170: u32 = (row * 12u);
+                    if ((((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3419,17 +3721,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e160: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
+                                    let sk_e171: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e171, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e171) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e161: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
+                                    let sk_e172: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e172, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e172) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e162: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e162, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e162) & 2147483647u) > 2139095040u));
+                                    let sk_e173: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e163: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e163, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e163) & 2147483647u) > 2139095040u));
+                                    let sk_e174: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e174, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e174) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
@@ -3485,13 +3787,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e164: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e164 ^ 4294967295u), (sk_e164 ^ 2147483648u), ((sk_e164 & 2147483648u) != 0u)));
+                                let sk_e175: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e175 ^ 4294967295u), (sk_e175 ^ 2147483648u), ((sk_e175 & 2147483648u) != 0u)));
                                 var s64: f64 = f64(rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e165: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e165 + 8u)], rows[(sk_e165 + 9u)], rows[(sk_e165 + 10u)], r)));
+                                    let sk_e176: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e176 + 8u)], rows[(sk_e176 + 9u)], rows[(sk_e176 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3532,17 +3834,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e166: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
+                                            let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e167: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
+                                            let sk_e178: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e178, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e178) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e168: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e168, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e168) & 2147483647u) > 2139095040u));
+                                            let sk_e179: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e169: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
+                                            let sk_e180: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                                             }
@@ -3573,17 +3875,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e170: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
+                                        let sk_e181: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e181, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e181) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e171: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e171, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e171) & 2147483647u) > 2139095040u));
+                                        let sk_e182: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e172: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e172, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e172) & 2147483647u) > 2139095040u));
+                                        let sk_e183: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e173: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
+                                        let sk_e184: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e184, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e184) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
@@ -3626,17 +3928,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e174: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e174, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e174) & 2147483647u) > 2139095040u));
+                                    let sk_e185: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e175: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e175, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e175) & 2147483647u) > 2139095040u));
+                                    let sk_e186: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e176: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e176, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e176) & 2147483647u) > 2139095040u));
+                                    let sk_e187: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
+                                    let sk_e188: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e188, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e188) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
@@ -3669,17 +3971,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e182: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
+                                    let sk_e193: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e183: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
+                                    let sk_e194: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e194, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e194) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e184: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e184, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e184) & 2147483647u) > 2139095040u));
+                                    let sk_e195: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e185: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
+                                    let sk_e196: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e196, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e196) & 2147483647u) > 2139095040u));
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3699,8 +4001,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e186: f32 = sk_gumbel(w[0]);
-                                            var score: f32 = select(zv, select((zv + sk_e186), sk_e186, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e197: f32 = sk_gumbel(w[0]);
+                                            var score: f32 = select(zv, select((zv + sk_e197), sk_e197, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3723,8 +4025,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e187: f32 = sk_gumbel(w[1]);
-                                            var score: f32 = select(zv, select((zv + sk_e187), sk_e187, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e198: f32 = sk_gumbel(w[1]);
+                                            var score: f32 = select(zv, select((zv + sk_e198), sk_e198, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3747,8 +4049,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e188: f32 = sk_gumbel(w[2]);
-                                            var score: f32 = select(zv, select((zv + sk_e188), sk_e188, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e199: f32 = sk_gumbel(w[2]);
+                                            var score: f32 = select(zv, select((zv + sk_e199), sk_e199, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3771,8 +4073,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e189: f32 = sk_gumbel(w[3]);
-                                            var score: f32 = select(zv, select((zv + sk_e189), sk_e189, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e200: f32 = sk_gumbel(w[3]);
+                                            var score: f32 = select(zv, select((zv + sk_e200), sk_e200, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3806,8 +4108,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::abi::write_results_as
                         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                         if ((sk_lid == 0u)) {
-                            let sk_e190: f32 = sk_load_x((base + tok_at));
-                            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e190, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e190) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                            let sk_e201: f32 = sk_load_x((base + tok_at));
+                            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -37,6 +37,7 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
+var<workgroup> select_scratch: array<atomic<u32>, 512>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -868,8 +869,8 @@ fn sk_select_in_range(dk: u32, shift: u32, cut_mx: f32, cnt: ptr<function, array
     let sk_e29: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
     (*mas)[digit] += sk_fixed(select((sk_e29 / cut_mx), (1.0f), (sk_e29 == cut_mx)));
 }
-fn sk_select_top(tk: u32, t_shift: u32, t_cnt: ptr<function, array<u32, 16>>) {
-    // built by kernels::filter_top_k::select_top
+fn sk_radix_select(tk: u32, t_shift: u32, t_cnt: ptr<function, array<u32, 16>>) {
+    // built by kernels::select::radix_select
     (*t_cnt)[((tk >> t_shift) & 15u)] += 1u;
 }
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
@@ -916,8 +917,8 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = sk_log64(f64(zv));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e112: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e112 + 8u)], rows[(sk_e112 + 9u)], rows[(sk_e112 + 10u)], col)));
+        let sk_e123: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e123 + 8u)], rows[(sk_e123 + 9u)], rows[(sk_e123 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -926,6 +927,22 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     }
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
+}
+fn sk_rank_listed(ri: u32, t_bin_at: u32, t_need: u32) {
+    // built by kernels::select::rank_listed
+    var t_ki: u32 = atomicLoad(&select_scratch[ri]);
+    var t_gt: u32 = 0u;
+    var t_eq: u32 = 0u;
+    for (var rj: u32 = 0u; rj < t_bin_at; rj = rj + 1u) {
+        var t_kj: u32 = atomicLoad(&select_scratch[rj]);
+        t_gt = (t_gt + select(0u, 1u, (t_kj > t_ki)));
+        t_eq = (t_eq + select(0u, 1u, (t_kj == t_ki)));
+    }
+    if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
+        atomicStore(&select_scratch[507u], t_ki);
+        atomicStore(&select_scratch[508u], t_gt);
+        atomicStore(&select_scratch[509u], t_eq);
+    }
 }
 fn sk_gather(key: u32) {
     // built by kernels::filter_rank::gather
@@ -963,6 +980,19 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     *sk_io_sel_key = sel_key;
     *sk_io_sel_mask = sel_mask;
 }
+fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, sk_io_t_run: ptr<function, u32>) {
+    var t_run: u32 = *sk_io_t_run;
+    // built by kernels::select::choose_bin
+    let sk_e33: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e33, 463u)]), (sk_e33 < 464u));
+    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
+        atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
+        atomicStore(&select_scratch[508u], t_run);
+        atomicStore(&select_scratch[509u], t_c);
+    }
+    t_run = (t_run + t_c);
+    *sk_io_t_run = t_run;
+}
 fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::read_step
@@ -988,8 +1018,8 @@ fn sk_race_one(tz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<funct
     var s64: f64 = sk_log64(f64(tz));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e50: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e50 + 8u)], rows[(sk_e50 + 9u)], rows[(sk_e50 + 10u)], col)));
+        let sk_e59: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col)));
     }
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1029,8 +1059,8 @@ fn sk_race_one_2(col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_s
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e51: u32 = (col & 3u);
-    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e51 == 1u)), w4[2], (sk_e51 == 2u)), w4[3], (sk_e51 == 3u))));
+    let sk_e60: u32 = (col & 3u);
+    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e60 == 1u)), w4[2], (sk_e60 == 2u)), w4[3], (sk_e60 == 3u))));
     if (((score > best) || ((score == best) && (col < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;
@@ -1632,160 +1662,241 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                                     let sk_e31: bool = (tie_v == 0lu);
                                     var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e31)) + 1lu), tn64, sk_e31)));
+                                    var t_top: u32 = 4294967295u;
+                                    for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                        // built by kernels::select::clear
+                                        atomicStore(&select_scratch[i], 0u);
+                                    }
+                                    workgroupBarrier();
+                                    for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                        // built by kernels::select::select_top
+                                        var tk_key: u32 = listed_cols[ti];
+                                        if ((select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
+                                            // built by kernels::select::count
+                                            var t_d: u32 = (t_top - select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)));
+                                            var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                            var t_old: u32 = 0u;
+                                            t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                        }
+                                    }
                                     var t_key: u32 = 0u;
-                                    var t_mask: u32 = 0u;
                                     var t_above: u32 = 0u;
                                     var t_at: u32 = 0u;
-                                    for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        var t_shift: u32 = (28u - (t_pass * 4u));
-                                        var t_cnt: array<u32, 16>;
-                                        for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
-                                            var tk_key: u32 = listed_cols[ti];
-                                            var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, &t_cnt);
-                                            }
-                                        }
-                                        var t_cs0: u32 = 0u;
-                                        var t_cs1: u32 = 0u;
-                                        var t_cs2: u32 = 0u;
-                                        var t_cs3: u32 = 0u;
-                                        var t_cs4: u32 = 0u;
-                                        var t_cs5: u32 = 0u;
-                                        var t_cs6: u32 = 0u;
-                                        var t_cs7: u32 = 0u;
-                                        var t_cs8: u32 = 0u;
-                                        var t_cs9: u32 = 0u;
-                                        var t_cs10: u32 = 0u;
-                                        var t_cs11: u32 = 0u;
-                                        var t_cs12: u32 = 0u;
-                                        var t_cs13: u32 = 0u;
-                                        var t_cs14: u32 = 0u;
-                                        var t_cs15: u32 = 0u;
-                                        sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                        var t_nb: u32 = t_above;
-                                        var t_chosen: u32 = 4294967295u;
-                                        var t_cn: u32 = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    workgroupBarrier();
+                                    var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                    var t_lo: u32 = (sk_lid * t_per);
+                                    var t_run: u32 = 0u;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        // built by kernels::select::choose_bin
+                                        let sk_e32: u32 = (t_lo + tj);
+                                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e32, 463u)]), (sk_e32 < 464u)));
                                     }
+                                    var t_start: u32 = 0u;
+                                    t_start = sk_block_scan(sk_lid, t_run);
+                                    if ((sk_lid == (BLOCK - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        atomicStore(&select_scratch[510u], (t_start + t_run));
+                                    }
+                                    workgroupBarrier();
+                                    var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                    var t_want: u32 = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, &t_run);
+                                    }
+                                    workgroupBarrier();
+                                    var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                    var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                    var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                    workgroupBarrier();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        var t_bin: u32 = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                                        var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                                        var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                                    var tk_key: u32 = listed_cols[ti];
+                                                    var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        var t_slot: u32 = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        atomicStore(&select_scratch[t_slot], tk);
+                                                    }
+                                                }
+                                                workgroupBarrier();
+                                                var t_need: u32 = (min(ties, t_total) - t_bin_above);
+                                                for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                workgroupBarrier();
+                                                t_key = atomicLoad(&select_scratch[507u]);
+                                                t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                                t_at = atomicLoad(&select_scratch[509u]);
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                var t_mask: u32 = 0u;
+                                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    var t_shift: u32 = (28u - (t_pass * 4u));
+                                                    var t_cnt: array<u32, 16>;
+                                                    for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                                        var tk_key: u32 = listed_cols[ti];
+                                                        var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, &t_cnt);
+                                                        }
+                                                    }
+                                                    var t_cs0: u32 = 0u;
+                                                    var t_cs1: u32 = 0u;
+                                                    var t_cs2: u32 = 0u;
+                                                    var t_cs3: u32 = 0u;
+                                                    var t_cs4: u32 = 0u;
+                                                    var t_cs5: u32 = 0u;
+                                                    var t_cs6: u32 = 0u;
+                                                    var t_cs7: u32 = 0u;
+                                                    var t_cs8: u32 = 0u;
+                                                    var t_cs9: u32 = 0u;
+                                                    var t_cs10: u32 = 0u;
+                                                    var t_cs11: u32 = 0u;
+                                                    var t_cs12: u32 = 0u;
+                                                    var t_cs13: u32 = 0u;
+                                                    var t_cs14: u32 = 0u;
+                                                    var t_cs15: u32 = 0u;
+                                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
+                                                    var t_nb: u32 = t_above;
+                                                    var t_digit: u32 = 4294967295u;
+                                                    var t_cn: u32 = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
                                     var tie_col_max: u32 = (t_key ^ 4294967295u);
                                     for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
@@ -1816,8 +1927,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_p: u32 = (i / 384u);
                                             var ri_key: u32 = 0u;
                                             if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                let sk_e34: u32 = (i / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e34) * 805u) + (5u + ((i - (sk_e34 * 384u)) * 2u)))]);
+                                                let sk_e36: u32 = (i / 384u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e36) * 805u) + (5u + ((i - (sk_e36 * 384u)) * 2u)))]);
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1926,170 +2037,268 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e37: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e37)) + 1lu), tn64, sk_e37)));
+                                    let sk_e39: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
+                                    var t_top: u32 = 4294967295u;
+                                    for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                        // built by kernels::select::clear
+                                        atomicStore(&select_scratch[i], 0u);
+                                    }
+                                    workgroupBarrier();
+                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                        // built by kernels::select::select_top
+                                        var ri_p: u32 = (ti / 384u);
+                                        var ri_key: u32 = 0u;
+                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            // built by kernels::filter_top_p::select_in_range
+                                            let sk_e40: u32 = (ti / 384u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((ti - (sk_e40 * 384u)) * 2u)))]);
+                                        }
+                                        var tk_key: u32 = ri_key;
+                                        let sk_e41: u32 = (ti / 384u);
+                                        if ((select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
+                                            // built by kernels::select::count
+                                            let sk_e42: u32 = (ti / 384u);
+                                            var t_d: u32 = (t_top - select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)));
+                                            var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                            var t_old: u32 = 0u;
+                                            t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                        }
+                                    }
                                     var t_key: u32 = 0u;
-                                    var t_mask: u32 = 0u;
                                     var t_above: u32 = 0u;
                                     var t_at: u32 = 0u;
-                                    for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                        // built by kernels::filter_top_k::select_top
-                                        var t_shift: u32 = (28u - (t_pass * 4u));
-                                        var t_cnt: array<u32, 16>;
-                                        for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
-                                            var ri_p: u32 = (ti / 384u);
-                                            var ri_key: u32 = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                // built by kernels::filter_top_p::select_in_range
-                                                let sk_e38: u32 = (ti / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e38) * 805u) + (5u + ((ti - (sk_e38 * 384u)) * 2u)))]);
-                                            }
-                                            var tk_key: u32 = ri_key;
-                                            let sk_e39: u32 = (ti / 384u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e39) * 805u) + (6u + ((ti - (sk_e39 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                sk_select_top(tk, t_shift, &t_cnt);
-                                            }
-                                        }
-                                        var t_cs0: u32 = 0u;
-                                        var t_cs1: u32 = 0u;
-                                        var t_cs2: u32 = 0u;
-                                        var t_cs3: u32 = 0u;
-                                        var t_cs4: u32 = 0u;
-                                        var t_cs5: u32 = 0u;
-                                        var t_cs6: u32 = 0u;
-                                        var t_cs7: u32 = 0u;
-                                        var t_cs8: u32 = 0u;
-                                        var t_cs9: u32 = 0u;
-                                        var t_cs10: u32 = 0u;
-                                        var t_cs11: u32 = 0u;
-                                        var t_cs12: u32 = 0u;
-                                        var t_cs13: u32 = 0u;
-                                        var t_cs14: u32 = 0u;
-                                        var t_cs15: u32 = 0u;
-                                        sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                        var t_nb: u32 = t_above;
-                                        var t_chosen: u32 = 4294967295u;
-                                        var t_cn: u32 = t_above;
-                                        if ((t_cs15 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 15u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs15);
-                                        }
-                                        if ((t_cs14 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 14u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs14);
-                                        }
-                                        if ((t_cs13 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 13u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs13);
-                                        }
-                                        if ((t_cs12 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 12u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs12);
-                                        }
-                                        if ((t_cs11 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 11u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs11);
-                                        }
-                                        if ((t_cs10 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 10u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs10);
-                                        }
-                                        if ((t_cs9 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 9u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs9);
-                                        }
-                                        if ((t_cs8 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 8u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs8);
-                                        }
-                                        if ((t_cs7 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 7u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs7);
-                                        }
-                                        if ((t_cs6 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 6u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs6);
-                                        }
-                                        if ((t_cs5 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 5u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs5);
-                                        }
-                                        if ((t_cs4 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 4u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs4);
-                                        }
-                                        if ((t_cs3 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 3u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs3);
-                                        }
-                                        if ((t_cs2 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 2u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs2);
-                                        }
-                                        if ((t_cs1 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 1u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs1);
-                                        }
-                                        if ((t_cs0 > 0u)) {
-                                            if ((t_nb < ties)) {
-                                                t_chosen = 0u;
-                                                t_cn = t_nb;
-                                            }
-                                            t_nb = (t_nb + t_cs0);
-                                        }
-                                        if ((t_chosen != 4294967295u)) {
-                                            t_key = (t_key | (t_chosen << t_shift));
-                                            t_above = t_cn;
-                                            t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                                        }
-                                        t_mask = (t_mask | (15u << t_shift));
+                                    workgroupBarrier();
+                                    var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                    var t_lo: u32 = (sk_lid * t_per);
+                                    var t_run: u32 = 0u;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        // built by kernels::select::choose_bin
+                                        let sk_e43: u32 = (t_lo + tj);
+                                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e43, 463u)]), (sk_e43 < 464u)));
                                     }
+                                    var t_start: u32 = 0u;
+                                    t_start = sk_block_scan(sk_lid, t_run);
+                                    if ((sk_lid == (BLOCK - 1u))) {
+                                        // built by kernels::select::choose_bin
+                                        atomicStore(&select_scratch[510u], (t_start + t_run));
+                                    }
+                                    workgroupBarrier();
+                                    var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                    var t_want: u32 = min(ties, t_total);
+                                    t_run = t_start;
+                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                        sk_choose_bin(t_lo, tj, t_want, &t_run);
+                                    }
+                                    workgroupBarrier();
+                                    var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                    var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                    var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                    workgroupBarrier();
+                                    if ((t_chosen != 0u)) {
+                                        // built by kernels::select::decide
+                                        var t_bin: u32 = (t_chosen - 1u);
+                                        t_above = t_bin_above;
+                                        t_at = t_bin_at;
+                                        var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                                        var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                                        var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                                        if ((t_bin < 32u)) {
+                                            t_key = (t_top - t_lo_d);
+                                        } else {
+                                            if ((t_bin_at <= 507u)) {
+                                                for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                    var ri_p: u32 = (ti / 384u);
+                                                    var ri_key: u32 = 0u;
+                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                        // built by kernels::filter_top_p::select_in_range
+                                                        let sk_e45: u32 = (ti / 384u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
+                                                    }
+                                                    var tk_key: u32 = ri_key;
+                                                    let sk_e46: u32 = (ti / 384u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                        var t_slot: u32 = 0u;
+                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                        atomicStore(&select_scratch[t_slot], tk);
+                                                    }
+                                                }
+                                                workgroupBarrier();
+                                                var t_need: u32 = (min(ties, t_total) - t_bin_above);
+                                                for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
+                                                    sk_rank_listed(ri, t_bin_at, t_need);
+                                                }
+                                                workgroupBarrier();
+                                                t_key = atomicLoad(&select_scratch[507u]);
+                                                t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                                t_at = atomicLoad(&select_scratch[509u]);
+                                            } else {
+                                                t_above = 0u;
+                                                t_at = 0u;
+                                                var t_mask: u32 = 0u;
+                                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                                    // built by kernels::select::radix_select
+                                                    var t_shift: u32 = (28u - (t_pass * 4u));
+                                                    var t_cnt: array<u32, 16>;
+                                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                        var ri_p: u32 = (ti / 384u);
+                                                        var ri_key: u32 = 0u;
+                                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                            // built by kernels::filter_top_p::select_in_range
+                                                            let sk_e47: u32 = (ti / 384u);
+                                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 805u) + (5u + ((ti - (sk_e47 * 384u)) * 2u)))]);
+                                                        }
+                                                        var tk_key: u32 = ri_key;
+                                                        let sk_e48: u32 = (ti / 384u);
+                                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 805u) + (6u + ((ti - (sk_e48 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                            sk_radix_select(tk, t_shift, &t_cnt);
+                                                        }
+                                                    }
+                                                    var t_cs0: u32 = 0u;
+                                                    var t_cs1: u32 = 0u;
+                                                    var t_cs2: u32 = 0u;
+                                                    var t_cs3: u32 = 0u;
+                                                    var t_cs4: u32 = 0u;
+                                                    var t_cs5: u32 = 0u;
+                                                    var t_cs6: u32 = 0u;
+                                                    var t_cs7: u32 = 0u;
+                                                    var t_cs8: u32 = 0u;
+                                                    var t_cs9: u32 = 0u;
+                                                    var t_cs10: u32 = 0u;
+                                                    var t_cs11: u32 = 0u;
+                                                    var t_cs12: u32 = 0u;
+                                                    var t_cs13: u32 = 0u;
+                                                    var t_cs14: u32 = 0u;
+                                                    var t_cs15: u32 = 0u;
+                                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
+                                                    var t_nb: u32 = t_above;
+                                                    var t_digit: u32 = 4294967295u;
+                                                    var t_cn: u32 = t_above;
+                                                    if ((t_cs15 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 15u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs15);
+                                                    }
+                                                    if ((t_cs14 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 14u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs14);
+                                                    }
+                                                    if ((t_cs13 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 13u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs13);
+                                                    }
+                                                    if ((t_cs12 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 12u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs12);
+                                                    }
+                                                    if ((t_cs11 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 11u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs11);
+                                                    }
+                                                    if ((t_cs10 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 10u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs10);
+                                                    }
+                                                    if ((t_cs9 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 9u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs9);
+                                                    }
+                                                    if ((t_cs8 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 8u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs8);
+                                                    }
+                                                    if ((t_cs7 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 7u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs7);
+                                                    }
+                                                    if ((t_cs6 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 6u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs6);
+                                                    }
+                                                    if ((t_cs5 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 5u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs5);
+                                                    }
+                                                    if ((t_cs4 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 4u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs4);
+                                                    }
+                                                    if ((t_cs3 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 3u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs3);
+                                                    }
+                                                    if ((t_cs2 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 2u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs2);
+                                                    }
+                                                    if ((t_cs1 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 1u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs1);
+                                                    }
+                                                    if ((t_cs0 > 0u)) {
+                                                        if ((t_nb < ties)) {
+                                                            t_digit = 0u;
+                                                            t_cn = t_nb;
+                                                        }
+                                                        t_nb = (t_nb + t_cs0);
+                                                    }
+                                                    if ((t_digit != 4294967295u)) {
+                                                        t_key = (t_key | (t_digit << t_shift));
+                                                        t_above = t_cn;
+                                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
+                                                    }
+                                                    t_mask = (t_mask | (15u << t_shift));
+                                                }
+                                            }
+                                        }
+                                    }
+                                    workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
                                     var tie_col_max: u32 = (t_key ^ 4294967295u);
                                     for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
@@ -2097,12 +2306,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e40: u32 = (i / 384u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((i - (sk_e40 * 384u)) * 2u)))]);
+                                            let sk_e49: u32 = (i / 384u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((i - (sk_e49 * 384u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e41: u32 = (i / 384u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((i - (sk_e41 * 384u)) * 2u)))]);
+                                        let sk_e50: u32 = (i / 384u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((i - (sk_e50 * 384u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -2115,10 +2324,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e44: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e44)) + 1lu), tn64, sk_e44)));
-                                    let sk_e45: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
-                                    var t_kept: u32 = select(0u, ties, (select((sk_e45 / cut_mx), (1.0f), (sk_e45 == cut_mx)) >= mp));
+                                    let sk_e53: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e53)) + 1lu), tn64, sk_e53)));
+                                    let sk_e54: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                    var t_kept: u32 = select(0u, ties, (select((sk_e54 / cut_mx), (1.0f), (sk_e54 == cut_mx)) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
                                     var t_base: u32 = 0u;
@@ -2140,8 +2349,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e46: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e46 > best) || ((sk_e46 == best) && (w_i < best_i)))) {
+                                                    let sk_e55: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e55 > best) || ((sk_e55 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2150,12 +2359,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e48: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    let sk_e47: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e48 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e48 + 0u)]))));
-                                                    if (((sk_e47 > best64) || ((sk_e47 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e57: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    let sk_e56: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e57 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e57 + 0u)]))));
+                                                    if (((sk_e56 > best64) || ((sk_e56 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e49: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e49 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e49 + 0u)]))));
+                                                        let sk_e58: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e58 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e58 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2260,166 +2469,259 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_k::merge_row
                                 var want: u32 = (kc + 1u);
                                 var n_items: u32 = (parts * want);
+                                var t_top: u32 = select((bitcast<u32>(row_m) | 2147483648u), (bitcast<u32>(row_m) ^ 4294967295u), ((bitcast<u32>(row_m) & 2147483648u) != 0u));
+                                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                    // built by kernels::select::clear
+                                    atomicStore(&select_scratch[i], 0u);
+                                }
+                                workgroupBarrier();
+                                for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                    // built by kernels::select::select_top
+                                    var ip: u32 = (ti / want);
+                                    var is: u32 = (ti - (ip * want));
+                                    var ik: u32 = 0u;
+                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        // built by kernels::filter_top_k::merge_row
+                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                    }
+                                    if ((ik != 0u)) {
+                                        // built by kernels::select::count
+                                        var t_d: u32 = (t_top - ik);
+                                        var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                        var t_old: u32 = 0u;
+                                        t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                    }
+                                }
                                 var t_key: u32 = 0u;
-                                var t_mask: u32 = 0u;
                                 var t_above: u32 = 0u;
                                 var t_at: u32 = 0u;
-                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                    // built by kernels::filter_top_k::select_top
-                                    var t_shift: u32 = (28u - (t_pass * 4u));
-                                    var t_cnt: array<u32, 16>;
-                                    for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
-                                        var ip: u32 = (ti / want);
-                                        var is: u32 = (ti - (ip * want));
-                                        var ik: u32 = 0u;
-                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
-                                            // built by kernels::filter_top_k::merge_row
-                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
-                                        }
-                                        var tk: u32 = ik;
-                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                            sk_select_top(tk, t_shift, &t_cnt);
-                                        }
-                                    }
-                                    var t_cs0: u32 = 0u;
-                                    var t_cs1: u32 = 0u;
-                                    var t_cs2: u32 = 0u;
-                                    var t_cs3: u32 = 0u;
-                                    var t_cs4: u32 = 0u;
-                                    var t_cs5: u32 = 0u;
-                                    var t_cs6: u32 = 0u;
-                                    var t_cs7: u32 = 0u;
-                                    var t_cs8: u32 = 0u;
-                                    var t_cs9: u32 = 0u;
-                                    var t_cs10: u32 = 0u;
-                                    var t_cs11: u32 = 0u;
-                                    var t_cs12: u32 = 0u;
-                                    var t_cs13: u32 = 0u;
-                                    var t_cs14: u32 = 0u;
-                                    var t_cs15: u32 = 0u;
-                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                    var t_nb: u32 = t_above;
-                                    var t_chosen: u32 = 4294967295u;
-                                    var t_cn: u32 = t_above;
-                                    if ((t_cs15 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 15u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs15);
-                                    }
-                                    if ((t_cs14 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 14u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs14);
-                                    }
-                                    if ((t_cs13 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 13u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs13);
-                                    }
-                                    if ((t_cs12 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 12u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs12);
-                                    }
-                                    if ((t_cs11 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 11u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs11);
-                                    }
-                                    if ((t_cs10 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 10u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs10);
-                                    }
-                                    if ((t_cs9 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 9u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs9);
-                                    }
-                                    if ((t_cs8 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 8u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs8);
-                                    }
-                                    if ((t_cs7 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 7u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs7);
-                                    }
-                                    if ((t_cs6 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 6u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs6);
-                                    }
-                                    if ((t_cs5 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 5u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs5);
-                                    }
-                                    if ((t_cs4 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 4u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs4);
-                                    }
-                                    if ((t_cs3 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 3u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs3);
-                                    }
-                                    if ((t_cs2 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 2u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs2);
-                                    }
-                                    if ((t_cs1 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 1u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs1);
-                                    }
-                                    if ((t_cs0 > 0u)) {
-                                        if ((t_nb < want)) {
-                                            t_chosen = 0u;
-                                            t_cn = t_nb;
-                                        }
-                                        t_nb = (t_nb + t_cs0);
-                                    }
-                                    if ((t_chosen != 4294967295u)) {
-                                        t_key = (t_key | (t_chosen << t_shift));
-                                        t_above = t_cn;
-                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_chosen == 0u)), t_cs1, (t_chosen == 1u)), t_cs2, (t_chosen == 2u)), t_cs3, (t_chosen == 3u)), t_cs4, (t_chosen == 4u)), t_cs5, (t_chosen == 5u)), t_cs6, (t_chosen == 6u)), t_cs7, (t_chosen == 7u)), t_cs8, (t_chosen == 8u)), t_cs9, (t_chosen == 9u)), t_cs10, (t_chosen == 10u)), t_cs11, (t_chosen == 11u)), t_cs12, (t_chosen == 12u)), t_cs13, (t_chosen == 13u)), t_cs14, (t_chosen == 14u)), t_cs15, (t_chosen == 15u));
-                                    }
-                                    t_mask = (t_mask | (15u << t_shift));
+                                workgroupBarrier();
+                                var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                var t_lo: u32 = (sk_lid * t_per);
+                                var t_run: u32 = 0u;
+                                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                    // built by kernels::select::choose_bin
+                                    let sk_e61: u32 = (t_lo + tj);
+                                    t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e61, 463u)]), (sk_e61 < 464u)));
                                 }
+                                var t_start: u32 = 0u;
+                                t_start = sk_block_scan(sk_lid, t_run);
+                                if ((sk_lid == (BLOCK - 1u))) {
+                                    // built by kernels::select::choose_bin
+                                    atomicStore(&select_scratch[510u], (t_start + t_run));
+                                }
+                                workgroupBarrier();
+                                var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                var t_want: u32 = min(want, t_total);
+                                t_run = t_start;
+                                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                    sk_choose_bin(t_lo, tj, t_want, &t_run);
+                                }
+                                workgroupBarrier();
+                                var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                workgroupBarrier();
+                                if ((t_chosen != 0u)) {
+                                    // built by kernels::select::decide
+                                    var t_bin: u32 = (t_chosen - 1u);
+                                    t_above = t_bin_above;
+                                    t_at = t_bin_at;
+                                    var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                                    var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                                    var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                                    if ((t_bin < 32u)) {
+                                        t_key = (t_top - t_lo_d);
+                                    } else {
+                                        if ((t_bin_at <= 507u)) {
+                                            for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                                var ip: u32 = (ti / want);
+                                                var is: u32 = (ti - (ip * want));
+                                                var ik: u32 = 0u;
+                                                if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                                    // built by kernels::filter_top_k::merge_row
+                                                    ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                                }
+                                                var tk: u32 = ik;
+                                                if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
+                                                    var t_slot: u32 = 0u;
+                                                    t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                    atomicStore(&select_scratch[t_slot], tk);
+                                                }
+                                            }
+                                            workgroupBarrier();
+                                            var t_need: u32 = (min(want, t_total) - t_bin_above);
+                                            for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
+                                                sk_rank_listed(ri, t_bin_at, t_need);
+                                            }
+                                            workgroupBarrier();
+                                            t_key = atomicLoad(&select_scratch[507u]);
+                                            t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                            t_at = atomicLoad(&select_scratch[509u]);
+                                        } else {
+                                            t_above = 0u;
+                                            t_at = 0u;
+                                            var t_mask: u32 = 0u;
+                                            for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
+                                                // built by kernels::select::radix_select
+                                                var t_shift: u32 = (28u - (t_pass * 4u));
+                                                var t_cnt: array<u32, 16>;
+                                                for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                                    var ip: u32 = (ti / want);
+                                                    var is: u32 = (ti - (ip * want));
+                                                    var ik: u32 = 0u;
+                                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                                        // built by kernels::filter_top_k::merge_row
+                                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                                    }
+                                                    var tk: u32 = ik;
+                                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
+                                                        sk_radix_select(tk, t_shift, &t_cnt);
+                                                    }
+                                                }
+                                                var t_cs0: u32 = 0u;
+                                                var t_cs1: u32 = 0u;
+                                                var t_cs2: u32 = 0u;
+                                                var t_cs3: u32 = 0u;
+                                                var t_cs4: u32 = 0u;
+                                                var t_cs5: u32 = 0u;
+                                                var t_cs6: u32 = 0u;
+                                                var t_cs7: u32 = 0u;
+                                                var t_cs8: u32 = 0u;
+                                                var t_cs9: u32 = 0u;
+                                                var t_cs10: u32 = 0u;
+                                                var t_cs11: u32 = 0u;
+                                                var t_cs12: u32 = 0u;
+                                                var t_cs13: u32 = 0u;
+                                                var t_cs14: u32 = 0u;
+                                                var t_cs15: u32 = 0u;
+                                                sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
+                                                var t_nb: u32 = t_above;
+                                                var t_digit: u32 = 4294967295u;
+                                                var t_cn: u32 = t_above;
+                                                if ((t_cs15 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 15u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs15);
+                                                }
+                                                if ((t_cs14 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 14u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs14);
+                                                }
+                                                if ((t_cs13 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 13u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs13);
+                                                }
+                                                if ((t_cs12 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 12u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs12);
+                                                }
+                                                if ((t_cs11 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 11u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs11);
+                                                }
+                                                if ((t_cs10 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 10u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs10);
+                                                }
+                                                if ((t_cs9 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 9u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs9);
+                                                }
+                                                if ((t_cs8 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 8u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs8);
+                                                }
+                                                if ((t_cs7 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 7u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs7);
+                                                }
+                                                if ((t_cs6 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 6u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs6);
+                                                }
+                                                if ((t_cs5 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 5u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs5);
+                                                }
+                                                if ((t_cs4 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 4u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs4);
+                                                }
+                                                if ((t_cs3 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 3u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs3);
+                                                }
+                                                if ((t_cs2 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 2u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs2);
+                                                }
+                                                if ((t_cs1 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 1u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs1);
+                                                }
+                                                if ((t_cs0 > 0u)) {
+                                                    if ((t_nb < want)) {
+                                                        t_digit = 0u;
+                                                        t_cn = t_nb;
+                                                    }
+                                                    t_nb = (t_nb + t_cs0);
+                                                }
+                                                if ((t_digit != 4294967295u)) {
+                                                    t_key = (t_key | (t_digit << t_shift));
+                                                    t_above = t_cn;
+                                                    t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
+                                                }
+                                                t_mask = (t_mask | (15u << t_shift));
+                                            }
+                                        }
+                                    }
+                                }
+                                workgroupBarrier();
                                 var t_take: u32 = min(t_at, (want - t_above));
                                 var g_per: u32 = (((n_items + BLOCK) - 1u) / BLOCK);
                                 var g_lo: u32 = min((sk_lid * g_per), n_items);
@@ -2468,8 +2770,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e52: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e52) * 805u) + (6u + ((gj - (sk_e52 * want)) * 2u)))]);
+                                            let sk_e63: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e63) * 805u) + (6u + ((gj - (sk_e63 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2477,8 +2779,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e53: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e53 ^ 4294967295u), (sk_e53 ^ 2147483648u), ((sk_e53 & 2147483648u) != 0u)));
+                                    let sk_e64: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e64 ^ 4294967295u), (sk_e64 ^ 2147483648u), ((sk_e64 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>(zi);
                                     listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2515,9 +2817,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e55: u32 = listed_cols[(1285u + r)];
-                                    let sk_e54: f32 = bitcast<f32>(select((sk_e55 ^ 4294967295u), (sk_e55 ^ 2147483648u), ((sk_e55 & 2147483648u) != 0u)));
-                                    var wr: f32 = select((sk_e54 / row_m), (1.0f), (sk_e54 == row_m));
+                                    let sk_e66: u32 = listed_cols[(1285u + r)];
+                                    let sk_e65: f32 = bitcast<f32>(select((sk_e66 ^ 4294967295u), (sk_e66 ^ 2147483648u), ((sk_e66 & 2147483648u) != 0u)));
+                                    var wr: f32 = select((sk_e65 / row_m), (1.0f), (sk_e65 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2537,132 +2839,132 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e56: u32 = (col_hi - col_lo);
-                                        var zx0: f32 = x[(base + (col_lo + select((sk_e56 - 1u), li0, (li0 < sk_e56))))];
-                                        var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e57: u32 = (col_hi - col_lo);
-                                        var zx1: f32 = x[(base + (col_lo + select((sk_e57 - 1u), li1, (li1 < sk_e57))))];
-                                        var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e58: u32 = (col_hi - col_lo);
-                                        var zx2: f32 = x[(base + (col_lo + select((sk_e58 - 1u), li2, (li2 < sk_e58))))];
-                                        var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e59: u32 = (col_hi - col_lo);
-                                        var zx3: f32 = x[(base + (col_lo + select((sk_e59 - 1u), li3, (li3 < sk_e59))))];
-                                        var li4: u32 = (i0 + (BLOCK * 4u));
-                                        let sk_e60: u32 = (col_hi - col_lo);
-                                        var zx4: f32 = x[(base + (col_lo + select((sk_e60 - 1u), li4, (li4 < sk_e60))))];
-                                        var li5: u32 = (i0 + (BLOCK * 5u));
-                                        let sk_e61: u32 = (col_hi - col_lo);
-                                        var zx5: f32 = x[(base + (col_lo + select((sk_e61 - 1u), li5, (li5 < sk_e61))))];
-                                        var li6: u32 = (i0 + (BLOCK * 6u));
-                                        let sk_e62: u32 = (col_hi - col_lo);
-                                        var zx6: f32 = x[(base + (col_lo + select((sk_e62 - 1u), li6, (li6 < sk_e62))))];
-                                        var li7: u32 = (i0 + (BLOCK * 7u));
-                                        let sk_e63: u32 = (col_hi - col_lo);
-                                        var zx7: f32 = x[(base + (col_lo + select((sk_e63 - 1u), li7, (li7 < sk_e63))))];
-                                        var li8: u32 = (i0 + (BLOCK * 8u));
-                                        let sk_e64: u32 = (col_hi - col_lo);
-                                        var zx8: f32 = x[(base + (col_lo + select((sk_e64 - 1u), li8, (li8 < sk_e64))))];
-                                        var li9: u32 = (i0 + (BLOCK * 9u));
-                                        let sk_e65: u32 = (col_hi - col_lo);
-                                        var zx9: f32 = x[(base + (col_lo + select((sk_e65 - 1u), li9, (li9 < sk_e65))))];
-                                        var li10: u32 = (i0 + (BLOCK * 10u));
-                                        let sk_e66: u32 = (col_hi - col_lo);
-                                        var zx10: f32 = x[(base + (col_lo + select((sk_e66 - 1u), li10, (li10 < sk_e66))))];
-                                        var li11: u32 = (i0 + (BLOCK * 11u));
                                         let sk_e67: u32 = (col_hi - col_lo);
-                                        var zx11: f32 = x[(base + (col_lo + select((sk_e67 - 1u), li11, (li11 < sk_e67))))];
-                                        var li12: u32 = (i0 + (BLOCK * 12u));
+                                        var zx0: f32 = x[(base + (col_lo + select((sk_e67 - 1u), li0, (li0 < sk_e67))))];
+                                        var li1: u32 = (i0 + (BLOCK * 1u));
                                         let sk_e68: u32 = (col_hi - col_lo);
-                                        var zx12: f32 = x[(base + (col_lo + select((sk_e68 - 1u), li12, (li12 < sk_e68))))];
-                                        var li13: u32 = (i0 + (BLOCK * 13u));
+                                        var zx1: f32 = x[(base + (col_lo + select((sk_e68 - 1u), li1, (li1 < sk_e68))))];
+                                        var li2: u32 = (i0 + (BLOCK * 2u));
                                         let sk_e69: u32 = (col_hi - col_lo);
-                                        var zx13: f32 = x[(base + (col_lo + select((sk_e69 - 1u), li13, (li13 < sk_e69))))];
-                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        var zx2: f32 = x[(base + (col_lo + select((sk_e69 - 1u), li2, (li2 < sk_e69))))];
+                                        var li3: u32 = (i0 + (BLOCK * 3u));
                                         let sk_e70: u32 = (col_hi - col_lo);
-                                        var zx14: f32 = x[(base + (col_lo + select((sk_e70 - 1u), li14, (li14 < sk_e70))))];
-                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        var zx3: f32 = x[(base + (col_lo + select((sk_e70 - 1u), li3, (li3 < sk_e70))))];
+                                        var li4: u32 = (i0 + (BLOCK * 4u));
                                         let sk_e71: u32 = (col_hi - col_lo);
-                                        var zx15: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li15, (li15 < sk_e71))))];
+                                        var zx4: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li4, (li4 < sk_e71))))];
+                                        var li5: u32 = (i0 + (BLOCK * 5u));
+                                        let sk_e72: u32 = (col_hi - col_lo);
+                                        var zx5: f32 = x[(base + (col_lo + select((sk_e72 - 1u), li5, (li5 < sk_e72))))];
+                                        var li6: u32 = (i0 + (BLOCK * 6u));
+                                        let sk_e73: u32 = (col_hi - col_lo);
+                                        var zx6: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li6, (li6 < sk_e73))))];
+                                        var li7: u32 = (i0 + (BLOCK * 7u));
+                                        let sk_e74: u32 = (col_hi - col_lo);
+                                        var zx7: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li7, (li7 < sk_e74))))];
+                                        var li8: u32 = (i0 + (BLOCK * 8u));
+                                        let sk_e75: u32 = (col_hi - col_lo);
+                                        var zx8: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li8, (li8 < sk_e75))))];
+                                        var li9: u32 = (i0 + (BLOCK * 9u));
+                                        let sk_e76: u32 = (col_hi - col_lo);
+                                        var zx9: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li9, (li9 < sk_e76))))];
+                                        var li10: u32 = (i0 + (BLOCK * 10u));
+                                        let sk_e77: u32 = (col_hi - col_lo);
+                                        var zx10: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li10, (li10 < sk_e77))))];
+                                        var li11: u32 = (i0 + (BLOCK * 11u));
+                                        let sk_e78: u32 = (col_hi - col_lo);
+                                        var zx11: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li11, (li11 < sk_e78))))];
+                                        var li12: u32 = (i0 + (BLOCK * 12u));
+                                        let sk_e79: u32 = (col_hi - col_lo);
+                                        var zx12: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li12, (li12 < sk_e79))))];
+                                        var li13: u32 = (i0 + (BLOCK * 13u));
+                                        let sk_e80: u32 = (col_hi - col_lo);
+                                        var zx13: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li13, (li13 < sk_e80))))];
+                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        let sk_e81: u32 = (col_hi - col_lo);
+                                        var zx14: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li14, (li14 < sk_e81))))];
+                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        let sk_e82: u32 = (col_hi - col_lo);
+                                        var zx15: f32 = x[(base + (col_lo + select((sk_e82 - 1u), li15, (li15 < sk_e82))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e72: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e72 / row_m), (1.0f), (sk_e72 == row_m))));
+                                            let sk_e83: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e83 / row_m), (1.0f), (sk_e83 == row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e73: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e73 / row_m), (1.0f), (sk_e73 == row_m))));
+                                            let sk_e84: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e84 / row_m), (1.0f), (sk_e84 == row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e74: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e74 / row_m), (1.0f), (sk_e74 == row_m))));
+                                            let sk_e85: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e85 / row_m), (1.0f), (sk_e85 == row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e75: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e75 / row_m), (1.0f), (sk_e75 == row_m))));
+                                            let sk_e86: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e86 / row_m), (1.0f), (sk_e86 == row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e76: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e76 / row_m), (1.0f), (sk_e76 == row_m))));
+                                            let sk_e87: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e77: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e77 / row_m), (1.0f), (sk_e77 == row_m))));
+                                            let sk_e88: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e78: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e78 / row_m), (1.0f), (sk_e78 == row_m))));
+                                            let sk_e89: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e89 / row_m), (1.0f), (sk_e89 == row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e79: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e79 / row_m), (1.0f), (sk_e79 == row_m))));
+                                            let sk_e90: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e90 / row_m), (1.0f), (sk_e90 == row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e80: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e80 / row_m), (1.0f), (sk_e80 == row_m))));
+                                            let sk_e91: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e91 / row_m), (1.0f), (sk_e91 == row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e81: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e81 / row_m), (1.0f), (sk_e81 == row_m))));
+                                            let sk_e92: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e92 / row_m), (1.0f), (sk_e92 == row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e82: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e82 / row_m), (1.0f), (sk_e82 == row_m))));
+                                            let sk_e93: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e83: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e83 / row_m), (1.0f), (sk_e83 == row_m))));
+                                            let sk_e94: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e84: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e84 / row_m), (1.0f), (sk_e84 == row_m))));
+                                            let sk_e95: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e85: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e85 / row_m), (1.0f), (sk_e85 == row_m))));
+                                            let sk_e96: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e86: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e86 / row_m), (1.0f), (sk_e86 == row_m))));
+                                            let sk_e97: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e87: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
+                                            let sk_e98: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2670,9 +2972,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e89: u32 = listed_cols[(1285u + r)];
-                                        let sk_e88: f32 = bitcast<f32>(select((sk_e89 ^ 4294967295u), (sk_e89 ^ 2147483648u), ((sk_e89 & 2147483648u) != 0u)));
-                                        var wr: f32 = select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m));
+                                        let sk_e100: u32 = listed_cols[(1285u + r)];
+                                        let sk_e99: f32 = bitcast<f32>(select((sk_e100 ^ 4294967295u), (sk_e100 ^ 2147483648u), ((sk_e100 & 2147483648u) != 0u)));
+                                        var wr: f32 = select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2687,10 +2989,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                                let sk_e90: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = (bitcast<f32>(select((sk_e90 ^ 4294967295u), (sk_e90 ^ 2147483648u), ((sk_e90 & 2147483648u) != 0u))) > zt);
-                                let sk_e91: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e91] ^ 4294967295u), (listed_cols[sk_e91] ^ 2147483648u), ((listed_cols[sk_e91] & 2147483648u) != 0u))) > zt));
+                                let sk_e101: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = (bitcast<f32>(select((sk_e101 ^ 4294967295u), (sk_e101 ^ 2147483648u), ((sk_e101 & 2147483648u) != 0u))) > zt);
+                                let sk_e102: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e102] ^ 4294967295u), (listed_cols[sk_e102] ^ 2147483648u), ((listed_cols[sk_e102] & 2147483648u) != 0u))) > zt));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2739,16 +3041,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e92: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e92 + 1u)] == 1u) && (rows[(sk_e92 + 6u)] == 1u));
+                                    let sk_e103: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e103 + 1u)] == 1u) && (rows[(sk_e103 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e93: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e93 ^ 4294967295u), (sk_e93 ^ 2147483648u), ((sk_e93 & 2147483648u) != 0u)));
+                                        let sk_e104: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e104 ^ 4294967295u), (sk_e104 ^ 2147483648u), ((sk_e104 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
                                             sk_race_one(rz, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2789,18 +3091,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        let sk_e97: u32 = (((slot * parts) + p) * 805u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e97 + 3u)]), atomicLoad(&partials[(sk_e97 + 4u)]));
-                                        let sk_e99: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e98: f32 = select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m));
-                                        if (((mo_lk != 0u) && ((sk_e98 > (0.0f)) && (sk_e98 >= mp)))) {
+                                        let sk_e108: u32 = (((slot * parts) + p) * 805u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e108 + 3u)]), atomicLoad(&partials[(sk_e108 + 4u)]));
+                                        let sk_e110: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e109: f32 = select((sk_e110 / row_m), (1.0f), (sk_e110 == row_m));
+                                        if (((mo_lk != 0u) && ((sk_e109 > (0.0f)) && (sk_e109 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e100: u32 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e100 + 1u)] == 1u) && (rows[(sk_e100 + 6u)] == 1u))))) {
+                                    let sk_e111: u32 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2815,10 +3117,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                let sk_e101: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e101 ^ 4294967295u), (sk_e101 ^ 2147483648u), ((sk_e101 & 2147483648u) != 0u)));
-                                                let sk_e102: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                                                if (((sk_e102 > (0.0f)) && (sk_e102 >= mp))) {
+                                                let sk_e112: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e112 ^ 4294967295u), (sk_e112 ^ 2147483648u), ((sk_e112 & 2147483648u) != 0u)));
+                                                let sk_e113: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                                                if (((sk_e113 > (0.0f)) && (sk_e113 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_race_one(mo_z, noisy, row, mo_col, &best64, &best64_i);
@@ -2911,8 +3213,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e105: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e105 - sel_a), sk_e105, in_a);
+                        let sk_e116: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e116 - sel_a), sk_e116, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -3022,8 +3324,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e106: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e106 == (sel_n + min(sel_tn, 64u))) || (!((sk_e106 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e117: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e117 == (sel_n + min(sel_tn, 64u))) || (!((sk_e117 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3235,8 +3537,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e108: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e108)) + 1lu), tn64, sk_e108)));
+                        let sk_e119: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e119)) + 1lu), tn64, sk_e119)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3291,8 +3593,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e109: u32 = (row * 12u);
-                    if ((((rows[(sk_e109 + 1u)] == 1u) && (rows[(sk_e109 + 6u)] == 1u)) && filtered)) {
+                    let sk_e120: u32 = (row * 12u);
+                    if ((((rows[(sk_e120 + 1u)] == 1u) && (rows[(sk_e120 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3371,13 +3673,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e110: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e110 ^ 4294967295u), (sk_e110 ^ 2147483648u), ((sk_e110 & 2147483648u) != 0u)));
+                                let sk_e121: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e121 ^ 4294967295u), (sk_e121 ^ 2147483648u), ((sk_e121 & 2147483648u) != 0u)));
                                 var s64: f64 = sk_log64(f64(rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e111: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e111 + 8u)], rows[(sk_e111 + 9u)], rows[(sk_e111 + 10u)], r)));
+                                    let sk_e122: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3671,8 +3973,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((sk_lid == 0u)) {
-                            let sk_e116: f32 = x[(base + tok_at)];
-                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e116), (sk_e116 > (0.0f))), valid);
+                            let sk_e127: f32 = x[(base + tok_at)];
+                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e127), (sk_e127 > (0.0f))), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -854,7 +854,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26760,
+        workgroup_bytes: 28808,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF16,
@@ -867,7 +867,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26760,
+        workgroup_bytes: 28808,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsBf16,
@@ -880,7 +880,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26760,
+        workgroup_bytes: 28808,
     },
     KernelSource {
         id: KernelId::TopKMergeProbs,
@@ -893,7 +893,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: false,
         needs_f64: true,
         needs_int64: true,
-        workgroup_bytes: 26760,
+        workgroup_bytes: 28808,
     },
     KernelSource {
         id: KernelId::TopPCutLogitsF32,

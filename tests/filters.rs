@@ -679,6 +679,87 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
     assert!(once > 0 && fell_back > 0 && capped_once > 0);
 }
 
+/// The parts' select takes one of three ways, by how many keys share the bin (of the distance
+/// below the part's largest key, a sixteenth of a power of two) where its `k + 1`-th lies: a
+/// bin of one value (a flat part), a bin it lists and ranks (distinct values), and a bin too
+/// full to list, which takes the radix select (a band of thousands of values, or of three tied
+/// ones, below one far larger logit). Rows built for each (the test bins each part's keys in
+/// plain Rust to check that every way is taken) get the CPU oracle's tokens, top-k alone and
+/// with min-p, Philox and seeded.
+pub fn each_way_of_the_select_matches_the_oracle<B: Backend>(b: &B) {
+    const PART: usize = 4096;
+    let mut rng = Rng::new(4242);
+    let vocab = 2 * PART;
+    let shape = Shape::dense(24, vocab);
+    let mut x = vec![0.0f32; shape.elements()];
+    for r in 0..shape.batch {
+        let row = &mut x[r * vocab..][..vocab];
+        match r % 4 {
+            0 => row.iter_mut().for_each(|v| *v = 0.5),
+            1 => row.iter_mut().for_each(|v| *v = 1.0 + 0.01 * rng.unit() as f32),
+            2 => row.iter_mut().for_each(|v| *v = rng.normal(3.0) as f32),
+            _ => row.iter_mut().for_each(|v| *v = 1.0 + 0.001 * rng.below(3) as f32),
+        }
+        if r % 2 == 1 {
+            row[(r * 977) % vocab] = 30.0;
+        }
+    }
+    let rows: Vec<RowParams> = (0..shape.batch)
+        .map(|r| {
+            let base = if r % 5 == 4 { RowParams::seeded(1.0, 7, 3) } else { RowParams::new(1.0, rng.next_u64(), 3) };
+            let row = base.with_top_k([1, 20, 256][r % 3]);
+            if r % 7 == 6 {
+                row.with_min_p(0.5)
+            } else {
+                row
+            }
+        })
+        .collect();
+    // The way each part's select takes, as the kernel bins (`xtask/src/kernels/select.rs`), at
+    // temperature 1.
+    let key = |v: f32| if v.is_sign_negative() { !v.to_bits() } else { v.to_bits() | 1 << 31 };
+    let bin = |d: u32| {
+        let e = 31 - (d | 32).leading_zeros();
+        if d < 32 {
+            d
+        } else {
+            16 * e - 48 + ((d >> (e - 4)) & 15)
+        }
+    };
+    let mut ways = [0usize; 3];
+    for r in 0..shape.batch {
+        for part in x[r * vocab..][..vocab].chunks(PART) {
+            let keys: Vec<u32> = part.iter().map(|&v| key(v)).collect();
+            let top = *keys.iter().max().unwrap();
+            let mut count = vec![0usize; 464];
+            keys.iter().for_each(|&k| count[bin(top - k) as usize] += 1);
+            let want = (rows[r].filters().top_k.unwrap() + 1).min(PART);
+            let (mut above, mut chosen) = (0, 0);
+            while above + count[chosen] < want {
+                above += count[chosen];
+                chosen += 1;
+            }
+            ways[if chosen < 32 {
+                0
+            } else if count[chosen] <= 507 {
+                1
+            } else {
+                2
+            }] += 1;
+        }
+    }
+    assert!(ways.iter().all(|&w| w > 0), "parts by way (one value, listed, radix): {ways:?}");
+    let cpu = sampling_kernels::CpuBackend;
+    let mut want = vec![0u32; shape.batch];
+    cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
+    let (t, _, _, _) = sample_all(b, shape, &x, &rows);
+    for r in 0..shape.batch {
+        assert!(rows[r].takes_one_read(vocab), "row {r} is not on the path");
+        assert_eq!(t[r], want[r], "row {r}: the CPU oracle gives {}, {:?}", want[r], rows[r]);
+    }
+    eprintln!("{}: parts by way of the select (one value, listed, radix): {ways:?}", b.describe());
+}
+
 /// Min-p alone keeping more tokens than the row's 257 largest (Zipf rows of 151936 at T 1.5 and
 /// min-p 0.01 to 0.02: 400 to 1,100 tokens, tens a part) is decided from the union of the parts'
 /// own 257 largest: one read, the CPU oracle's tokens and log-probabilities, from f32 logits and
@@ -981,6 +1062,7 @@ device_suites!(
     peaked_rows_take_fewer_passes,
     no_filter_is_the_plain_race,
     one_read_rows_read_once,
+    each_way_of_the_select_matches_the_oracle,
     dense_cut_ranges_read_twice,
     joint_cuts_near_the_estimate_read_twice,
     model_like_rows_rarely_fall_back,

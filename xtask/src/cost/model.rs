@@ -85,7 +85,7 @@ pub fn rare_loops(kernel: &str) -> Option<(usize, usize, &'static str)> {
         // on the H200: 136.8 -> 165.2 µs).
         Some((
             2,
-            if kernel.ends_with("_probs") { 4 } else { 5 },
+            4,
             "the one-read path's parts read their columns in their first two loops (a top-p row's part, which bins \
              them, and any other's); the rest are a row's last part estimating the top-p cut from the other parts' \
              histograms, once a row: counted at the rare rate, none",
@@ -130,15 +130,20 @@ pub fn scored_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
-/// The select of a `top_k_parts_*` kernel, on chip after its read: its passes and the share of
-/// them in which a key matches the prefix so far (the key loop's costliest path), with the reason.
-pub fn select_rule(kernel: &str) -> Option<(u32, f64, &'static str)> {
+/// The select of a `top_k_parts_*` kernel, on chip after its read: the passes its radix
+/// fallback runs on average (its passes times the share of parts that take it) and the share
+/// of them in which a key matches the prefix so far (the key loop's costliest path), with the
+/// reason. The select's binning and listing loops visit each column once, like the part's other
+/// loops.
+pub fn select_rule(kernel: &str) -> Option<(f64, f64, &'static str)> {
+    const FALLBACK_SHARE: f64 = 0.0;
     kernel.starts_with("top_k_parts_").then_some((
-        crate::kernels::filter_top_k::SELECT_PASSES,
+        crate::kernels::select::RADIX_PASSES as f64 * FALLBACK_SHARE,
         2.38 / 8.0,
-        "a numpy run of the select on Zipf 1.1 rows (T 0.6 to 1.0, k + 1 = 21, parts of 4096): the keys matching \
-         at its 8 passes are 1, 1, 0.37, 0.003 and then none of them, 2.38 passes a key (docs/filters-design.md); \
-         a flat row matches at every pass",
+        "a numpy run of the select's bins on parts of 4096 (Zipf 1.1, flat and peaked rows, T 0.6 to 1.0, k + 1 = \
+         21 and 51): no part's boundary bin holds more keys than the list (a median of 3 to 20 keys, at most 206), so \
+         none takes the radix fallback; at k + 1 = 257, 4 of 500 Zipf parts do (docs/filters-design.md); in the \
+         fallback, keys match at 2.38 of its 8 passes",
     ))
 }
 
@@ -259,6 +264,11 @@ impl Kernel {
     /// cheapest path.
     pub fn onchip_per_column(&self, keys: f64) -> Counts {
         let Some((passes, matched, _)) = select_rule(&self.name) else { return Counts::default() };
+        self.onchip_with(passes, matched, keys)
+    }
+
+    /// [`Kernel::onchip_per_column`] with the pass loops run `passes` times.
+    fn onchip_with(&self, passes: f64, matched: f64, keys: f64) -> Counts {
         let mut total = Counts::default();
         let mut pass_counted = false;
         for l in after_read(&self.loops, &self.onchip) {
@@ -266,11 +276,11 @@ impl Kernel {
             let per = match &l.pass {
                 Some(pass) => {
                     if !pass_counted {
-                        total = total.plus(&pass.scaled(passes as f64 / keys.max(1.0)));
+                        total = total.plus(&pass.scaled(passes / keys.max(1.0)));
                         pass_counted = true;
                     }
                     let key = l.common.plus(&l.longest.plus(&l.common.scaled(-1.0)).scaled(matched));
-                    key.scaled(passes as f64)
+                    key.scaled(passes)
                 }
                 None => l.common,
             };
@@ -535,11 +545,14 @@ mod tests {
             OnChip { start: 0x20, common: int(40.0, 4.0), longest: int(40.0, 4.0), pass: None },
             OnChip { start: 0x2000, common: int(99.0, 1.0), longest: int(99.0, 1.0), pass: None },
         ];
-        let (passes, matched, _) = select_rule(&k.name).expect("a parts kernel selects");
-        let want = passes as f64 * (291.0 / 16.0 + 10.0 + matched * 36.0) + 10.0;
-        let per = k.onchip_per_column(16.0).total();
+        let (passes, matched) = (8.0, 2.38 / 8.0);
+        let want = passes * (291.0 / 16.0 + 10.0 + matched * 36.0) + 10.0;
+        let per = k.onchip_with(passes, matched, 16.0).total();
+        assert!(select_rule(&k.name).is_some(), "a parts kernel selects");
         assert!((per - want).abs() < 1e-9, "{per} {want}");
         let parts = Launch { groups: 32 * 38, columns: 4096, select: true, ..read(false, 0.0, 32) };
+        k.onchip.retain(|l| l.pass.is_none());
+        k.onchip.push(OnChip { start: 0x30, common: int(want - 10.0, 1.0), longest: int(0.0, 1.0), pass: None });
         let with = launch(&H200, &k, &parts, 32.0 * 151936.0 * 4.0, Cache::Warm);
         let without = launch(&H200, &k, &Launch { select: false, ..parts.clone() }, 32.0 * 151936.0 * 4.0, Cache::Warm);
         // 1216 blocks on 132 SMs: 10 on the busiest, 4 at once, 3 rounds.

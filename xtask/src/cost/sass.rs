@@ -86,7 +86,8 @@ pub struct Counts {
     /// Adds of a 64-bit sum's high words (`IMAD.X`, `IADD3.X`): a column's fixed-point mass
     /// (a column of zero weight adds none).
     pub carries: f64,
-    /// Workgroup-memory loads (`LDS`): the items an on-chip loop's iteration visits.
+    /// Words loaded from workgroup memory (`LDS`, a vector load counting each): the items an
+    /// on-chip loop's iteration visits.
     pub shared_loads: f64,
 }
 
@@ -103,7 +104,7 @@ impl Counts {
         self.logs += f64::from(u8::from(i.log));
         self.philox += f64::from(u8::from(i.philox));
         self.carries += f64::from(u8::from(i.carry));
-        self.shared_loads += f64::from(u8::from(i.shared_load));
+        self.shared_loads += f64::from(i.shared_words);
     }
     /// These counts times `k`.
     pub fn scaled(&self, k: f64) -> Counts {
@@ -148,7 +149,7 @@ struct Instr {
     /// `IMAD.X` or `IADD3.X`: the high word of a 64-bit add.
     carry: bool,
     /// `LDS`: a workgroup-memory load.
-    shared_load: bool,
+    shared_words: u8,
     /// Where a branch goes, if it is one.
     target: Option<u32>,
     /// Where a `CALL` goes, if it is one.
@@ -200,8 +201,9 @@ fn parse_line(line: &str) -> Option<Instr> {
     let log = opcode.starts_with("MUFU.LG2");
     let philox = base == "IMAD" && text.contains("-0x2daee0ad");
     let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
-    let shared_load = base == "LDS";
-    Some(Instr { addr, pipe, load_bytes, log, philox, carry, shared_load, target, call, ret, ends_flow })
+    // A vector load from workgroup memory reads several keys: a loop's visits count words.
+    let shared_words = if base == "LDS" { (load_width(opcode) / 4).max(1) as u8 } else { 0 };
+    Some(Instr { addr, pipe, load_bytes, log, philox, carry, shared_words, target, call, ret, ends_flow })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
@@ -255,7 +257,8 @@ impl Loop {
 
 /// A loop over workgroup memory: an innermost backward branch whose body reads workgroup memory
 /// and no global memory (a part's sum, select, gather), counted along its cheapest path (an
-/// item that takes no branch: a select's key that does not match the prefix) and its costliest
+/// item that takes no branch: a select's key that does not match the prefix; in a loop that
+/// sums floats, its costliest: every column with a value weighs itself) and its costliest
 /// (one that takes them all). `pass` is where it runs inside a pass of a select: the loop around
 /// it that holds a barrier, counted along its cheapest path without this loop's instructions
 /// (the block-wide sums and the digit's choice, once a pass a thread).
@@ -332,11 +335,14 @@ impl Function {
         let inside = |(a, b): (usize, usize), (s, e): (usize, usize)| (a, b) != (s, e) && s <= a && b <= e;
         edges
             .iter()
-            .filter(|&&r| any(r, &|i| i.shared_load) && !any(r, &|i| i.pipe == Pipe::Ldg))
+            .filter(|&&r| any(r, &|i| i.shared_words > 0) && !any(r, &|i| i.pipe == Pipe::Ldg))
             .filter(|&&r| !edges.iter().any(|&o| inside(o, r)))
             .filter_map(|&(s, e)| {
-                let common = self.path((s, e), &cheapest, Through::Anything)?;
                 let longest = self.path((s, e), &costliest, Through::Anything)?;
+                // A loop that sums floats (a part's weights): every column with a value weighs
+                // itself, the whole exponential, and adds its term.
+                let sums = any((s, e), &|i| i.pipe == Pipe::Fp32);
+                let common = if sums { longest } else { self.path((s, e), &cheapest, Through::Anything)? };
                 let around = edges
                     .iter()
                     .filter(|&&o| {

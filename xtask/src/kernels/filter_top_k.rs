@@ -9,7 +9,7 @@
 //! Two launches. `top_k_parts_*` splits each row into parts of at most [`PART_COLS`] columns,
 //! one workgroup each; a part reads its columns once into workgroup memory as order keys of
 //! `z = l / T` and, on chip, selects its `k + 1` largest by (value descending, index ascending)
-//! (a radix select of 4-bit digits over the keys in workgroup memory, [`select_top`]), and
+//! ([`select_top`], in workgroup memory), and
 //! writes them in index order with its maximum `m` and `sum exp(z - m)` ([`read_part`]).
 //! `top_k_merge_*` (one workgroup per row) selects the row's `k + 1` largest from the parts'
 //! lists with the same select, ranks them by the filter kernels' order (`z - max` rounded to
@@ -49,9 +49,10 @@ use super::filter_top_p;
 use super::filter_values as values;
 use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
-    takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP, NONE,
+    takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP,
 };
 use super::seeded::score64;
+use super::select::{self, select_top};
 use crate::ir::*;
 use crate::tuning::Workgroup;
 
@@ -77,22 +78,27 @@ pub(super) const AREA_WORDS: u32 = {
         histogram
     }
 };
-/// Relative margin on the estimated row mass within which joint top-p must give one set: 6.5
-/// times a bound on the estimate's error against the exact fixed-point mass (4.7e-6). The
-/// exponentials' arguments `z - m` round to 2^-24 of themselves, at most 13 units from the
-/// maximum on average under the weights (a token further off weighs under e^-13 / n): 1.6e-6
-/// for the two ways round; three exponentials within 4 ulp, 7e-7; the parts' sums (16 terms an
-/// invocation, then 8 levels of the block's tree) and the merge's (a part an invocation, 9
-/// levels), 2e-6; the products, `top_p` and the conversions, 3e-7; truncations to 2^-40 of the
-/// largest weight (1), 1.4e-7 for 151936 tokens. Unlike the top-p cut's margin, this one keeps
-/// the set exact (a row outside it is not checked again), so it keeps a wide factor over the
-/// bound. Was 2^-10, which left many rows unsure (the merge's second read): on Zipf rows at T
-/// 0.6, top-k 50 and top-p 0.9, 40% of them (a numpy simulation of the rule); then 2^-13, 26
-/// times the bound: 18 of 1344 joint rows on lavapipe (top-k 20, 40 and 50 with top-p 0.95, 0.8
-/// and 0.9 at T 0.6 to 1.0, Zipf rows of 32768 and 151936); now 5.
+/// Relative margin on the estimated row mass within which joint top-p must give one set: 3.8
+/// times a bound on the estimate's error against the exact fixed-point mass (8.0e-6). The parts
+/// weigh their columns with the target's fast exponential, which Vulkan allows 3 + 2|x| ulp
+/// (CUDA's `__expf` is closer): at most 13 units from the maximum on average under the weights
+/// (a token further off weighs under e^-13 / n), 29 ulp, 3.5e-6 of the sum. The rest is as
+/// before the fast exponential: the exponentials' arguments `z - m` round to 2^-24 of
+/// themselves, 1.6e-6 for the two ways round; the merge's two exponentials within 4 ulp, 5e-7;
+/// the parts' sums (16 terms an invocation, then 8 levels of the block's tree) and the merge's
+/// (a part an invocation, 9 levels), 2e-6; the products, `top_p` and the conversions, 3e-7;
+/// truncations to 2^-40 of the largest weight (1), 1.4e-7 for 151936 tokens. Unlike the top-p
+/// cut's margin, this one keeps the set exact (a row outside it is not checked again), so it
+/// keeps a factor over the bound. Was 2^-10, which left many rows unsure (the merge's second
+/// read): on Zipf rows at T 0.6, top-k 50 and top-p 0.9, 40% of them (a numpy simulation of the
+/// rule); then 2^-13: 18 of 1344 joint rows on lavapipe (top-k 20, 40 and 50 with top-p 0.95,
+/// 0.8 and 0.9 at T 0.6 to 1.0, Zipf rows of 32768 and 151936); now 5.
 const MASS_MARGIN: f32 = 1.0 / 32768.0;
 pub(super) const SCRATCH: &str = "partials";
 pub(super) const KEYS: &str = "part_keys";
+/// The merge's scratch for [`select_top`] (the parts take theirs in the top-p histogram's array).
+pub(super) const SELECT_SCRATCH: &str = "select_scratch";
+const _: () = assert!(select::WORDS <= filter_top_p::BINS);
 /// The merge's arrays of `CAP + 1` words each, in the filter kernel's list (`filters::LIST`),
 /// which the fallback overwrites only after the merge is done with them: the candidates' keys,
 /// columns, `z - max` (f32 bits) and masses (u64 in two words), then by rank the keys, columns
@@ -179,61 +185,14 @@ pub(super) fn own_word(k: Expr) -> Expr {
     var("slot") * u(SLOT_WORDS) + k
 }
 
-/// The passes of [`select_top`]: 4-bit digits of a 32-bit key.
-pub const SELECT_PASSES: u32 = 8;
-
-/// The `want` largest of `n` items by (key descending, position ascending), `key_at(i)` giving
-/// item `i`'s key (0: no item): a radix select of 4-bit digits, each pass counting per digit
-/// the items matching the prefix so far. Declares `t_key` (the boundary key: the smallest
-/// taken), `t_above` (items above it) and `t_take` (how many of those at it are taken, the
-/// lowest positions). With fewer than `want` items, all are taken.
-pub(super) fn select_top(b: &mut Block, n: Expr, want: Expr, key_at: &dyn Fn(&mut Block, Expr) -> Expr) {
-    for name in ["t_key", "t_mask", "t_above", "t_at"] {
-        b.let_(name, Ty::U32, u(0));
-    }
-    b.for_("t_pass", u(0), u(SELECT_PASSES), u(1), |b, ps| {
-        let shift = b.let_("t_shift", Ty::U32, u(28) - ps * u(4));
-        b.let_bins("t_cnt", Ty::U32, 16);
-        b.for_("ti", builtin(Builtin::LocalId), n.clone(), builtin(Builtin::BlockSize), |b, i| {
-            let key = key_at(b, i);
-            let k = b.let_("tk", Ty::U32, key);
-            let matches = k.clone().ne_(u(0)).and((k.clone() & var("t_mask")).eq_(var("t_key")));
-            b.if_(matches, |b| b.add_to_bin("t_cnt", (k >> shift.clone()) & u(15), u(1)));
-        });
-        let names: Vec<String> = (0..16).map(|d| format!("t_cs{d}")).collect();
-        b.sum_many(Ty::U32, (0..16).map(|d| bin_value("t_cnt", d)).collect(), &names);
-        // From the highest digit down: the digit holding the `want`-th item (or the lowest
-        // non-empty one when there are fewer).
-        let nb = b.let_("t_nb", Ty::U32, var("t_above"));
-        let chosen = b.let_("t_chosen", Ty::U32, u(NONE));
-        b.let_("t_cn", Ty::U32, var("t_above"));
-        for d in (0..16).rev() {
-            let cs = var(&names[d as usize]);
-            b.if_(cs.clone().gt(u(0)), |b| {
-                b.if_(nb.clone().lt(want.clone()), |b| {
-                    b.set("t_chosen", u(d));
-                    b.set("t_cn", nb.clone());
-                });
-                b.set("t_nb", nb.clone() + cs);
-            });
-        }
-        b.if_(chosen.clone().ne_(u(NONE)), |b| {
-            b.set("t_key", var("t_key") | (chosen.clone() << shift.clone()));
-            b.set("t_above", var("t_cn"));
-            let at = (0..16u32).fold(u(0), |e, d| select(chosen.clone().eq_(u(d)), var(&names[d as usize]), e));
-            b.set("t_at", at);
-        });
-        b.set("t_mask", var("t_mask") | (u(15) << shift));
-    });
-    b.let_("t_take", Ty::U32, var("t_at").min(want - var("t_above")));
-}
-
 /// After [`select_top`]: `emit(out, i, key)` for each taken item, `out` counting them in
 /// position order (each invocation walks one contiguous run; two scans place the runs).
+/// `each(key)` also sees every item's key (not 0) in the first walk.
 fn gather(
     b: &mut Block,
     n: Expr,
     key_at: &dyn Fn(&mut Block, Expr) -> Expr,
+    each: &dyn Fn(&mut Block, Expr),
     emit: &dyn Fn(&mut Block, Expr, Expr, Expr),
 ) {
     let bs = builtin(Builtin::BlockSize);
@@ -247,7 +206,8 @@ fn gather(
         let k = b.let_("gk", Ty::U32, key);
         b.if_(k.clone().ne_(u(0)), |b| {
             b.if_(k.clone().eq_(var("t_key")), |b| b.set("g_ties", var("g_ties") + u(1)));
-            b.if_(k.gt(var("t_key")), |b| b.set("g_above", var("g_above") + u(1)));
+            b.if_(k.clone().gt(var("t_key")), |b| b.set("g_above", var("g_above") + u(1)));
+            each(b, k);
         });
     });
     let tie_start = b.scan(var("g_ties"), "g_tie_start");
@@ -290,40 +250,53 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     m
 }
 
-/// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`),
-/// returned; `each(v, w)` also sees every column's value `v` and weight `w`.
-pub(super) fn sum_part(b: &mut Block, input: Input, n: Expr, m: Expr, each: &dyn Fn(&mut Block, Expr, Expr)) -> Expr {
+/// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`, by
+/// `weight`: [`values::weight`], or [`values::estimate_weight`] where `m` is finite), returned;
+/// `each(key, v, w)` also sees every column's key, value `v` and weight `w`.
+pub(super) fn sum_part(
+    b: &mut Block,
+    (input, n, m): (Input, Expr, Expr),
+    weight: fn(Input, Expr, Expr) -> Expr,
+    each: &dyn Fn(&mut Block, Expr, Expr, Expr),
+) -> Expr {
     b.let_("s", Ty::F32, f(0.0));
     b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
         let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
         b.if_(k.clone().ne_(u(0)), |b| {
-            let z = b.let_("kz", Ty::F32, key_value(k));
-            let w = b.let_("kw", Ty::F32, values::weight(input, z.clone(), m.clone()));
+            let z = b.let_("kz", Ty::F32, key_value(k.clone()));
+            let w = b.let_("kw", Ty::F32, weight(input, z.clone(), m.clone()));
             b.set("s", var("s") + w.clone());
-            each(b, z, w);
+            each(b, k, z, w);
         });
     });
     b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "part_s")
 }
 
 /// One part (after [`one_read_row`]): one read of its columns into workgroup memory, its
-/// maximum and sum, its `k + 1` candidates, and its record.
+/// maximum and sum, its `k + 1` candidates, and its record. The select's scratch is the top-p
+/// histogram's array, which this row does not use; its counting rides on the sum's loop.
 fn read_part(b: &mut Block, input: Input) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
+    select::clear(b, filter_top_p::HIST);
     let m = load_part(b, input, n.clone());
-    let s = sum_part(b, input, n.clone(), m.clone(), &|_, _, _| {});
+    let top = b.let_("top_key", Ty::U32, order_key(m.clone()));
+    // The sum only estimates the row's mass (the merge keeps a margin that counts the fast
+    // exponential's error, `MASS_MARGIN`). A part whose maximum is not finite leaves its row to
+    // the fallback, so its sum may weigh at 0 instead.
+    let finite = m.clone().gt(f(f32::NEG_INFINITY)).and(m.clone().lt(f(f32::INFINITY)));
+    let at = b.let_("m_finite", Ty::F32, select(finite, m.clone(), f(0.0)));
+    let count = |b: &mut Block, k: Expr, _: Expr, _: Expr| select::count(b, filter_top_p::HIST, top.clone(), k);
+    let s = sum_part(b, (input, n.clone(), at), values::estimate_weight, &count);
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
-    select_top(b, n.clone(), var("kc") + u(1), &key_at);
-    gather(b, n, &key_at, &|b, o, i, k| {
+    let items = select::Items { n: n.clone(), top, scratch: filter_top_p::HIST, key_at: &key_at };
+    select::decide(b, items, var("kc") + u(1));
+    // What the part leaves out, for the merge's test of the boundary (`prefix_is_exact`).
+    b.let_("below", Ty::U32, u(0));
+    let below = |b: &mut Block, k: Expr| b.if_(k.clone().lt(var("t_key")), |b| b.set("below", var("below").max(k)));
+    gather(b, n, &key_at, &below, &|b, o, i, k| {
         let at = own_word(u(HEAD_WORDS) + o * u(2));
         b.store(SCRATCH, at.clone(), k);
         b.store(SCRATCH, at + u(1), var("col_lo") + i);
-    });
-    // What the part leaves out, for the merge's test of the boundary (`prefix_is_exact`).
-    b.let_("below", Ty::U32, u(0));
-    b.for_("i", builtin(Builtin::LocalId), var("n_cols"), builtin(Builtin::BlockSize), |b, i| {
-        let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
-        b.if_(k.clone().lt(var("t_key")), |b| b.set("below", var("below").max(k)));
     });
     let below = b.reduce(ReduceOp::Max, Ty::U32, var("below"), "part_below");
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
@@ -525,8 +498,10 @@ fn merge_row(b: &mut Block, input: Input) {
             b.if_(listed, |b| b.set("ik", load_settled(SCRATCH, at)));
             var("ik")
         };
-        select_top(b, n.clone(), want.clone(), &key_at);
-        gather(b, n, &key_at, &|b, o, pos, k| {
+        let items =
+            select::Items { n: n.clone(), top: order_key(mx.clone()), scratch: SELECT_SCRATCH, key_at: &key_at };
+        select_top(b, items, want.clone());
+        gather(b, n, &key_at, &|_, _| {}, &|b, o, pos, k| {
             let p = pos.clone() / want.clone();
             let s = pos - p.clone() * want.clone();
             put(b, M_KEY, o.clone(), k);
@@ -729,6 +704,11 @@ fn parts_kernel(input: Input) -> Kernel {
     let name = format!("top_k_parts_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(false), b);
     k.workgroup = Workgroup::Part;
+    // 48 registers on sm_90, so an H200 multiprocessor holds five blocks of 256 where 64 held
+    // four (at 32 x 151936, 1216 parts took three rounds of 528 blocks, and take two), with no
+    // spill. Six (40 registers) cost more by the model: as many rounds at 32 rows, more work a
+    // round. A T4 holds three by their workgroup memory whatever the registers.
+    k.occupancy = Occupancy::AtLeast(5);
     k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
     k.shared.push(filter_top_p::histogram_shared());
     k
@@ -777,6 +757,7 @@ fn merge_kernel(input: Input) -> Kernel {
     let mut k = kernel(name, doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared(Build::Full));
     k.shared.push(filter_top_p::cut_shared());
+    k.shared.push(SharedDecl::atomic(SELECT_SCRATCH, select::WORDS));
     k
 }
 

@@ -41,8 +41,8 @@ use super::abi::{
 use super::combine::last_part_on;
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, select_top, slot_word,
-    sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word, sum_part,
+    AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
 use super::filter_values as values;
 use super::filters::{
@@ -50,6 +50,7 @@ use super::filters::{
     listed_row, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST,
     LIST_CAP, NONE,
 };
+use super::select::{select_top, Items};
 use crate::ir::*;
 use crate::tuning::Workgroup;
 
@@ -86,7 +87,7 @@ const PART_LIST: u32 = AREA_WORDS / 2;
 /// The most range tokens the merge copies into workgroup memory (keys, then columns, in the
 /// filter kernels' list); a longer range is selected where the parts listed it.
 const CUT_CAP: u32 = LIST_CAP / 2;
-const HIST: &str = "part_hist";
+pub(super) const HIST: &str = "part_hist";
 const LISTING: &str = "cut_listing";
 
 /// Words after a slot's candidates area: the row's state (in its part 0's slot), then the
@@ -175,7 +176,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     let m = load_part(b, input, n.clone());
     let r = b.let_("grid_r", Ty::F32, grid_origin(input, m.clone()));
-    let s = sum_part(b, input, n.clone(), m.clone(), &|b, v, w| {
+    let s = sum_part(b, (input, n.clone(), m.clone()), values::weight, &|b, _, v, w| {
         let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, v.clone())));
         b.if_(w.clone().gt(f(0.0)).and(g.clone().lt(f(BINS as f32))), |b| {
             // Against the bin's upper edge, not the part's maximum: a tail of thousands of
@@ -683,7 +684,7 @@ fn select_in_range(b: &mut Block, input: Input, range: Range, race: (Expr, &Phil
         let k = b.let_("tk_key", Ty::U32, k);
         select(k.eq_(var("sel_key")), col_of(i) ^ u(NONE), u(0))
     };
-    select_top(b, n.clone(), var("ties"), &tied);
+    select_top(b, Items { n: n.clone(), top: u(NONE), scratch: SELECT_SCRATCH, key_at: &tied }, var("ties"));
     let tie_col = b.let_("tie_col_max", Ty::U32, var("t_key") ^ u(NONE));
     b.for_("i", lid, n, bs, |b, i| {
         let k = key_of(b, i.clone());

@@ -94,8 +94,22 @@ pub(super) fn has_mass(input: Input, v: Expr) -> Expr {
 pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
     match input {
         Input::Logits(_) => softmax_weight(v, m),
-        Input::Probs => select(v.clone().eq_(m.clone()), f(1.0), v / m),
+        Input::Probs => probs_weight(v, m),
     }
+}
+
+/// [`weight`] where `m` is finite (no test of the limits, which a loop's compiler would
+/// unswitch into a copy of the loop for each), for a sum that is only an estimate: the target's
+/// fast exponential ([`approx_exp`], within 3 + 2|x| ulp), or `p / m`.
+pub(super) fn estimate_weight(input: Input, v: Expr, m: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => approx_exp(v - m),
+        Input::Probs => probs_weight(v, m),
+    }
+}
+
+fn probs_weight(p: Expr, m: Expr) -> Expr {
+    select(p.clone().eq_(m.clone()), f(1.0), p / m)
 }
 
 /// The value the filters' order is on: `z - max` rounded to f32 (two values of `z` that round

@@ -15,6 +15,7 @@ pub mod race;
 pub mod read;
 pub mod sampler;
 pub mod seeded;
+pub mod select;
 pub mod softmax;
 
 use crate::ir::Kernel;
