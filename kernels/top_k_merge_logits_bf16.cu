@@ -826,29 +826,6 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
-#define sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15) { \
-    /* built by kernels::select::radix_select */ \
-    { \
-        const unsigned int sk_bin = ((tk >> t_shift) & 15u); \
-        const unsigned int sk_add = 1u; \
-        sk_bin_add_u32(t_cnt_0, sk_bin, 0u, sk_add); \
-        sk_bin_add_u32(t_cnt_1, sk_bin, 1u, sk_add); \
-        sk_bin_add_u32(t_cnt_2, sk_bin, 2u, sk_add); \
-        sk_bin_add_u32(t_cnt_3, sk_bin, 3u, sk_add); \
-        sk_bin_add_u32(t_cnt_4, sk_bin, 4u, sk_add); \
-        sk_bin_add_u32(t_cnt_5, sk_bin, 5u, sk_add); \
-        sk_bin_add_u32(t_cnt_6, sk_bin, 6u, sk_add); \
-        sk_bin_add_u32(t_cnt_7, sk_bin, 7u, sk_add); \
-        sk_bin_add_u32(t_cnt_8, sk_bin, 8u, sk_add); \
-        sk_bin_add_u32(t_cnt_9, sk_bin, 9u, sk_add); \
-        sk_bin_add_u32(t_cnt_10, sk_bin, 10u, sk_add); \
-        sk_bin_add_u32(t_cnt_11, sk_bin, 11u, sk_add); \
-        sk_bin_add_u32(t_cnt_12, sk_bin, 12u, sk_add); \
-        sk_bin_add_u32(t_cnt_13, sk_bin, 13u, sk_add); \
-        sk_bin_add_u32(t_cnt_14, sk_bin, 14u, sk_add); \
-        sk_bin_add_u32(t_cnt_15, sk_bin, 15u, sk_add); \
-    } \
-}
 #define sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
@@ -894,12 +871,35 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         rk_mine = (rk_mine + 1u); \
     } \
 }
-#define sk_rank_listed(ri, t_bin_at, t_need) { \
+#define sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more) { \
+    /* built by kernels::select::decide */ \
+    unsigned int t_bin = (t_chosen - 1u); \
+    t_above = (t_above + t_bin_above); \
+    t_at = t_bin_at; \
+    unsigned int t_be = max(((t_bin + 48u) / 16u), 5u); \
+    unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u))); \
+    unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u))); \
+    if ((t_bin < 32u)) { \
+        t_key = ((t_top - t_from) - t_lo_d); \
+    } else { \
+        if ((t_bin_at <= 507u)) { \
+            t_list_lo = (t_from + t_lo_d); \
+            t_list_width = t_width; \
+            t_listed = t_bin_at; \
+            t_need = (t_want - t_above); \
+        } else { \
+            t_from = (t_from + t_lo_d); \
+            t_span = t_width; \
+            t_more = true; \
+        } \
+    } \
+}
+#define sk_rank_listed(ri, t_listed, t_need) { \
     /* built by kernels::select::rank_listed */ \
     unsigned int t_ki = select_scratch[ri]; \
     unsigned int t_gt = 0u; \
     unsigned int t_eq = 0u; \
-    for (unsigned int rj = 0u; rj < t_bin_at; rj += 1u) { \
+    for (unsigned int rj = 0u; rj < t_listed; rj += 1u) { \
         unsigned int t_kj = select_scratch[rj]; \
         t_gt = (t_gt + ((t_kj > t_ki) ? 1u : 0u)); \
         t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u)); \
@@ -946,16 +946,26 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     sel_m = 0ull; \
     sel_tm = 0ull; \
 }
-#define sk_choose_bin(t_lo, tj, t_want, t_run) { \
+#define sk_choose_bin(t_lo, tj, t_want, t_above, t_run) { \
     /* built by kernels::select::choose_bin */ \
     const unsigned int sk_e36 = (t_lo + tj); \
     unsigned int t_c = ((sk_e36 < 464u) ? (select_scratch[min(sk_e36, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         select_scratch[507u] = ((t_lo + tj) + 1u); \
-        select_scratch[508u] = t_run; \
+        select_scratch[508u] = (t_run - t_above); \
         select_scratch[509u] = t_c; \
     } \
     t_run = (t_run + t_c); \
+}
+#define sk_decide_2(t_top, tk, t_from, t_span) { \
+    /* built by kernels::select::decide */ \
+    unsigned int t_in = ((t_top - tk) - t_from); \
+    if ((t_in < t_span)) { \
+        unsigned int t_d = t_in; \
+        unsigned int t_e = sk_high_bit((t_d | 32u)); \
+        unsigned int t_old = 0u; \
+        t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u); \
+    } \
 }
 #define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
     /* built by kernels::filters::digit_counts */ \
@@ -1637,234 +1647,82 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int t_key = 0u;
                                     unsigned int t_above = 0u;
                                     unsigned int t_at = 0u;
-                                    __syncthreads();
-                                    unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                    unsigned int t_lo = (threadIdx.x * t_per);
-                                    unsigned int t_run = 0u;
-                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                                        // built by kernels::select::choose_bin
-                                        const unsigned int sk_e35 = (t_lo + tj);
-                                        t_run = (t_run + ((sk_e35 < 464u) ? (select_scratch[min(sk_e35, 463u)]) : 0u));
-                                    }
-                                    unsigned int t_start = 0u;
-                                    t_start = sk_block_scan(t_run);
-                                    if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
-                                        // built by kernels::select::choose_bin
-                                        select_scratch[510u] = (t_start + t_run);
-                                    }
-                                    __syncthreads();
-                                    unsigned int t_total = select_scratch[510u];
-                                    unsigned int t_want = min(ties, t_total);
-                                    t_run = t_start;
-                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                                        sk_choose_bin(t_lo, tj, t_want, t_run);
-                                    }
-                                    __syncthreads();
-                                    unsigned int t_chosen = select_scratch[507u];
-                                    unsigned int t_bin_above = select_scratch[508u];
-                                    unsigned int t_bin_at = select_scratch[509u];
-                                    __syncthreads();
-                                    if ((t_chosen != 0u)) {
+                                    unsigned int t_from = 0u;
+                                    unsigned int t_span = 0u;
+                                    bool t_more = true;
+                                    unsigned int t_list_lo = 0u;
+                                    unsigned int t_list_width = 0u;
+                                    unsigned int t_listed = 0u;
+                                    unsigned int t_need = 0u;
+                                    for (unsigned int t_round = 0u; t_round < 7u; t_round += 1u) {
                                         // built by kernels::select::decide
-                                        unsigned int t_bin = (t_chosen - 1u);
-                                        t_above = t_bin_above;
-                                        t_at = t_bin_at;
-                                        unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
-                                        unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
-                                        unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
-                                        if ((t_bin < 32u)) {
-                                            t_key = (t_top - t_lo_d);
-                                        } else {
-                                            if ((t_bin_at <= 507u)) {
+                                        if (t_more) {
+                                            if ((t_round > 0u)) {
+                                                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                                    // built by kernels::select::clear
+                                                    select_scratch[i] = 0u;
+                                                }
+                                                __syncthreads();
                                                 for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
                                                     unsigned int tk_key = listed_cols[ti];
                                                     unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
-                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
-                                                        unsigned int t_slot = 0u;
-                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                        select_scratch[t_slot] = tk;
+                                                    if ((tk != 0u)) {
+                                                        sk_decide_2(t_top, tk, t_from, t_span);
                                                     }
-                                                }
-                                                __syncthreads();
-                                                unsigned int t_need = (min(ties, t_total) - t_bin_above);
-                                                for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
-                                                    sk_rank_listed(ri, t_bin_at, t_need);
-                                                }
-                                                __syncthreads();
-                                                t_key = select_scratch[507u];
-                                                t_above = (t_above + select_scratch[508u]);
-                                                t_at = select_scratch[509u];
-                                            } else {
-                                                t_above = 0u;
-                                                t_at = 0u;
-                                                unsigned int t_mask = 0u;
-                                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                                    // built by kernels::select::radix_select
-                                                    unsigned int t_shift = (28u - (t_pass * 4u));
-                                                    unsigned int t_cnt_0 = 0;
-                                                    unsigned int t_cnt_1 = 0;
-                                                    unsigned int t_cnt_2 = 0;
-                                                    unsigned int t_cnt_3 = 0;
-                                                    unsigned int t_cnt_4 = 0;
-                                                    unsigned int t_cnt_5 = 0;
-                                                    unsigned int t_cnt_6 = 0;
-                                                    unsigned int t_cnt_7 = 0;
-                                                    unsigned int t_cnt_8 = 0;
-                                                    unsigned int t_cnt_9 = 0;
-                                                    unsigned int t_cnt_10 = 0;
-                                                    unsigned int t_cnt_11 = 0;
-                                                    unsigned int t_cnt_12 = 0;
-                                                    unsigned int t_cnt_13 = 0;
-                                                    unsigned int t_cnt_14 = 0;
-                                                    unsigned int t_cnt_15 = 0;
-                                                    for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
-                                                        unsigned int tk_key = listed_cols[ti];
-                                                        unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
-                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                            sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                                        }
-                                                    }
-                                                    unsigned int t_cs0 = 0u;
-                                                    unsigned int t_cs1 = 0u;
-                                                    unsigned int t_cs2 = 0u;
-                                                    unsigned int t_cs3 = 0u;
-                                                    unsigned int t_cs4 = 0u;
-                                                    unsigned int t_cs5 = 0u;
-                                                    unsigned int t_cs6 = 0u;
-                                                    unsigned int t_cs7 = 0u;
-                                                    unsigned int t_cs8 = 0u;
-                                                    unsigned int t_cs9 = 0u;
-                                                    unsigned int t_cs10 = 0u;
-                                                    unsigned int t_cs11 = 0u;
-                                                    unsigned int t_cs12 = 0u;
-                                                    unsigned int t_cs13 = 0u;
-                                                    unsigned int t_cs14 = 0u;
-                                                    unsigned int t_cs15 = 0u;
-                                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                                    unsigned int t_nb = t_above;
-                                                    unsigned int t_digit = 4294967295u;
-                                                    unsigned int t_cn = t_above;
-                                                    if ((t_cs15 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 15u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs15);
-                                                    }
-                                                    if ((t_cs14 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 14u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs14);
-                                                    }
-                                                    if ((t_cs13 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 13u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs13);
-                                                    }
-                                                    if ((t_cs12 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 12u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs12);
-                                                    }
-                                                    if ((t_cs11 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 11u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs11);
-                                                    }
-                                                    if ((t_cs10 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 10u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs10);
-                                                    }
-                                                    if ((t_cs9 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 9u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs9);
-                                                    }
-                                                    if ((t_cs8 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 8u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs8);
-                                                    }
-                                                    if ((t_cs7 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 7u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs7);
-                                                    }
-                                                    if ((t_cs6 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 6u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs6);
-                                                    }
-                                                    if ((t_cs5 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 5u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs5);
-                                                    }
-                                                    if ((t_cs4 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 4u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs4);
-                                                    }
-                                                    if ((t_cs3 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 3u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs3);
-                                                    }
-                                                    if ((t_cs2 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 2u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs2);
-                                                    }
-                                                    if ((t_cs1 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 1u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs1);
-                                                    }
-                                                    if ((t_cs0 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 0u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs0);
-                                                    }
-                                                    if ((t_digit != 4294967295u)) {
-                                                        t_key = (t_key | (t_digit << t_shift));
-                                                        t_above = t_cn;
-                                                        t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
-                                                    }
-                                                    t_mask = (t_mask | (15u << t_shift));
                                                 }
                                             }
+                                            __syncthreads();
+                                            unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                            unsigned int t_lo = (threadIdx.x * t_per);
+                                            unsigned int t_run = 0u;
+                                            for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                                // built by kernels::select::choose_bin
+                                                const unsigned int sk_e35 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e35 < 464u) ? (select_scratch[min(sk_e35, 463u)]) : 0u));
+                                            }
+                                            unsigned int t_start = 0u;
+                                            t_start = sk_block_scan(t_run);
+                                            if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                                // built by kernels::select::choose_bin
+                                                select_scratch[510u] = (t_start + t_run);
+                                            }
+                                            __syncthreads();
+                                            unsigned int t_total = select_scratch[510u];
+                                            unsigned int t_want = min(ties, (t_above + t_total));
+                                            t_run = (t_above + t_start);
+                                            for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                                sk_choose_bin(t_lo, tj, t_want, t_above, t_run);
+                                            }
+                                            __syncthreads();
+                                            unsigned int t_chosen = select_scratch[507u];
+                                            unsigned int t_bin_above = select_scratch[508u];
+                                            unsigned int t_bin_at = select_scratch[509u];
+                                            __syncthreads();
+                                            t_more = false;
+                                            if ((t_chosen != 0u)) {
+                                                sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more);
+                                            }
                                         }
+                                    }
+                                    if ((t_need > 0u)) {
+                                        // built by kernels::select::decide
+                                        for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                            unsigned int tk_key = listed_cols[ti];
+                                            unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
+                                                unsigned int t_slot = 0u;
+                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                select_scratch[t_slot] = tk;
+                                            }
+                                        }
+                                        __syncthreads();
+                                        for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) {
+                                            sk_rank_listed(ri, t_listed, t_need);
+                                        }
+                                        __syncthreads();
+                                        t_key = select_scratch[507u];
+                                        t_above = (t_above + select_scratch[508u]);
+                                        t_at = select_scratch[509u];
                                     }
                                     __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
@@ -2068,250 +1926,98 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int t_key = 0u;
                                     unsigned int t_above = 0u;
                                     unsigned int t_at = 0u;
-                                    __syncthreads();
-                                    unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                    unsigned int t_lo = (threadIdx.x * t_per);
-                                    unsigned int t_run = 0u;
-                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                                        // built by kernels::select::choose_bin
-                                        const unsigned int sk_e46 = (t_lo + tj);
-                                        t_run = (t_run + ((sk_e46 < 464u) ? (select_scratch[min(sk_e46, 463u)]) : 0u));
-                                    }
-                                    unsigned int t_start = 0u;
-                                    t_start = sk_block_scan(t_run);
-                                    if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
-                                        // built by kernels::select::choose_bin
-                                        select_scratch[510u] = (t_start + t_run);
-                                    }
-                                    __syncthreads();
-                                    unsigned int t_total = select_scratch[510u];
-                                    unsigned int t_want = min(ties, t_total);
-                                    t_run = t_start;
-                                    for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                                        sk_choose_bin(t_lo, tj, t_want, t_run);
-                                    }
-                                    __syncthreads();
-                                    unsigned int t_chosen = select_scratch[507u];
-                                    unsigned int t_bin_above = select_scratch[508u];
-                                    unsigned int t_bin_at = select_scratch[509u];
-                                    __syncthreads();
-                                    if ((t_chosen != 0u)) {
+                                    unsigned int t_from = 0u;
+                                    unsigned int t_span = 0u;
+                                    bool t_more = true;
+                                    unsigned int t_list_lo = 0u;
+                                    unsigned int t_list_width = 0u;
+                                    unsigned int t_listed = 0u;
+                                    unsigned int t_need = 0u;
+                                    for (unsigned int t_round = 0u; t_round < 7u; t_round += 1u) {
                                         // built by kernels::select::decide
-                                        unsigned int t_bin = (t_chosen - 1u);
-                                        t_above = t_bin_above;
-                                        t_at = t_bin_at;
-                                        unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
-                                        unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
-                                        unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
-                                        if ((t_bin < 32u)) {
-                                            t_key = (t_top - t_lo_d);
-                                        } else {
-                                            if ((t_bin_at <= 507u)) {
+                                        if (t_more) {
+                                            if ((t_round > 0u)) {
+                                                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                                    // built by kernels::select::clear
+                                                    select_scratch[i] = 0u;
+                                                }
+                                                __syncthreads();
                                                 for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
                                                     unsigned int ri_p = (ti / 384u);
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e48 = (ti / 384u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 805u) + (5u + ((ti - (sk_e48 * 384u)) * 2u)))]);
+                                                        const unsigned int sk_e46 = (ti / 384u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (5u + ((ti - (sk_e46 * 384u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e49 = (ti / 384u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (6u + ((ti - (sk_e49 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
-                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
-                                                        unsigned int t_slot = 0u;
-                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                        select_scratch[t_slot] = tk;
+                                                    const unsigned int sk_e47 = (ti / 384u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 805u) + (6u + ((ti - (sk_e47 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    if ((tk != 0u)) {
+                                                        sk_decide_2(t_top, tk, t_from, t_span);
                                                     }
-                                                }
-                                                __syncthreads();
-                                                unsigned int t_need = (min(ties, t_total) - t_bin_above);
-                                                for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
-                                                    sk_rank_listed(ri, t_bin_at, t_need);
-                                                }
-                                                __syncthreads();
-                                                t_key = select_scratch[507u];
-                                                t_above = (t_above + select_scratch[508u]);
-                                                t_at = select_scratch[509u];
-                                            } else {
-                                                t_above = 0u;
-                                                t_at = 0u;
-                                                unsigned int t_mask = 0u;
-                                                for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                                    // built by kernels::select::radix_select
-                                                    unsigned int t_shift = (28u - (t_pass * 4u));
-                                                    unsigned int t_cnt_0 = 0;
-                                                    unsigned int t_cnt_1 = 0;
-                                                    unsigned int t_cnt_2 = 0;
-                                                    unsigned int t_cnt_3 = 0;
-                                                    unsigned int t_cnt_4 = 0;
-                                                    unsigned int t_cnt_5 = 0;
-                                                    unsigned int t_cnt_6 = 0;
-                                                    unsigned int t_cnt_7 = 0;
-                                                    unsigned int t_cnt_8 = 0;
-                                                    unsigned int t_cnt_9 = 0;
-                                                    unsigned int t_cnt_10 = 0;
-                                                    unsigned int t_cnt_11 = 0;
-                                                    unsigned int t_cnt_12 = 0;
-                                                    unsigned int t_cnt_13 = 0;
-                                                    unsigned int t_cnt_14 = 0;
-                                                    unsigned int t_cnt_15 = 0;
-                                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
-                                                        unsigned int ri_p = (ti / 384u);
-                                                        unsigned int ri_key = 0u;
-                                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                            // built by kernels::filter_top_p::select_in_range
-                                                            const unsigned int sk_e50 = (ti / 384u);
-                                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (5u + ((ti - (sk_e50 * 384u)) * 2u)))]);
-                                                        }
-                                                        unsigned int tk_key = ri_key;
-                                                        const unsigned int sk_e51 = (ti / 384u);
-                                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 805u) + (6u + ((ti - (sk_e51 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
-                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                            sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                                        }
-                                                    }
-                                                    unsigned int t_cs0 = 0u;
-                                                    unsigned int t_cs1 = 0u;
-                                                    unsigned int t_cs2 = 0u;
-                                                    unsigned int t_cs3 = 0u;
-                                                    unsigned int t_cs4 = 0u;
-                                                    unsigned int t_cs5 = 0u;
-                                                    unsigned int t_cs6 = 0u;
-                                                    unsigned int t_cs7 = 0u;
-                                                    unsigned int t_cs8 = 0u;
-                                                    unsigned int t_cs9 = 0u;
-                                                    unsigned int t_cs10 = 0u;
-                                                    unsigned int t_cs11 = 0u;
-                                                    unsigned int t_cs12 = 0u;
-                                                    unsigned int t_cs13 = 0u;
-                                                    unsigned int t_cs14 = 0u;
-                                                    unsigned int t_cs15 = 0u;
-                                                    sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                                    unsigned int t_nb = t_above;
-                                                    unsigned int t_digit = 4294967295u;
-                                                    unsigned int t_cn = t_above;
-                                                    if ((t_cs15 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 15u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs15);
-                                                    }
-                                                    if ((t_cs14 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 14u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs14);
-                                                    }
-                                                    if ((t_cs13 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 13u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs13);
-                                                    }
-                                                    if ((t_cs12 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 12u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs12);
-                                                    }
-                                                    if ((t_cs11 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 11u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs11);
-                                                    }
-                                                    if ((t_cs10 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 10u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs10);
-                                                    }
-                                                    if ((t_cs9 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 9u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs9);
-                                                    }
-                                                    if ((t_cs8 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 8u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs8);
-                                                    }
-                                                    if ((t_cs7 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 7u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs7);
-                                                    }
-                                                    if ((t_cs6 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 6u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs6);
-                                                    }
-                                                    if ((t_cs5 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 5u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs5);
-                                                    }
-                                                    if ((t_cs4 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 4u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs4);
-                                                    }
-                                                    if ((t_cs3 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 3u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs3);
-                                                    }
-                                                    if ((t_cs2 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 2u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs2);
-                                                    }
-                                                    if ((t_cs1 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 1u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs1);
-                                                    }
-                                                    if ((t_cs0 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 0u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs0);
-                                                    }
-                                                    if ((t_digit != 4294967295u)) {
-                                                        t_key = (t_key | (t_digit << t_shift));
-                                                        t_above = t_cn;
-                                                        t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
-                                                    }
-                                                    t_mask = (t_mask | (15u << t_shift));
                                                 }
                                             }
+                                            __syncthreads();
+                                            unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                            unsigned int t_lo = (threadIdx.x * t_per);
+                                            unsigned int t_run = 0u;
+                                            for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                                // built by kernels::select::choose_bin
+                                                const unsigned int sk_e48 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e48 < 464u) ? (select_scratch[min(sk_e48, 463u)]) : 0u));
+                                            }
+                                            unsigned int t_start = 0u;
+                                            t_start = sk_block_scan(t_run);
+                                            if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                                // built by kernels::select::choose_bin
+                                                select_scratch[510u] = (t_start + t_run);
+                                            }
+                                            __syncthreads();
+                                            unsigned int t_total = select_scratch[510u];
+                                            unsigned int t_want = min(ties, (t_above + t_total));
+                                            t_run = (t_above + t_start);
+                                            for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                                sk_choose_bin(t_lo, tj, t_want, t_above, t_run);
+                                            }
+                                            __syncthreads();
+                                            unsigned int t_chosen = select_scratch[507u];
+                                            unsigned int t_bin_above = select_scratch[508u];
+                                            unsigned int t_bin_at = select_scratch[509u];
+                                            __syncthreads();
+                                            t_more = false;
+                                            if ((t_chosen != 0u)) {
+                                                sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more);
+                                            }
                                         }
+                                    }
+                                    if ((t_need > 0u)) {
+                                        // built by kernels::select::decide
+                                        for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                            unsigned int ri_p = (ti / 384u);
+                                            unsigned int ri_key = 0u;
+                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                // built by kernels::filter_top_p::select_in_range
+                                                const unsigned int sk_e50 = (ti / 384u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (5u + ((ti - (sk_e50 * 384u)) * 2u)))]);
+                                            }
+                                            unsigned int tk_key = ri_key;
+                                            const unsigned int sk_e51 = (ti / 384u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 805u) + (6u + ((ti - (sk_e51 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
+                                                unsigned int t_slot = 0u;
+                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                select_scratch[t_slot] = tk;
+                                            }
+                                        }
+                                        __syncthreads();
+                                        for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) {
+                                            sk_rank_listed(ri, t_listed, t_need);
+                                        }
+                                        __syncthreads();
+                                        t_key = select_scratch[507u];
+                                        t_above = (t_above + select_scratch[508u]);
+                                        t_at = select_scratch[509u];
                                     }
                                     __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
@@ -2513,45 +2219,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsigned int t_key = 0u;
                                 unsigned int t_above = 0u;
                                 unsigned int t_at = 0u;
-                                __syncthreads();
-                                unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                unsigned int t_lo = (threadIdx.x * t_per);
-                                unsigned int t_run = 0u;
-                                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                                    // built by kernels::select::choose_bin
-                                    const unsigned int sk_e67 = (t_lo + tj);
-                                    t_run = (t_run + ((sk_e67 < 464u) ? (select_scratch[min(sk_e67, 463u)]) : 0u));
-                                }
-                                unsigned int t_start = 0u;
-                                t_start = sk_block_scan(t_run);
-                                if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
-                                    // built by kernels::select::choose_bin
-                                    select_scratch[510u] = (t_start + t_run);
-                                }
-                                __syncthreads();
-                                unsigned int t_total = select_scratch[510u];
-                                unsigned int t_want = min(want, t_total);
-                                t_run = t_start;
-                                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                                    sk_choose_bin(t_lo, tj, t_want, t_run);
-                                }
-                                __syncthreads();
-                                unsigned int t_chosen = select_scratch[507u];
-                                unsigned int t_bin_above = select_scratch[508u];
-                                unsigned int t_bin_at = select_scratch[509u];
-                                __syncthreads();
-                                if ((t_chosen != 0u)) {
+                                unsigned int t_from = 0u;
+                                unsigned int t_span = 0u;
+                                bool t_more = true;
+                                unsigned int t_list_lo = 0u;
+                                unsigned int t_list_width = 0u;
+                                unsigned int t_listed = 0u;
+                                unsigned int t_need = 0u;
+                                for (unsigned int t_round = 0u; t_round < 7u; t_round += 1u) {
                                     // built by kernels::select::decide
-                                    unsigned int t_bin = (t_chosen - 1u);
-                                    t_above = t_bin_above;
-                                    t_at = t_bin_at;
-                                    unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
-                                    unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
-                                    unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
-                                    if ((t_bin < 32u)) {
-                                        t_key = (t_top - t_lo_d);
-                                    } else {
-                                        if ((t_bin_at <= 507u)) {
+                                    if (t_more) {
+                                        if ((t_round > 0u)) {
+                                            for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                                // built by kernels::select::clear
+                                                select_scratch[i] = 0u;
+                                            }
+                                            __syncthreads();
                                             for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
                                                 unsigned int ip = (ti / want);
                                                 unsigned int is = (ti - (ip * want));
@@ -2561,198 +2244,69 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                                     ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                                 }
                                                 unsigned int tk = ik;
-                                                if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
-                                                    unsigned int t_slot = 0u;
-                                                    t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                    select_scratch[t_slot] = tk;
+                                                if ((tk != 0u)) {
+                                                    sk_decide_2(t_top, tk, t_from, t_span);
                                                 }
-                                            }
-                                            __syncthreads();
-                                            unsigned int t_need = (min(want, t_total) - t_bin_above);
-                                            for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
-                                                sk_rank_listed(ri, t_bin_at, t_need);
-                                            }
-                                            __syncthreads();
-                                            t_key = select_scratch[507u];
-                                            t_above = (t_above + select_scratch[508u]);
-                                            t_at = select_scratch[509u];
-                                        } else {
-                                            t_above = 0u;
-                                            t_at = 0u;
-                                            unsigned int t_mask = 0u;
-                                            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                                // built by kernels::select::radix_select
-                                                unsigned int t_shift = (28u - (t_pass * 4u));
-                                                unsigned int t_cnt_0 = 0;
-                                                unsigned int t_cnt_1 = 0;
-                                                unsigned int t_cnt_2 = 0;
-                                                unsigned int t_cnt_3 = 0;
-                                                unsigned int t_cnt_4 = 0;
-                                                unsigned int t_cnt_5 = 0;
-                                                unsigned int t_cnt_6 = 0;
-                                                unsigned int t_cnt_7 = 0;
-                                                unsigned int t_cnt_8 = 0;
-                                                unsigned int t_cnt_9 = 0;
-                                                unsigned int t_cnt_10 = 0;
-                                                unsigned int t_cnt_11 = 0;
-                                                unsigned int t_cnt_12 = 0;
-                                                unsigned int t_cnt_13 = 0;
-                                                unsigned int t_cnt_14 = 0;
-                                                unsigned int t_cnt_15 = 0;
-                                                for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
-                                                    unsigned int ip = (ti / want);
-                                                    unsigned int is = (ti - (ip * want));
-                                                    unsigned int ik = 0u;
-                                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
-                                                        // built by kernels::filter_top_k::merge_row
-                                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
-                                                    }
-                                                    unsigned int tk = ik;
-                                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                        sk_radix_select(tk, t_shift, t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15);
-                                                    }
-                                                }
-                                                unsigned int t_cs0 = 0u;
-                                                unsigned int t_cs1 = 0u;
-                                                unsigned int t_cs2 = 0u;
-                                                unsigned int t_cs3 = 0u;
-                                                unsigned int t_cs4 = 0u;
-                                                unsigned int t_cs5 = 0u;
-                                                unsigned int t_cs6 = 0u;
-                                                unsigned int t_cs7 = 0u;
-                                                unsigned int t_cs8 = 0u;
-                                                unsigned int t_cs9 = 0u;
-                                                unsigned int t_cs10 = 0u;
-                                                unsigned int t_cs11 = 0u;
-                                                unsigned int t_cs12 = 0u;
-                                                unsigned int t_cs13 = 0u;
-                                                unsigned int t_cs14 = 0u;
-                                                unsigned int t_cs15 = 0u;
-                                                sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                                unsigned int t_nb = t_above;
-                                                unsigned int t_digit = 4294967295u;
-                                                unsigned int t_cn = t_above;
-                                                if ((t_cs15 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 15u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs15);
-                                                }
-                                                if ((t_cs14 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 14u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs14);
-                                                }
-                                                if ((t_cs13 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 13u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs13);
-                                                }
-                                                if ((t_cs12 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 12u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs12);
-                                                }
-                                                if ((t_cs11 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 11u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs11);
-                                                }
-                                                if ((t_cs10 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 10u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs10);
-                                                }
-                                                if ((t_cs9 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 9u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs9);
-                                                }
-                                                if ((t_cs8 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 8u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs8);
-                                                }
-                                                if ((t_cs7 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 7u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs7);
-                                                }
-                                                if ((t_cs6 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 6u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs6);
-                                                }
-                                                if ((t_cs5 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 5u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs5);
-                                                }
-                                                if ((t_cs4 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 4u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs4);
-                                                }
-                                                if ((t_cs3 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 3u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs3);
-                                                }
-                                                if ((t_cs2 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 2u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs2);
-                                                }
-                                                if ((t_cs1 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 1u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs1);
-                                                }
-                                                if ((t_cs0 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 0u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs0);
-                                                }
-                                                if ((t_digit != 4294967295u)) {
-                                                    t_key = (t_key | (t_digit << t_shift));
-                                                    t_above = t_cn;
-                                                    t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
-                                                }
-                                                t_mask = (t_mask | (15u << t_shift));
                                             }
                                         }
+                                        __syncthreads();
+                                        unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                        unsigned int t_lo = (threadIdx.x * t_per);
+                                        unsigned int t_run = 0u;
+                                        for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                            // built by kernels::select::choose_bin
+                                            const unsigned int sk_e67 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e67 < 464u) ? (select_scratch[min(sk_e67, 463u)]) : 0u));
+                                        }
+                                        unsigned int t_start = 0u;
+                                        t_start = sk_block_scan(t_run);
+                                        if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                                            // built by kernels::select::choose_bin
+                                            select_scratch[510u] = (t_start + t_run);
+                                        }
+                                        __syncthreads();
+                                        unsigned int t_total = select_scratch[510u];
+                                        unsigned int t_want = min(want, (t_above + t_total));
+                                        t_run = (t_above + t_start);
+                                        for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                                            sk_choose_bin(t_lo, tj, t_want, t_above, t_run);
+                                        }
+                                        __syncthreads();
+                                        unsigned int t_chosen = select_scratch[507u];
+                                        unsigned int t_bin_above = select_scratch[508u];
+                                        unsigned int t_bin_at = select_scratch[509u];
+                                        __syncthreads();
+                                        t_more = false;
+                                        if ((t_chosen != 0u)) {
+                                            sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more);
+                                        }
                                     }
+                                }
+                                if ((t_need > 0u)) {
+                                    // built by kernels::select::decide
+                                    for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                        unsigned int ip = (ti / want);
+                                        unsigned int is = (ti - (ip * want));
+                                        unsigned int ik = 0u;
+                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                            // built by kernels::filter_top_k::merge_row
+                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        }
+                                        unsigned int tk = ik;
+                                        if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
+                                            unsigned int t_slot = 0u;
+                                            t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                            select_scratch[t_slot] = tk;
+                                        }
+                                    }
+                                    __syncthreads();
+                                    for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) {
+                                        sk_rank_listed(ri, t_listed, t_need);
+                                    }
+                                    __syncthreads();
+                                    t_key = select_scratch[507u];
+                                    t_above = (t_above + select_scratch[508u]);
+                                    t_at = select_scratch[509u];
                                 }
                                 __syncthreads();
                                 unsigned int t_take = min(t_at, (want - t_above));

@@ -38,14 +38,9 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
-__device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin, unsigned int i, unsigned int add) {
-    asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u32 %0, %0, %3; }" : "+r"(c) : "r"(bin), "r"(i), "r"(add));
-}
-
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
-__shared__ unsigned int sk_many_u32[544];
 __shared__ __align__(16) unsigned int part_keys[4096];
 __shared__ __align__(16) unsigned int part_hist[512];
 
@@ -167,64 +162,6 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     const unsigned int sk_r = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
     __syncthreads();
     return sk_r;
-}
-__device__ __forceinline__ void sk_block_sums_u32_16(unsigned int sk_m0, unsigned int sk_m1, unsigned int sk_m2, unsigned int sk_m3, unsigned int sk_m4, unsigned int sk_m5, unsigned int sk_m6, unsigned int sk_m7, unsigned int sk_m8, unsigned int sk_m9, unsigned int sk_m10, unsigned int sk_m11, unsigned int sk_m12, unsigned int sk_m13, unsigned int sk_m14, unsigned int sk_m15, unsigned int& sk_o0, unsigned int& sk_o1, unsigned int& sk_o2, unsigned int& sk_o3, unsigned int& sk_o4, unsigned int& sk_o5, unsigned int& sk_o6, unsigned int& sk_o7, unsigned int& sk_o8, unsigned int& sk_o9, unsigned int& sk_o10, unsigned int& sk_o11, unsigned int& sk_o12, unsigned int& sk_o13, unsigned int& sk_o14, unsigned int& sk_o15) {
-    const unsigned int sk_lane = threadIdx.x & 31u;
-    {
-        const bool sk_up = (sk_lane & 8u) != 0u;
-        sk_m0 = (sk_up ? sk_m8 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m8, 8);
-        sk_m1 = (sk_up ? sk_m9 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m9, 8);
-        sk_m2 = (sk_up ? sk_m10 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m10, 8);
-        sk_m3 = (sk_up ? sk_m11 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m11, 8);
-        sk_m4 = (sk_up ? sk_m12 : sk_m4) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m4 : sk_m12, 8);
-        sk_m5 = (sk_up ? sk_m13 : sk_m5) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m5 : sk_m13, 8);
-        sk_m6 = (sk_up ? sk_m14 : sk_m6) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m6 : sk_m14, 8);
-        sk_m7 = (sk_up ? sk_m15 : sk_m7) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m7 : sk_m15, 8);
-    }
-    {
-        const bool sk_up = (sk_lane & 4u) != 0u;
-        sk_m0 = (sk_up ? sk_m4 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m4, 4);
-        sk_m1 = (sk_up ? sk_m5 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m5, 4);
-        sk_m2 = (sk_up ? sk_m6 : sk_m2) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m2 : sk_m6, 4);
-        sk_m3 = (sk_up ? sk_m7 : sk_m3) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m3 : sk_m7, 4);
-    }
-    {
-        const bool sk_up = (sk_lane & 2u) != 0u;
-        sk_m0 = (sk_up ? sk_m2 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m2, 2);
-        sk_m1 = (sk_up ? sk_m3 : sk_m1) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m1 : sk_m3, 2);
-    }
-    {
-        const bool sk_up = (sk_lane & 1u) != 0u;
-        sk_m0 = (sk_up ? sk_m1 : sk_m0) + __shfl_xor_sync(0xffffffffu, sk_up ? sk_m0 : sk_m1, 1);
-    }
-    sk_m0 += __shfl_xor_sync(0xffffffffu, sk_m0, 16);
-    if ((threadIdx.x & 31u) < 16u) {
-        sk_many_u32[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;
-    }
-    __syncthreads();
-    if (threadIdx.x < 16u) {
-        unsigned int sk_s = 0;
-        for (unsigned int sk_w = 0u; sk_w < SK_WARPS; ++sk_w) sk_s += sk_many_u32[threadIdx.x * 32 + sk_w];
-        sk_many_u32[16 * 32 + threadIdx.x] = sk_s;
-    }
-    __syncthreads();
-    sk_o0 = sk_many_u32[16 * 32 + 0];
-    sk_o1 = sk_many_u32[16 * 32 + 1];
-    sk_o2 = sk_many_u32[16 * 32 + 2];
-    sk_o3 = sk_many_u32[16 * 32 + 3];
-    sk_o4 = sk_many_u32[16 * 32 + 4];
-    sk_o5 = sk_many_u32[16 * 32 + 5];
-    sk_o6 = sk_many_u32[16 * 32 + 6];
-    sk_o7 = sk_many_u32[16 * 32 + 7];
-    sk_o8 = sk_many_u32[16 * 32 + 8];
-    sk_o9 = sk_many_u32[16 * 32 + 9];
-    sk_o10 = sk_many_u32[16 * 32 + 10];
-    sk_o11 = sk_many_u32[16 * 32 + 11];
-    sk_o12 = sk_many_u32[16 * 32 + 12];
-    sk_o13 = sk_many_u32[16 * 32 + 13];
-    sk_o14 = sk_many_u32[16 * 32 + 14];
-    sk_o15 = sk_many_u32[16 * 32 + 15];
-    __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
     // built by kernels::math::exp
@@ -575,272 +512,126 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 unsigned int t_key = 0u;
                 unsigned int t_above = 0u;
                 unsigned int t_at = 0u;
-                __syncthreads();
-                unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                unsigned int t_lo = (threadIdx.x * t_per);
-                unsigned int t_run = 0u;
-                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                    // built by kernels::select::choose_bin
-                    const unsigned int sk_e15 = (t_lo + tj);
-                    t_run = (t_run + ((sk_e15 < 464u) ? (part_hist[min(sk_e15, 463u)]) : 0u));
-                }
-                unsigned int t_start = 0u;
-                t_start = sk_block_scan(t_run);
-                if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
-                    // built by kernels::select::choose_bin
-                    part_hist[510u] = (t_start + t_run);
-                }
-                __syncthreads();
-                unsigned int t_total = part_hist[510u];
-                unsigned int t_want = min((kc + 1u), t_total);
-                t_run = t_start;
-                for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
-                    // built by kernels::select::choose_bin
-                    const unsigned int sk_e16 = (t_lo + tj);
-                    unsigned int t_c = ((sk_e16 < 464u) ? (part_hist[min(sk_e16, 463u)]) : 0u);
-                    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
-                        part_hist[507u] = ((t_lo + tj) + 1u);
-                        part_hist[508u] = t_run;
-                        part_hist[509u] = t_c;
-                    }
-                    t_run = (t_run + t_c);
-                }
-                __syncthreads();
-                unsigned int t_chosen = part_hist[507u];
-                unsigned int t_bin_above = part_hist[508u];
-                unsigned int t_bin_at = part_hist[509u];
-                __syncthreads();
-                if ((t_chosen != 0u)) {
+                unsigned int t_from = 0u;
+                unsigned int t_span = 0u;
+                bool t_more = true;
+                unsigned int t_list_lo = 0u;
+                unsigned int t_list_width = 0u;
+                unsigned int t_listed = 0u;
+                unsigned int t_need = 0u;
+                for (unsigned int t_round = 0u; t_round < 7u; t_round += 1u) {
                     // built by kernels::select::decide
-                    unsigned int t_bin = (t_chosen - 1u);
-                    t_above = t_bin_above;
-                    t_at = t_bin_at;
-                    unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
-                    unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
-                    unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
-                    if ((t_bin < 32u)) {
-                        t_key = (top_key - t_lo_d);
-                    } else {
-                        if ((t_bin_at <= 507u)) {
+                    if (t_more) {
+                        if ((t_round > 0u)) {
+                            for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::select::clear
+                                part_hist[i] = 0u;
+                            }
+                            __syncthreads();
                             for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
                                 unsigned int tk = part_keys[ti];
-                                if (((tk != 0u) && (((top_key - tk) - t_lo_d) < t_width))) {
-                                    unsigned int t_slot = 0u;
-                                    t_slot = atomicAdd(&part_hist[511u], 1u);
-                                    part_hist[t_slot] = tk;
+                                if ((tk != 0u)) {
+                                    unsigned int t_in = ((top_key - tk) - t_from);
+                                    if ((t_in < t_span)) {
+                                        unsigned int t_d = t_in;
+                                        unsigned int t_e = sk_high_bit((t_d | 32u));
+                                        unsigned int t_old = 0u;
+                                        t_old = atomicAdd(&part_hist[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
+                                    }
                                 }
                             }
-                            __syncthreads();
-                            unsigned int t_need = (min((kc + 1u), t_total) - t_bin_above);
-                            for (unsigned int ri = threadIdx.x; ri < t_bin_at; ri += ((unsigned int)SK_BLOCK)) {
-                                // built by kernels::select::rank_listed
-                                unsigned int t_ki = part_hist[ri];
-                                unsigned int t_gt = 0u;
-                                unsigned int t_eq = 0u;
-                                for (unsigned int rj = 0u; rj < t_bin_at; rj += 1u) {
-                                    unsigned int t_kj = part_hist[rj];
-                                    t_gt = (t_gt + ((t_kj > t_ki) ? 1u : 0u));
-                                    t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u));
-                                }
-                                if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
-                                    part_hist[507u] = t_ki;
-                                    part_hist[508u] = t_gt;
-                                    part_hist[509u] = t_eq;
-                                }
+                        }
+                        __syncthreads();
+                        unsigned int t_per = (((464u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                        unsigned int t_lo = (threadIdx.x * t_per);
+                        unsigned int t_run = 0u;
+                        for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                            // built by kernels::select::choose_bin
+                            const unsigned int sk_e15 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e15 < 464u) ? (part_hist[min(sk_e15, 463u)]) : 0u));
+                        }
+                        unsigned int t_start = 0u;
+                        t_start = sk_block_scan(t_run);
+                        if ((threadIdx.x == (((unsigned int)SK_BLOCK) - 1u))) {
+                            // built by kernels::select::choose_bin
+                            part_hist[510u] = (t_start + t_run);
+                        }
+                        __syncthreads();
+                        unsigned int t_total = part_hist[510u];
+                        unsigned int t_want = min((kc + 1u), (t_above + t_total));
+                        t_run = (t_above + t_start);
+                        for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
+                            // built by kernels::select::choose_bin
+                            const unsigned int sk_e16 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e16 < 464u) ? (part_hist[min(sk_e16, 463u)]) : 0u);
+                            if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
+                                part_hist[507u] = ((t_lo + tj) + 1u);
+                                part_hist[508u] = (t_run - t_above);
+                                part_hist[509u] = t_c;
                             }
-                            __syncthreads();
-                            t_key = part_hist[507u];
-                            t_above = (t_above + part_hist[508u]);
-                            t_at = part_hist[509u];
-                        } else {
-                            t_above = 0u;
-                            t_at = 0u;
-                            unsigned int t_mask = 0u;
-                            for (unsigned int t_pass = 0u; t_pass < 8u; t_pass += 1u) {
-                                // built by kernels::select::radix_select
-                                unsigned int t_shift = (28u - (t_pass * 4u));
-                                unsigned int t_cnt_0 = 0;
-                                unsigned int t_cnt_1 = 0;
-                                unsigned int t_cnt_2 = 0;
-                                unsigned int t_cnt_3 = 0;
-                                unsigned int t_cnt_4 = 0;
-                                unsigned int t_cnt_5 = 0;
-                                unsigned int t_cnt_6 = 0;
-                                unsigned int t_cnt_7 = 0;
-                                unsigned int t_cnt_8 = 0;
-                                unsigned int t_cnt_9 = 0;
-                                unsigned int t_cnt_10 = 0;
-                                unsigned int t_cnt_11 = 0;
-                                unsigned int t_cnt_12 = 0;
-                                unsigned int t_cnt_13 = 0;
-                                unsigned int t_cnt_14 = 0;
-                                unsigned int t_cnt_15 = 0;
-                                for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
-                                    unsigned int tk = part_keys[ti];
-                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                        {
-                                            const unsigned int sk_bin = ((tk >> t_shift) & 15u);
-                                            const unsigned int sk_add = 1u;
-                                            sk_bin_add_u32(t_cnt_0, sk_bin, 0u, sk_add);
-                                            sk_bin_add_u32(t_cnt_1, sk_bin, 1u, sk_add);
-                                            sk_bin_add_u32(t_cnt_2, sk_bin, 2u, sk_add);
-                                            sk_bin_add_u32(t_cnt_3, sk_bin, 3u, sk_add);
-                                            sk_bin_add_u32(t_cnt_4, sk_bin, 4u, sk_add);
-                                            sk_bin_add_u32(t_cnt_5, sk_bin, 5u, sk_add);
-                                            sk_bin_add_u32(t_cnt_6, sk_bin, 6u, sk_add);
-                                            sk_bin_add_u32(t_cnt_7, sk_bin, 7u, sk_add);
-                                            sk_bin_add_u32(t_cnt_8, sk_bin, 8u, sk_add);
-                                            sk_bin_add_u32(t_cnt_9, sk_bin, 9u, sk_add);
-                                            sk_bin_add_u32(t_cnt_10, sk_bin, 10u, sk_add);
-                                            sk_bin_add_u32(t_cnt_11, sk_bin, 11u, sk_add);
-                                            sk_bin_add_u32(t_cnt_12, sk_bin, 12u, sk_add);
-                                            sk_bin_add_u32(t_cnt_13, sk_bin, 13u, sk_add);
-                                            sk_bin_add_u32(t_cnt_14, sk_bin, 14u, sk_add);
-                                            sk_bin_add_u32(t_cnt_15, sk_bin, 15u, sk_add);
-                                        }
-                                    }
+                            t_run = (t_run + t_c);
+                        }
+                        __syncthreads();
+                        unsigned int t_chosen = part_hist[507u];
+                        unsigned int t_bin_above = part_hist[508u];
+                        unsigned int t_bin_at = part_hist[509u];
+                        __syncthreads();
+                        t_more = false;
+                        if ((t_chosen != 0u)) {
+                            unsigned int t_bin = (t_chosen - 1u);
+                            t_above = (t_above + t_bin_above);
+                            t_at = t_bin_at;
+                            unsigned int t_be = max(((t_bin + 48u) / 16u), 5u);
+                            unsigned int t_lo_d = ((t_bin < 32u) ? t_bin : ((16u + (t_bin & 15u)) << (t_be - 4u)));
+                            unsigned int t_width = ((t_bin < 32u) ? 1u : (1u << (t_be - 4u)));
+                            if ((t_bin < 32u)) {
+                                t_key = ((top_key - t_from) - t_lo_d);
+                            } else {
+                                if ((t_bin_at <= 507u)) {
+                                    t_list_lo = (t_from + t_lo_d);
+                                    t_list_width = t_width;
+                                    t_listed = t_bin_at;
+                                    t_need = (t_want - t_above);
+                                } else {
+                                    t_from = (t_from + t_lo_d);
+                                    t_span = t_width;
+                                    t_more = true;
                                 }
-                                unsigned int t_cs0 = 0u;
-                                unsigned int t_cs1 = 0u;
-                                unsigned int t_cs2 = 0u;
-                                unsigned int t_cs3 = 0u;
-                                unsigned int t_cs4 = 0u;
-                                unsigned int t_cs5 = 0u;
-                                unsigned int t_cs6 = 0u;
-                                unsigned int t_cs7 = 0u;
-                                unsigned int t_cs8 = 0u;
-                                unsigned int t_cs9 = 0u;
-                                unsigned int t_cs10 = 0u;
-                                unsigned int t_cs11 = 0u;
-                                unsigned int t_cs12 = 0u;
-                                unsigned int t_cs13 = 0u;
-                                unsigned int t_cs14 = 0u;
-                                unsigned int t_cs15 = 0u;
-                                sk_block_sums_u32_16(t_cnt_0, t_cnt_1, t_cnt_2, t_cnt_3, t_cnt_4, t_cnt_5, t_cnt_6, t_cnt_7, t_cnt_8, t_cnt_9, t_cnt_10, t_cnt_11, t_cnt_12, t_cnt_13, t_cnt_14, t_cnt_15, t_cs0, t_cs1, t_cs2, t_cs3, t_cs4, t_cs5, t_cs6, t_cs7, t_cs8, t_cs9, t_cs10, t_cs11, t_cs12, t_cs13, t_cs14, t_cs15);
-                                unsigned int t_nb = t_above;
-                                unsigned int t_digit = 4294967295u;
-                                unsigned int t_cn = t_above;
-                                if ((t_cs15 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 15u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs15);
-                                }
-                                if ((t_cs14 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 14u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs14);
-                                }
-                                if ((t_cs13 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 13u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs13);
-                                }
-                                if ((t_cs12 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 12u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs12);
-                                }
-                                if ((t_cs11 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 11u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs11);
-                                }
-                                if ((t_cs10 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 10u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs10);
-                                }
-                                if ((t_cs9 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 9u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs9);
-                                }
-                                if ((t_cs8 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 8u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs8);
-                                }
-                                if ((t_cs7 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 7u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs7);
-                                }
-                                if ((t_cs6 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 6u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs6);
-                                }
-                                if ((t_cs5 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 5u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs5);
-                                }
-                                if ((t_cs4 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 4u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs4);
-                                }
-                                if ((t_cs3 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 3u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs3);
-                                }
-                                if ((t_cs2 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 2u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs2);
-                                }
-                                if ((t_cs1 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 1u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs1);
-                                }
-                                if ((t_cs0 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 0u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs0);
-                                }
-                                if ((t_digit != 4294967295u)) {
-                                    t_key = (t_key | (t_digit << t_shift));
-                                    t_above = t_cn;
-                                    t_at = ((t_digit == 15u) ? t_cs15 : ((t_digit == 14u) ? t_cs14 : ((t_digit == 13u) ? t_cs13 : ((t_digit == 12u) ? t_cs12 : ((t_digit == 11u) ? t_cs11 : ((t_digit == 10u) ? t_cs10 : ((t_digit == 9u) ? t_cs9 : ((t_digit == 8u) ? t_cs8 : ((t_digit == 7u) ? t_cs7 : ((t_digit == 6u) ? t_cs6 : ((t_digit == 5u) ? t_cs5 : ((t_digit == 4u) ? t_cs4 : ((t_digit == 3u) ? t_cs3 : ((t_digit == 2u) ? t_cs2 : ((t_digit == 1u) ? t_cs1 : ((t_digit == 0u) ? t_cs0 : 0u))))))))))))))));
-                                }
-                                t_mask = (t_mask | (15u << t_shift));
                             }
                         }
                     }
+                }
+                if ((t_need > 0u)) {
+                    // built by kernels::select::decide
+                    for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
+                        unsigned int tk = part_keys[ti];
+                        if (((tk != 0u) && (((top_key - tk) - t_list_lo) < t_list_width))) {
+                            unsigned int t_slot = 0u;
+                            t_slot = atomicAdd(&part_hist[511u], 1u);
+                            part_hist[t_slot] = tk;
+                        }
+                    }
+                    __syncthreads();
+                    for (unsigned int ri = threadIdx.x; ri < t_listed; ri += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::select::rank_listed
+                        unsigned int t_ki = part_hist[ri];
+                        unsigned int t_gt = 0u;
+                        unsigned int t_eq = 0u;
+                        for (unsigned int rj = 0u; rj < t_listed; rj += 1u) {
+                            unsigned int t_kj = part_hist[rj];
+                            t_gt = (t_gt + ((t_kj > t_ki) ? 1u : 0u));
+                            t_eq = (t_eq + ((t_kj == t_ki) ? 1u : 0u));
+                        }
+                        if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
+                            part_hist[507u] = t_ki;
+                            part_hist[508u] = t_gt;
+                            part_hist[509u] = t_eq;
+                        }
+                    }
+                    __syncthreads();
+                    t_key = part_hist[507u];
+                    t_above = (t_above + part_hist[508u]);
+                    t_at = part_hist[509u];
                 }
                 __syncthreads();
                 unsigned int t_take = min(t_at, ((kc + 1u) - t_above));

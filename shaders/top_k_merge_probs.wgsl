@@ -869,10 +869,6 @@ fn sk_select_in_range(dk: u32, shift: u32, cut_mx: f32, cnt: ptr<function, array
     let sk_e29: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
     (*mas)[digit] += sk_fixed(select((sk_e29 / cut_mx), (1.0f), (sk_e29 == cut_mx)));
 }
-fn sk_radix_select(tk: u32, t_shift: u32, t_cnt: ptr<function, array<u32, 16>>) {
-    // built by kernels::select::radix_select
-    (*t_cnt)[((tk >> t_shift) & 15u)] += 1u;
-}
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
     var rk_seen: u32 = *sk_io_rk_seen;
     var rk_found: u32 = *sk_io_rk_found;
@@ -928,12 +924,55 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
 }
-fn sk_rank_listed(ri: u32, t_bin_at: u32, t_need: u32) {
+fn sk_decide(t_chosen: u32, t_bin_above: u32, t_bin_at: u32, t_top: u32, t_want: u32, sk_io_t_above: ptr<function, u32>, sk_io_t_at: ptr<function, u32>, sk_io_t_from: ptr<function, u32>, sk_io_t_key: ptr<function, u32>, sk_io_t_list_lo: ptr<function, u32>, sk_io_t_list_width: ptr<function, u32>, sk_io_t_listed: ptr<function, u32>, sk_io_t_need: ptr<function, u32>, sk_io_t_span: ptr<function, u32>, sk_io_t_more: ptr<function, bool>) {
+    var t_above: u32 = *sk_io_t_above;
+    var t_at: u32 = *sk_io_t_at;
+    var t_from: u32 = *sk_io_t_from;
+    var t_key: u32 = *sk_io_t_key;
+    var t_list_lo: u32 = *sk_io_t_list_lo;
+    var t_list_width: u32 = *sk_io_t_list_width;
+    var t_listed: u32 = *sk_io_t_listed;
+    var t_need: u32 = *sk_io_t_need;
+    var t_span: u32 = *sk_io_t_span;
+    var t_more: bool = *sk_io_t_more;
+    // built by kernels::select::decide
+    var t_bin: u32 = (t_chosen - 1u);
+    t_above = (t_above + t_bin_above);
+    t_at = t_bin_at;
+    var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+    var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+    var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+    if ((t_bin < 32u)) {
+        t_key = ((t_top - t_from) - t_lo_d);
+    } else {
+        if ((t_bin_at <= 507u)) {
+            t_list_lo = (t_from + t_lo_d);
+            t_list_width = t_width;
+            t_listed = t_bin_at;
+            t_need = (t_want - t_above);
+        } else {
+            t_from = (t_from + t_lo_d);
+            t_span = t_width;
+            t_more = true;
+        }
+    }
+    *sk_io_t_above = t_above;
+    *sk_io_t_at = t_at;
+    *sk_io_t_from = t_from;
+    *sk_io_t_key = t_key;
+    *sk_io_t_list_lo = t_list_lo;
+    *sk_io_t_list_width = t_list_width;
+    *sk_io_t_listed = t_listed;
+    *sk_io_t_need = t_need;
+    *sk_io_t_span = t_span;
+    *sk_io_t_more = t_more;
+}
+fn sk_rank_listed(ri: u32, t_listed: u32, t_need: u32) {
     // built by kernels::select::rank_listed
     var t_ki: u32 = atomicLoad(&select_scratch[ri]);
     var t_gt: u32 = 0u;
     var t_eq: u32 = 0u;
-    for (var rj: u32 = 0u; rj < t_bin_at; rj = rj + 1u) {
+    for (var rj: u32 = 0u; rj < t_listed; rj = rj + 1u) {
         var t_kj: u32 = atomicLoad(&select_scratch[rj]);
         t_gt = (t_gt + select(0u, 1u, (t_kj > t_ki)));
         t_eq = (t_eq + select(0u, 1u, (t_kj == t_ki)));
@@ -980,14 +1019,14 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     *sk_io_sel_key = sel_key;
     *sk_io_sel_mask = sel_mask;
 }
-fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, sk_io_t_run: ptr<function, u32>) {
+fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr<function, u32>) {
     var t_run: u32 = *sk_io_t_run;
     // built by kernels::select::choose_bin
     let sk_e33: u32 = (t_lo + tj);
     var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e33, 463u)]), (sk_e33 < 464u));
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
         atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
-        atomicStore(&select_scratch[508u], t_run);
+        atomicStore(&select_scratch[508u], (t_run - t_above));
         atomicStore(&select_scratch[509u], t_c);
     }
     t_run = (t_run + t_c);
@@ -1002,6 +1041,16 @@ fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) 
         m = max(m, zx0);
     }
     *sk_io_m = m;
+}
+fn sk_decide_2(t_top: u32, tk: u32, t_from: u32, t_span: u32) {
+    // built by kernels::select::decide
+    var t_in: u32 = ((t_top - tk) - t_from);
+    if ((t_in < t_span)) {
+        var t_d: u32 = t_in;
+        var t_e: u32 = firstLeadingBit((t_d | 32u));
+        var t_old: u32 = 0u;
+        t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+    }
 }
 fn sk_write_results_as(sk_lid: u32, base: u32, ow_at: u32, row: u32, ow_valid: bool) {
     // built by kernels::abi::write_results_as
@@ -1682,219 +1731,82 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_key: u32 = 0u;
                                     var t_above: u32 = 0u;
                                     var t_at: u32 = 0u;
-                                    workgroupBarrier();
-                                    var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
-                                    var t_lo: u32 = (sk_lid * t_per);
-                                    var t_run: u32 = 0u;
-                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                                        // built by kernels::select::choose_bin
-                                        let sk_e32: u32 = (t_lo + tj);
-                                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e32, 463u)]), (sk_e32 < 464u)));
-                                    }
-                                    var t_start: u32 = 0u;
-                                    t_start = sk_block_scan(sk_lid, t_run);
-                                    if ((sk_lid == (BLOCK - 1u))) {
-                                        // built by kernels::select::choose_bin
-                                        atomicStore(&select_scratch[510u], (t_start + t_run));
-                                    }
-                                    workgroupBarrier();
-                                    var t_total: u32 = atomicLoad(&select_scratch[510u]);
-                                    var t_want: u32 = min(ties, t_total);
-                                    t_run = t_start;
-                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                                        sk_choose_bin(t_lo, tj, t_want, &t_run);
-                                    }
-                                    workgroupBarrier();
-                                    var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
-                                    var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
-                                    var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
-                                    workgroupBarrier();
-                                    if ((t_chosen != 0u)) {
+                                    var t_from: u32 = 0u;
+                                    var t_span: u32 = 0u;
+                                    var t_more: bool = true;
+                                    var t_list_lo: u32 = 0u;
+                                    var t_list_width: u32 = 0u;
+                                    var t_listed: u32 = 0u;
+                                    var t_need: u32 = 0u;
+                                    for (var t_round: u32 = 0u; t_round < 7u; t_round = t_round + 1u) {
                                         // built by kernels::select::decide
-                                        var t_bin: u32 = (t_chosen - 1u);
-                                        t_above = t_bin_above;
-                                        t_at = t_bin_at;
-                                        var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
-                                        var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
-                                        var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
-                                        if ((t_bin < 32u)) {
-                                            t_key = (t_top - t_lo_d);
-                                        } else {
-                                            if ((t_bin_at <= 507u)) {
+                                        if (t_more) {
+                                            if ((t_round > 0u)) {
+                                                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                                    // built by kernels::select::clear
+                                                    atomicStore(&select_scratch[i], 0u);
+                                                }
+                                                workgroupBarrier();
                                                 for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
                                                     var tk_key: u32 = listed_cols[ti];
                                                     var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
-                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
-                                                        var t_slot: u32 = 0u;
-                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                        atomicStore(&select_scratch[t_slot], tk);
+                                                    if ((tk != 0u)) {
+                                                        sk_decide_2(t_top, tk, t_from, t_span);
                                                     }
-                                                }
-                                                workgroupBarrier();
-                                                var t_need: u32 = (min(ties, t_total) - t_bin_above);
-                                                for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
-                                                    sk_rank_listed(ri, t_bin_at, t_need);
-                                                }
-                                                workgroupBarrier();
-                                                t_key = atomicLoad(&select_scratch[507u]);
-                                                t_above = (t_above + atomicLoad(&select_scratch[508u]));
-                                                t_at = atomicLoad(&select_scratch[509u]);
-                                            } else {
-                                                t_above = 0u;
-                                                t_at = 0u;
-                                                var t_mask: u32 = 0u;
-                                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                                    // built by kernels::select::radix_select
-                                                    var t_shift: u32 = (28u - (t_pass * 4u));
-                                                    var t_cnt: array<u32, 16>;
-                                                    for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
-                                                        var tk_key: u32 = listed_cols[ti];
-                                                        var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
-                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                            sk_radix_select(tk, t_shift, &t_cnt);
-                                                        }
-                                                    }
-                                                    var t_cs0: u32 = 0u;
-                                                    var t_cs1: u32 = 0u;
-                                                    var t_cs2: u32 = 0u;
-                                                    var t_cs3: u32 = 0u;
-                                                    var t_cs4: u32 = 0u;
-                                                    var t_cs5: u32 = 0u;
-                                                    var t_cs6: u32 = 0u;
-                                                    var t_cs7: u32 = 0u;
-                                                    var t_cs8: u32 = 0u;
-                                                    var t_cs9: u32 = 0u;
-                                                    var t_cs10: u32 = 0u;
-                                                    var t_cs11: u32 = 0u;
-                                                    var t_cs12: u32 = 0u;
-                                                    var t_cs13: u32 = 0u;
-                                                    var t_cs14: u32 = 0u;
-                                                    var t_cs15: u32 = 0u;
-                                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                                    var t_nb: u32 = t_above;
-                                                    var t_digit: u32 = 4294967295u;
-                                                    var t_cn: u32 = t_above;
-                                                    if ((t_cs15 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 15u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs15);
-                                                    }
-                                                    if ((t_cs14 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 14u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs14);
-                                                    }
-                                                    if ((t_cs13 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 13u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs13);
-                                                    }
-                                                    if ((t_cs12 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 12u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs12);
-                                                    }
-                                                    if ((t_cs11 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 11u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs11);
-                                                    }
-                                                    if ((t_cs10 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 10u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs10);
-                                                    }
-                                                    if ((t_cs9 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 9u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs9);
-                                                    }
-                                                    if ((t_cs8 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 8u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs8);
-                                                    }
-                                                    if ((t_cs7 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 7u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs7);
-                                                    }
-                                                    if ((t_cs6 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 6u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs6);
-                                                    }
-                                                    if ((t_cs5 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 5u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs5);
-                                                    }
-                                                    if ((t_cs4 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 4u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs4);
-                                                    }
-                                                    if ((t_cs3 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 3u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs3);
-                                                    }
-                                                    if ((t_cs2 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 2u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs2);
-                                                    }
-                                                    if ((t_cs1 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 1u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs1);
-                                                    }
-                                                    if ((t_cs0 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 0u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs0);
-                                                    }
-                                                    if ((t_digit != 4294967295u)) {
-                                                        t_key = (t_key | (t_digit << t_shift));
-                                                        t_above = t_cn;
-                                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
-                                                    }
-                                                    t_mask = (t_mask | (15u << t_shift));
                                                 }
                                             }
+                                            workgroupBarrier();
+                                            var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                            var t_lo: u32 = (sk_lid * t_per);
+                                            var t_run: u32 = 0u;
+                                            for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                                // built by kernels::select::choose_bin
+                                                let sk_e32: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e32, 463u)]), (sk_e32 < 464u)));
+                                            }
+                                            var t_start: u32 = 0u;
+                                            t_start = sk_block_scan(sk_lid, t_run);
+                                            if ((sk_lid == (BLOCK - 1u))) {
+                                                // built by kernels::select::choose_bin
+                                                atomicStore(&select_scratch[510u], (t_start + t_run));
+                                            }
+                                            workgroupBarrier();
+                                            var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                            var t_want: u32 = min(ties, (t_above + t_total));
+                                            t_run = (t_above + t_start);
+                                            for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                                sk_choose_bin(t_lo, tj, t_want, t_above, &t_run);
+                                            }
+                                            workgroupBarrier();
+                                            var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                            var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                            var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                            workgroupBarrier();
+                                            t_more = false;
+                                            if ((t_chosen != 0u)) {
+                                                sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, &t_above, &t_at, &t_from, &t_key, &t_list_lo, &t_list_width, &t_listed, &t_need, &t_span, &t_more);
+                                            }
                                         }
+                                    }
+                                    if ((t_need > 0u)) {
+                                        // built by kernels::select::decide
+                                        for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                            var tk_key: u32 = listed_cols[ti];
+                                            var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
+                                                var t_slot: u32 = 0u;
+                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                atomicStore(&select_scratch[t_slot], tk);
+                                            }
+                                        }
+                                        workgroupBarrier();
+                                        for (var ri: u32 = sk_lid; ri < t_listed; ri = ri + BLOCK) {
+                                            sk_rank_listed(ri, t_listed, t_need);
+                                        }
+                                        workgroupBarrier();
+                                        t_key = atomicLoad(&select_scratch[507u]);
+                                        t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                        t_at = atomicLoad(&select_scratch[509u]);
                                     }
                                     workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
@@ -2068,235 +1980,98 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var t_key: u32 = 0u;
                                     var t_above: u32 = 0u;
                                     var t_at: u32 = 0u;
-                                    workgroupBarrier();
-                                    var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
-                                    var t_lo: u32 = (sk_lid * t_per);
-                                    var t_run: u32 = 0u;
-                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                                        // built by kernels::select::choose_bin
-                                        let sk_e43: u32 = (t_lo + tj);
-                                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e43, 463u)]), (sk_e43 < 464u)));
-                                    }
-                                    var t_start: u32 = 0u;
-                                    t_start = sk_block_scan(sk_lid, t_run);
-                                    if ((sk_lid == (BLOCK - 1u))) {
-                                        // built by kernels::select::choose_bin
-                                        atomicStore(&select_scratch[510u], (t_start + t_run));
-                                    }
-                                    workgroupBarrier();
-                                    var t_total: u32 = atomicLoad(&select_scratch[510u]);
-                                    var t_want: u32 = min(ties, t_total);
-                                    t_run = t_start;
-                                    for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                                        sk_choose_bin(t_lo, tj, t_want, &t_run);
-                                    }
-                                    workgroupBarrier();
-                                    var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
-                                    var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
-                                    var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
-                                    workgroupBarrier();
-                                    if ((t_chosen != 0u)) {
+                                    var t_from: u32 = 0u;
+                                    var t_span: u32 = 0u;
+                                    var t_more: bool = true;
+                                    var t_list_lo: u32 = 0u;
+                                    var t_list_width: u32 = 0u;
+                                    var t_listed: u32 = 0u;
+                                    var t_need: u32 = 0u;
+                                    for (var t_round: u32 = 0u; t_round < 7u; t_round = t_round + 1u) {
                                         // built by kernels::select::decide
-                                        var t_bin: u32 = (t_chosen - 1u);
-                                        t_above = t_bin_above;
-                                        t_at = t_bin_at;
-                                        var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
-                                        var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
-                                        var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
-                                        if ((t_bin < 32u)) {
-                                            t_key = (t_top - t_lo_d);
-                                        } else {
-                                            if ((t_bin_at <= 507u)) {
+                                        if (t_more) {
+                                            if ((t_round > 0u)) {
+                                                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                                    // built by kernels::select::clear
+                                                    atomicStore(&select_scratch[i], 0u);
+                                                }
+                                                workgroupBarrier();
                                                 for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
                                                     var ri_p: u32 = (ti / 384u);
                                                     var ri_key: u32 = 0u;
                                                     if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e45: u32 = (ti / 384u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
+                                                        let sk_e43: u32 = (ti / 384u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e46: u32 = (ti / 384u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
-                                                    if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
-                                                        var t_slot: u32 = 0u;
-                                                        t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                        atomicStore(&select_scratch[t_slot], tk);
+                                                    let sk_e44: u32 = (ti / 384u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    if ((tk != 0u)) {
+                                                        sk_decide_2(t_top, tk, t_from, t_span);
                                                     }
-                                                }
-                                                workgroupBarrier();
-                                                var t_need: u32 = (min(ties, t_total) - t_bin_above);
-                                                for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
-                                                    sk_rank_listed(ri, t_bin_at, t_need);
-                                                }
-                                                workgroupBarrier();
-                                                t_key = atomicLoad(&select_scratch[507u]);
-                                                t_above = (t_above + atomicLoad(&select_scratch[508u]));
-                                                t_at = atomicLoad(&select_scratch[509u]);
-                                            } else {
-                                                t_above = 0u;
-                                                t_at = 0u;
-                                                var t_mask: u32 = 0u;
-                                                for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                                    // built by kernels::select::radix_select
-                                                    var t_shift: u32 = (28u - (t_pass * 4u));
-                                                    var t_cnt: array<u32, 16>;
-                                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
-                                                        var ri_p: u32 = (ti / 384u);
-                                                        var ri_key: u32 = 0u;
-                                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                            // built by kernels::filter_top_p::select_in_range
-                                                            let sk_e47: u32 = (ti / 384u);
-                                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 805u) + (5u + ((ti - (sk_e47 * 384u)) * 2u)))]);
-                                                        }
-                                                        var tk_key: u32 = ri_key;
-                                                        let sk_e48: u32 = (ti / 384u);
-                                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 805u) + (6u + ((ti - (sk_e48 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
-                                                        if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                            sk_radix_select(tk, t_shift, &t_cnt);
-                                                        }
-                                                    }
-                                                    var t_cs0: u32 = 0u;
-                                                    var t_cs1: u32 = 0u;
-                                                    var t_cs2: u32 = 0u;
-                                                    var t_cs3: u32 = 0u;
-                                                    var t_cs4: u32 = 0u;
-                                                    var t_cs5: u32 = 0u;
-                                                    var t_cs6: u32 = 0u;
-                                                    var t_cs7: u32 = 0u;
-                                                    var t_cs8: u32 = 0u;
-                                                    var t_cs9: u32 = 0u;
-                                                    var t_cs10: u32 = 0u;
-                                                    var t_cs11: u32 = 0u;
-                                                    var t_cs12: u32 = 0u;
-                                                    var t_cs13: u32 = 0u;
-                                                    var t_cs14: u32 = 0u;
-                                                    var t_cs15: u32 = 0u;
-                                                    sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                                    var t_nb: u32 = t_above;
-                                                    var t_digit: u32 = 4294967295u;
-                                                    var t_cn: u32 = t_above;
-                                                    if ((t_cs15 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 15u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs15);
-                                                    }
-                                                    if ((t_cs14 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 14u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs14);
-                                                    }
-                                                    if ((t_cs13 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 13u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs13);
-                                                    }
-                                                    if ((t_cs12 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 12u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs12);
-                                                    }
-                                                    if ((t_cs11 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 11u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs11);
-                                                    }
-                                                    if ((t_cs10 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 10u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs10);
-                                                    }
-                                                    if ((t_cs9 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 9u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs9);
-                                                    }
-                                                    if ((t_cs8 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 8u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs8);
-                                                    }
-                                                    if ((t_cs7 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 7u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs7);
-                                                    }
-                                                    if ((t_cs6 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 6u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs6);
-                                                    }
-                                                    if ((t_cs5 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 5u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs5);
-                                                    }
-                                                    if ((t_cs4 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 4u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs4);
-                                                    }
-                                                    if ((t_cs3 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 3u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs3);
-                                                    }
-                                                    if ((t_cs2 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 2u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs2);
-                                                    }
-                                                    if ((t_cs1 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 1u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs1);
-                                                    }
-                                                    if ((t_cs0 > 0u)) {
-                                                        if ((t_nb < ties)) {
-                                                            t_digit = 0u;
-                                                            t_cn = t_nb;
-                                                        }
-                                                        t_nb = (t_nb + t_cs0);
-                                                    }
-                                                    if ((t_digit != 4294967295u)) {
-                                                        t_key = (t_key | (t_digit << t_shift));
-                                                        t_above = t_cn;
-                                                        t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
-                                                    }
-                                                    t_mask = (t_mask | (15u << t_shift));
                                                 }
                                             }
+                                            workgroupBarrier();
+                                            var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                            var t_lo: u32 = (sk_lid * t_per);
+                                            var t_run: u32 = 0u;
+                                            for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                                // built by kernels::select::choose_bin
+                                                let sk_e45: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e45, 463u)]), (sk_e45 < 464u)));
+                                            }
+                                            var t_start: u32 = 0u;
+                                            t_start = sk_block_scan(sk_lid, t_run);
+                                            if ((sk_lid == (BLOCK - 1u))) {
+                                                // built by kernels::select::choose_bin
+                                                atomicStore(&select_scratch[510u], (t_start + t_run));
+                                            }
+                                            workgroupBarrier();
+                                            var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                            var t_want: u32 = min(ties, (t_above + t_total));
+                                            t_run = (t_above + t_start);
+                                            for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                                sk_choose_bin(t_lo, tj, t_want, t_above, &t_run);
+                                            }
+                                            workgroupBarrier();
+                                            var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                            var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                            var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                            workgroupBarrier();
+                                            t_more = false;
+                                            if ((t_chosen != 0u)) {
+                                                sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, &t_above, &t_at, &t_from, &t_key, &t_list_lo, &t_list_width, &t_listed, &t_need, &t_span, &t_more);
+                                            }
                                         }
+                                    }
+                                    if ((t_need > 0u)) {
+                                        // built by kernels::select::decide
+                                        for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                            var ri_p: u32 = (ti / 384u);
+                                            var ri_key: u32 = 0u;
+                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                // built by kernels::filter_top_p::select_in_range
+                                                let sk_e47: u32 = (ti / 384u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 805u) + (5u + ((ti - (sk_e47 * 384u)) * 2u)))]);
+                                            }
+                                            var tk_key: u32 = ri_key;
+                                            let sk_e48: u32 = (ti / 384u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 805u) + (6u + ((ti - (sk_e48 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
+                                                var t_slot: u32 = 0u;
+                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                                atomicStore(&select_scratch[t_slot], tk);
+                                            }
+                                        }
+                                        workgroupBarrier();
+                                        for (var ri: u32 = sk_lid; ri < t_listed; ri = ri + BLOCK) {
+                                            sk_rank_listed(ri, t_listed, t_need);
+                                        }
+                                        workgroupBarrier();
+                                        t_key = atomicLoad(&select_scratch[507u]);
+                                        t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                        t_at = atomicLoad(&select_scratch[509u]);
                                     }
                                     workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
@@ -2495,45 +2270,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var t_key: u32 = 0u;
                                 var t_above: u32 = 0u;
                                 var t_at: u32 = 0u;
-                                workgroupBarrier();
-                                var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
-                                var t_lo: u32 = (sk_lid * t_per);
-                                var t_run: u32 = 0u;
-                                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                                    // built by kernels::select::choose_bin
-                                    let sk_e61: u32 = (t_lo + tj);
-                                    t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e61, 463u)]), (sk_e61 < 464u)));
-                                }
-                                var t_start: u32 = 0u;
-                                t_start = sk_block_scan(sk_lid, t_run);
-                                if ((sk_lid == (BLOCK - 1u))) {
-                                    // built by kernels::select::choose_bin
-                                    atomicStore(&select_scratch[510u], (t_start + t_run));
-                                }
-                                workgroupBarrier();
-                                var t_total: u32 = atomicLoad(&select_scratch[510u]);
-                                var t_want: u32 = min(want, t_total);
-                                t_run = t_start;
-                                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                                    sk_choose_bin(t_lo, tj, t_want, &t_run);
-                                }
-                                workgroupBarrier();
-                                var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
-                                var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
-                                var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
-                                workgroupBarrier();
-                                if ((t_chosen != 0u)) {
+                                var t_from: u32 = 0u;
+                                var t_span: u32 = 0u;
+                                var t_more: bool = true;
+                                var t_list_lo: u32 = 0u;
+                                var t_list_width: u32 = 0u;
+                                var t_listed: u32 = 0u;
+                                var t_need: u32 = 0u;
+                                for (var t_round: u32 = 0u; t_round < 7u; t_round = t_round + 1u) {
                                     // built by kernels::select::decide
-                                    var t_bin: u32 = (t_chosen - 1u);
-                                    t_above = t_bin_above;
-                                    t_at = t_bin_at;
-                                    var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
-                                    var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
-                                    var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
-                                    if ((t_bin < 32u)) {
-                                        t_key = (t_top - t_lo_d);
-                                    } else {
-                                        if ((t_bin_at <= 507u)) {
+                                    if (t_more) {
+                                        if ((t_round > 0u)) {
+                                            for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                                // built by kernels::select::clear
+                                                atomicStore(&select_scratch[i], 0u);
+                                            }
+                                            workgroupBarrier();
                                             for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
                                                 var ip: u32 = (ti / want);
                                                 var is: u32 = (ti - (ip * want));
@@ -2543,183 +2295,69 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
                                                 }
                                                 var tk: u32 = ik;
-                                                if (((tk != 0u) && (((t_top - tk) - t_lo_d) < t_width))) {
-                                                    var t_slot: u32 = 0u;
-                                                    t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                    atomicStore(&select_scratch[t_slot], tk);
+                                                if ((tk != 0u)) {
+                                                    sk_decide_2(t_top, tk, t_from, t_span);
                                                 }
-                                            }
-                                            workgroupBarrier();
-                                            var t_need: u32 = (min(want, t_total) - t_bin_above);
-                                            for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
-                                                sk_rank_listed(ri, t_bin_at, t_need);
-                                            }
-                                            workgroupBarrier();
-                                            t_key = atomicLoad(&select_scratch[507u]);
-                                            t_above = (t_above + atomicLoad(&select_scratch[508u]));
-                                            t_at = atomicLoad(&select_scratch[509u]);
-                                        } else {
-                                            t_above = 0u;
-                                            t_at = 0u;
-                                            var t_mask: u32 = 0u;
-                                            for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                                // built by kernels::select::radix_select
-                                                var t_shift: u32 = (28u - (t_pass * 4u));
-                                                var t_cnt: array<u32, 16>;
-                                                for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
-                                                    var ip: u32 = (ti / want);
-                                                    var is: u32 = (ti - (ip * want));
-                                                    var ik: u32 = 0u;
-                                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
-                                                        // built by kernels::filter_top_k::merge_row
-                                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
-                                                    }
-                                                    var tk: u32 = ik;
-                                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                                        sk_radix_select(tk, t_shift, &t_cnt);
-                                                    }
-                                                }
-                                                var t_cs0: u32 = 0u;
-                                                var t_cs1: u32 = 0u;
-                                                var t_cs2: u32 = 0u;
-                                                var t_cs3: u32 = 0u;
-                                                var t_cs4: u32 = 0u;
-                                                var t_cs5: u32 = 0u;
-                                                var t_cs6: u32 = 0u;
-                                                var t_cs7: u32 = 0u;
-                                                var t_cs8: u32 = 0u;
-                                                var t_cs9: u32 = 0u;
-                                                var t_cs10: u32 = 0u;
-                                                var t_cs11: u32 = 0u;
-                                                var t_cs12: u32 = 0u;
-                                                var t_cs13: u32 = 0u;
-                                                var t_cs14: u32 = 0u;
-                                                var t_cs15: u32 = 0u;
-                                                sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                                var t_nb: u32 = t_above;
-                                                var t_digit: u32 = 4294967295u;
-                                                var t_cn: u32 = t_above;
-                                                if ((t_cs15 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 15u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs15);
-                                                }
-                                                if ((t_cs14 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 14u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs14);
-                                                }
-                                                if ((t_cs13 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 13u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs13);
-                                                }
-                                                if ((t_cs12 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 12u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs12);
-                                                }
-                                                if ((t_cs11 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 11u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs11);
-                                                }
-                                                if ((t_cs10 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 10u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs10);
-                                                }
-                                                if ((t_cs9 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 9u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs9);
-                                                }
-                                                if ((t_cs8 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 8u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs8);
-                                                }
-                                                if ((t_cs7 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 7u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs7);
-                                                }
-                                                if ((t_cs6 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 6u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs6);
-                                                }
-                                                if ((t_cs5 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 5u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs5);
-                                                }
-                                                if ((t_cs4 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 4u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs4);
-                                                }
-                                                if ((t_cs3 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 3u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs3);
-                                                }
-                                                if ((t_cs2 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 2u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs2);
-                                                }
-                                                if ((t_cs1 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 1u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs1);
-                                                }
-                                                if ((t_cs0 > 0u)) {
-                                                    if ((t_nb < want)) {
-                                                        t_digit = 0u;
-                                                        t_cn = t_nb;
-                                                    }
-                                                    t_nb = (t_nb + t_cs0);
-                                                }
-                                                if ((t_digit != 4294967295u)) {
-                                                    t_key = (t_key | (t_digit << t_shift));
-                                                    t_above = t_cn;
-                                                    t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
-                                                }
-                                                t_mask = (t_mask | (15u << t_shift));
                                             }
                                         }
+                                        workgroupBarrier();
+                                        var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                                        var t_lo: u32 = (sk_lid * t_per);
+                                        var t_run: u32 = 0u;
+                                        for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                            // built by kernels::select::choose_bin
+                                            let sk_e61: u32 = (t_lo + tj);
+                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e61, 463u)]), (sk_e61 < 464u)));
+                                        }
+                                        var t_start: u32 = 0u;
+                                        t_start = sk_block_scan(sk_lid, t_run);
+                                        if ((sk_lid == (BLOCK - 1u))) {
+                                            // built by kernels::select::choose_bin
+                                            atomicStore(&select_scratch[510u], (t_start + t_run));
+                                        }
+                                        workgroupBarrier();
+                                        var t_total: u32 = atomicLoad(&select_scratch[510u]);
+                                        var t_want: u32 = min(want, (t_above + t_total));
+                                        t_run = (t_above + t_start);
+                                        for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                                            sk_choose_bin(t_lo, tj, t_want, t_above, &t_run);
+                                        }
+                                        workgroupBarrier();
+                                        var t_chosen: u32 = atomicLoad(&select_scratch[507u]);
+                                        var t_bin_above: u32 = atomicLoad(&select_scratch[508u]);
+                                        var t_bin_at: u32 = atomicLoad(&select_scratch[509u]);
+                                        workgroupBarrier();
+                                        t_more = false;
+                                        if ((t_chosen != 0u)) {
+                                            sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, &t_above, &t_at, &t_from, &t_key, &t_list_lo, &t_list_width, &t_listed, &t_need, &t_span, &t_more);
+                                        }
                                     }
+                                }
+                                if ((t_need > 0u)) {
+                                    // built by kernels::select::decide
+                                    for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                        var ip: u32 = (ti / want);
+                                        var is: u32 = (ti - (ip * want));
+                                        var ik: u32 = 0u;
+                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                            // built by kernels::filter_top_k::merge_row
+                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        }
+                                        var tk: u32 = ik;
+                                        if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
+                                            var t_slot: u32 = 0u;
+                                            t_slot = atomicAdd(&select_scratch[511u], 1u);
+                                            atomicStore(&select_scratch[t_slot], tk);
+                                        }
+                                    }
+                                    workgroupBarrier();
+                                    for (var ri: u32 = sk_lid; ri < t_listed; ri = ri + BLOCK) {
+                                        sk_rank_listed(ri, t_listed, t_need);
+                                    }
+                                    workgroupBarrier();
+                                    t_key = atomicLoad(&select_scratch[507u]);
+                                    t_above = (t_above + atomicLoad(&select_scratch[508u]));
+                                    t_at = atomicLoad(&select_scratch[509u]);
                                 }
                                 workgroupBarrier();
                                 var t_take: u32 = min(t_at, (want - t_above));

@@ -22,8 +22,6 @@ struct Params {
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
-var<workgroup> sk_sum_lo: array<atomic<u32>, 16>;
-var<workgroup> sk_sum_hi: array<atomic<u32>, 16>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 512>;
 
@@ -95,94 +93,6 @@ fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
     let sk_r = sk_scan[sk_lid] - sk_x;
     workgroupBarrier();
     return sk_r;
-}
-fn sk_block_sums_u32_16(sk_lid: u32, sk_m0: u32, sk_m1: u32, sk_m2: u32, sk_m3: u32, sk_m4: u32, sk_m5: u32, sk_m6: u32, sk_m7: u32, sk_m8: u32, sk_m9: u32, sk_m10: u32, sk_m11: u32, sk_m12: u32, sk_m13: u32, sk_m14: u32, sk_m15: u32, sk_o0: ptr<function, u32>, sk_o1: ptr<function, u32>, sk_o2: ptr<function, u32>, sk_o3: ptr<function, u32>, sk_o4: ptr<function, u32>, sk_o5: ptr<function, u32>, sk_o6: ptr<function, u32>, sk_o7: ptr<function, u32>, sk_o8: ptr<function, u32>, sk_o9: ptr<function, u32>, sk_o10: ptr<function, u32>, sk_o11: ptr<function, u32>, sk_o12: ptr<function, u32>, sk_o13: ptr<function, u32>, sk_o14: ptr<function, u32>, sk_o15: ptr<function, u32>) {
-    if (sk_lid < 16u) {
-        atomicStore(&sk_sum_lo[sk_lid], 0u);
-    }
-    workgroupBarrier();
-    {
-        let sk_v = sk_m0;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[0], sk_v); }
-    }
-    {
-        let sk_v = sk_m1;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[1], sk_v); }
-    }
-    {
-        let sk_v = sk_m2;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[2], sk_v); }
-    }
-    {
-        let sk_v = sk_m3;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[3], sk_v); }
-    }
-    {
-        let sk_v = sk_m4;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[4], sk_v); }
-    }
-    {
-        let sk_v = sk_m5;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[5], sk_v); }
-    }
-    {
-        let sk_v = sk_m6;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[6], sk_v); }
-    }
-    {
-        let sk_v = sk_m7;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[7], sk_v); }
-    }
-    {
-        let sk_v = sk_m8;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[8], sk_v); }
-    }
-    {
-        let sk_v = sk_m9;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[9], sk_v); }
-    }
-    {
-        let sk_v = sk_m10;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[10], sk_v); }
-    }
-    {
-        let sk_v = sk_m11;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[11], sk_v); }
-    }
-    {
-        let sk_v = sk_m12;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[12], sk_v); }
-    }
-    {
-        let sk_v = sk_m13;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[13], sk_v); }
-    }
-    {
-        let sk_v = sk_m14;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[14], sk_v); }
-    }
-    {
-        let sk_v = sk_m15;
-        if (sk_v != 0u) { atomicAdd(&sk_sum_lo[15], sk_v); }
-    }
-    workgroupBarrier();
-    *sk_o0 = atomicLoad(&sk_sum_lo[0]);
-    *sk_o1 = atomicLoad(&sk_sum_lo[1]);
-    *sk_o2 = atomicLoad(&sk_sum_lo[2]);
-    *sk_o3 = atomicLoad(&sk_sum_lo[3]);
-    *sk_o4 = atomicLoad(&sk_sum_lo[4]);
-    *sk_o5 = atomicLoad(&sk_sum_lo[5]);
-    *sk_o6 = atomicLoad(&sk_sum_lo[6]);
-    *sk_o7 = atomicLoad(&sk_sum_lo[7]);
-    *sk_o8 = atomicLoad(&sk_sum_lo[8]);
-    *sk_o9 = atomicLoad(&sk_sum_lo[9]);
-    *sk_o10 = atomicLoad(&sk_sum_lo[10]);
-    *sk_o11 = atomicLoad(&sk_sum_lo[11]);
-    *sk_o12 = atomicLoad(&sk_sum_lo[12]);
-    *sk_o13 = atomicLoad(&sk_sum_lo[13]);
-    *sk_o14 = atomicLoad(&sk_sum_lo[14]);
-    *sk_o15 = atomicLoad(&sk_sum_lo[15]);
-    workgroupBarrier();
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
@@ -538,238 +448,126 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var t_key: u32 = 0u;
                 var t_above: u32 = 0u;
                 var t_at: u32 = 0u;
-                workgroupBarrier();
-                var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
-                var t_lo: u32 = (sk_lid * t_per);
-                var t_run: u32 = 0u;
-                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                    // built by kernels::select::choose_bin
-                    let sk_e15: u32 = (t_lo + tj);
-                    t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e15, 463u)]), (sk_e15 < 464u)));
-                }
-                var t_start: u32 = 0u;
-                t_start = sk_block_scan(sk_lid, t_run);
-                if ((sk_lid == (BLOCK - 1u))) {
-                    // built by kernels::select::choose_bin
-                    atomicStore(&part_hist[510u], (t_start + t_run));
-                }
-                workgroupBarrier();
-                var t_total: u32 = atomicLoad(&part_hist[510u]);
-                var t_want: u32 = min((kc + 1u), t_total);
-                t_run = t_start;
-                for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
-                    // built by kernels::select::choose_bin
-                    let sk_e16: u32 = (t_lo + tj);
-                    var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e16, 463u)]), (sk_e16 < 464u));
-                    if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
-                        atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
-                        atomicStore(&part_hist[508u], t_run);
-                        atomicStore(&part_hist[509u], t_c);
-                    }
-                    t_run = (t_run + t_c);
-                }
-                workgroupBarrier();
-                var t_chosen: u32 = atomicLoad(&part_hist[507u]);
-                var t_bin_above: u32 = atomicLoad(&part_hist[508u]);
-                var t_bin_at: u32 = atomicLoad(&part_hist[509u]);
-                workgroupBarrier();
-                if ((t_chosen != 0u)) {
+                var t_from: u32 = 0u;
+                var t_span: u32 = 0u;
+                var t_more: bool = true;
+                var t_list_lo: u32 = 0u;
+                var t_list_width: u32 = 0u;
+                var t_listed: u32 = 0u;
+                var t_need: u32 = 0u;
+                for (var t_round: u32 = 0u; t_round < 7u; t_round = t_round + 1u) {
                     // built by kernels::select::decide
-                    var t_bin: u32 = (t_chosen - 1u);
-                    t_above = t_bin_above;
-                    t_at = t_bin_at;
-                    var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
-                    var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
-                    var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
-                    if ((t_bin < 32u)) {
-                        t_key = (top_key - t_lo_d);
-                    } else {
-                        if ((t_bin_at <= 507u)) {
+                    if (t_more) {
+                        if ((t_round > 0u)) {
+                            for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                                // built by kernels::select::clear
+                                atomicStore(&part_hist[i], 0u);
+                            }
+                            workgroupBarrier();
                             for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
                                 var tk: u32 = part_keys[ti];
-                                if (((tk != 0u) && (((top_key - tk) - t_lo_d) < t_width))) {
-                                    var t_slot: u32 = 0u;
-                                    t_slot = atomicAdd(&part_hist[511u], 1u);
-                                    atomicStore(&part_hist[t_slot], tk);
+                                if ((tk != 0u)) {
+                                    var t_in: u32 = ((top_key - tk) - t_from);
+                                    if ((t_in < t_span)) {
+                                        var t_d: u32 = t_in;
+                                        var t_e: u32 = firstLeadingBit((t_d | 32u));
+                                        var t_old: u32 = 0u;
+                                        t_old = atomicAdd(&part_hist[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+                                    }
                                 }
                             }
-                            workgroupBarrier();
-                            var t_need: u32 = (min((kc + 1u), t_total) - t_bin_above);
-                            for (var ri: u32 = sk_lid; ri < t_bin_at; ri = ri + BLOCK) {
-                                // built by kernels::select::rank_listed
-                                var t_ki: u32 = atomicLoad(&part_hist[ri]);
-                                var t_gt: u32 = 0u;
-                                var t_eq: u32 = 0u;
-                                for (var rj: u32 = 0u; rj < t_bin_at; rj = rj + 1u) {
-                                    var t_kj: u32 = atomicLoad(&part_hist[rj]);
-                                    t_gt = (t_gt + select(0u, 1u, (t_kj > t_ki)));
-                                    t_eq = (t_eq + select(0u, 1u, (t_kj == t_ki)));
-                                }
-                                if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
-                                    atomicStore(&part_hist[507u], t_ki);
-                                    atomicStore(&part_hist[508u], t_gt);
-                                    atomicStore(&part_hist[509u], t_eq);
-                                }
+                        }
+                        workgroupBarrier();
+                        var t_per: u32 = (((464u + BLOCK) - 1u) / BLOCK);
+                        var t_lo: u32 = (sk_lid * t_per);
+                        var t_run: u32 = 0u;
+                        for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                            // built by kernels::select::choose_bin
+                            let sk_e15: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e15, 463u)]), (sk_e15 < 464u)));
+                        }
+                        var t_start: u32 = 0u;
+                        t_start = sk_block_scan(sk_lid, t_run);
+                        if ((sk_lid == (BLOCK - 1u))) {
+                            // built by kernels::select::choose_bin
+                            atomicStore(&part_hist[510u], (t_start + t_run));
+                        }
+                        workgroupBarrier();
+                        var t_total: u32 = atomicLoad(&part_hist[510u]);
+                        var t_want: u32 = min((kc + 1u), (t_above + t_total));
+                        t_run = (t_above + t_start);
+                        for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
+                            // built by kernels::select::choose_bin
+                            let sk_e16: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e16, 463u)]), (sk_e16 < 464u));
+                            if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
+                                atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
+                                atomicStore(&part_hist[508u], (t_run - t_above));
+                                atomicStore(&part_hist[509u], t_c);
                             }
-                            workgroupBarrier();
-                            t_key = atomicLoad(&part_hist[507u]);
-                            t_above = (t_above + atomicLoad(&part_hist[508u]));
-                            t_at = atomicLoad(&part_hist[509u]);
-                        } else {
-                            t_above = 0u;
-                            t_at = 0u;
-                            var t_mask: u32 = 0u;
-                            for (var t_pass: u32 = 0u; t_pass < 8u; t_pass = t_pass + 1u) {
-                                // built by kernels::select::radix_select
-                                var t_shift: u32 = (28u - (t_pass * 4u));
-                                var t_cnt: array<u32, 16>;
-                                for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
-                                    var tk: u32 = part_keys[ti];
-                                    if (((tk != 0u) && ((tk & t_mask) == t_key))) {
-                                        t_cnt[((tk >> t_shift) & 15u)] += 1u;
-                                    }
+                            t_run = (t_run + t_c);
+                        }
+                        workgroupBarrier();
+                        var t_chosen: u32 = atomicLoad(&part_hist[507u]);
+                        var t_bin_above: u32 = atomicLoad(&part_hist[508u]);
+                        var t_bin_at: u32 = atomicLoad(&part_hist[509u]);
+                        workgroupBarrier();
+                        t_more = false;
+                        if ((t_chosen != 0u)) {
+                            var t_bin: u32 = (t_chosen - 1u);
+                            t_above = (t_above + t_bin_above);
+                            t_at = t_bin_at;
+                            var t_be: u32 = max(((t_bin + 48u) / 16u), 5u);
+                            var t_lo_d: u32 = select(((16u + (t_bin & 15u)) << (t_be - 4u)), t_bin, (t_bin < 32u));
+                            var t_width: u32 = select((1u << (t_be - 4u)), 1u, (t_bin < 32u));
+                            if ((t_bin < 32u)) {
+                                t_key = ((top_key - t_from) - t_lo_d);
+                            } else {
+                                if ((t_bin_at <= 507u)) {
+                                    t_list_lo = (t_from + t_lo_d);
+                                    t_list_width = t_width;
+                                    t_listed = t_bin_at;
+                                    t_need = (t_want - t_above);
+                                } else {
+                                    t_from = (t_from + t_lo_d);
+                                    t_span = t_width;
+                                    t_more = true;
                                 }
-                                var t_cs0: u32 = 0u;
-                                var t_cs1: u32 = 0u;
-                                var t_cs2: u32 = 0u;
-                                var t_cs3: u32 = 0u;
-                                var t_cs4: u32 = 0u;
-                                var t_cs5: u32 = 0u;
-                                var t_cs6: u32 = 0u;
-                                var t_cs7: u32 = 0u;
-                                var t_cs8: u32 = 0u;
-                                var t_cs9: u32 = 0u;
-                                var t_cs10: u32 = 0u;
-                                var t_cs11: u32 = 0u;
-                                var t_cs12: u32 = 0u;
-                                var t_cs13: u32 = 0u;
-                                var t_cs14: u32 = 0u;
-                                var t_cs15: u32 = 0u;
-                                sk_block_sums_u32_16(sk_lid, t_cnt[0], t_cnt[1], t_cnt[2], t_cnt[3], t_cnt[4], t_cnt[5], t_cnt[6], t_cnt[7], t_cnt[8], t_cnt[9], t_cnt[10], t_cnt[11], t_cnt[12], t_cnt[13], t_cnt[14], t_cnt[15], &t_cs0, &t_cs1, &t_cs2, &t_cs3, &t_cs4, &t_cs5, &t_cs6, &t_cs7, &t_cs8, &t_cs9, &t_cs10, &t_cs11, &t_cs12, &t_cs13, &t_cs14, &t_cs15);
-                                var t_nb: u32 = t_above;
-                                var t_digit: u32 = 4294967295u;
-                                var t_cn: u32 = t_above;
-                                if ((t_cs15 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 15u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs15);
-                                }
-                                if ((t_cs14 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 14u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs14);
-                                }
-                                if ((t_cs13 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 13u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs13);
-                                }
-                                if ((t_cs12 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 12u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs12);
-                                }
-                                if ((t_cs11 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 11u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs11);
-                                }
-                                if ((t_cs10 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 10u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs10);
-                                }
-                                if ((t_cs9 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 9u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs9);
-                                }
-                                if ((t_cs8 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 8u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs8);
-                                }
-                                if ((t_cs7 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 7u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs7);
-                                }
-                                if ((t_cs6 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 6u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs6);
-                                }
-                                if ((t_cs5 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 5u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs5);
-                                }
-                                if ((t_cs4 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 4u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs4);
-                                }
-                                if ((t_cs3 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 3u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs3);
-                                }
-                                if ((t_cs2 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 2u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs2);
-                                }
-                                if ((t_cs1 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 1u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs1);
-                                }
-                                if ((t_cs0 > 0u)) {
-                                    if ((t_nb < (kc + 1u))) {
-                                        t_digit = 0u;
-                                        t_cn = t_nb;
-                                    }
-                                    t_nb = (t_nb + t_cs0);
-                                }
-                                if ((t_digit != 4294967295u)) {
-                                    t_key = (t_key | (t_digit << t_shift));
-                                    t_above = t_cn;
-                                    t_at = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, t_cs0, (t_digit == 0u)), t_cs1, (t_digit == 1u)), t_cs2, (t_digit == 2u)), t_cs3, (t_digit == 3u)), t_cs4, (t_digit == 4u)), t_cs5, (t_digit == 5u)), t_cs6, (t_digit == 6u)), t_cs7, (t_digit == 7u)), t_cs8, (t_digit == 8u)), t_cs9, (t_digit == 9u)), t_cs10, (t_digit == 10u)), t_cs11, (t_digit == 11u)), t_cs12, (t_digit == 12u)), t_cs13, (t_digit == 13u)), t_cs14, (t_digit == 14u)), t_cs15, (t_digit == 15u));
-                                }
-                                t_mask = (t_mask | (15u << t_shift));
                             }
                         }
                     }
+                }
+                if ((t_need > 0u)) {
+                    // built by kernels::select::decide
+                    for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
+                        var tk: u32 = part_keys[ti];
+                        if (((tk != 0u) && (((top_key - tk) - t_list_lo) < t_list_width))) {
+                            var t_slot: u32 = 0u;
+                            t_slot = atomicAdd(&part_hist[511u], 1u);
+                            atomicStore(&part_hist[t_slot], tk);
+                        }
+                    }
+                    workgroupBarrier();
+                    for (var ri: u32 = sk_lid; ri < t_listed; ri = ri + BLOCK) {
+                        // built by kernels::select::rank_listed
+                        var t_ki: u32 = atomicLoad(&part_hist[ri]);
+                        var t_gt: u32 = 0u;
+                        var t_eq: u32 = 0u;
+                        for (var rj: u32 = 0u; rj < t_listed; rj = rj + 1u) {
+                            var t_kj: u32 = atomicLoad(&part_hist[rj]);
+                            t_gt = (t_gt + select(0u, 1u, (t_kj > t_ki)));
+                            t_eq = (t_eq + select(0u, 1u, (t_kj == t_ki)));
+                        }
+                        if (((t_gt < t_need) && ((t_gt + t_eq) >= t_need))) {
+                            atomicStore(&part_hist[507u], t_ki);
+                            atomicStore(&part_hist[508u], t_gt);
+                            atomicStore(&part_hist[509u], t_eq);
+                        }
+                    }
+                    workgroupBarrier();
+                    t_key = atomicLoad(&part_hist[507u]);
+                    t_above = (t_above + atomicLoad(&part_hist[508u]));
+                    t_at = atomicLoad(&part_hist[509u]);
                 }
                 workgroupBarrier();
                 var t_take: u32 = min(t_at, ((kc + 1u) - t_above));

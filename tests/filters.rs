@@ -682,10 +682,10 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
 /// The parts' select takes one of three ways, by how many keys share the bin (of the distance
 /// below the part's largest key, a sixteenth of a power of two) where its `k + 1`-th lies: a
 /// bin of one value (a flat part), a bin it lists and ranks (distinct values), and a bin too
-/// full to list, which takes the radix select (a band of thousands of values, or of three tied
-/// ones, below one far larger logit). Rows built for each (the test bins each part's keys in
-/// plain Rust to check that every way is taken) get the CPU oracle's tokens, top-k alone and
-/// with min-p, Philox and seeded.
+/// full to list, whose keys it bins again by their distance within it (a band of thousands of
+/// values, or of three tied ones, below one far larger logit). Rows built for each (the test
+/// bins each part's keys in plain Rust to check that every way is taken) get the CPU oracle's
+/// tokens, top-k alone and with min-p, Philox and seeded.
 pub fn each_way_of_the_select_matches_the_oracle<B: Backend>(b: &B) {
     const PART: usize = 4096;
     let mut rng = Rng::new(4242);
@@ -748,7 +748,7 @@ pub fn each_way_of_the_select_matches_the_oracle<B: Backend>(b: &B) {
             }] += 1;
         }
     }
-    assert!(ways.iter().all(|&w| w > 0), "parts by way (one value, listed, radix): {ways:?}");
+    assert!(ways.iter().all(|&w| w > 0), "parts by way (one value, listed, binned again): {ways:?}");
     let cpu = sampling_kernels::CpuBackend;
     let mut want = vec![0u32; shape.batch];
     cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
@@ -757,7 +757,7 @@ pub fn each_way_of_the_select_matches_the_oracle<B: Backend>(b: &B) {
         assert!(rows[r].takes_one_read(vocab), "row {r} is not on the path");
         assert_eq!(t[r], want[r], "row {r}: the CPU oracle gives {}, {:?}", want[r], rows[r]);
     }
-    eprintln!("{}: parts by way of the select (one value, listed, radix): {ways:?}", b.describe());
+    eprintln!("{}: parts by way of the select (one value, listed, binned again): {ways:?}", b.describe());
 }
 
 /// Min-p alone keeping more tokens than the row's 257 largest (Zipf rows of 151936 at T 1.5 and

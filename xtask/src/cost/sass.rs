@@ -89,6 +89,8 @@ pub struct Counts {
     /// Words loaded from workgroup memory (`LDS`, a vector load counting each): the items an
     /// on-chip loop's iteration visits.
     pub shared_loads: f64,
+    /// Stores to workgroup memory (`STS`): a select's listing of its keys.
+    pub shared_stores: f64,
 }
 
 impl Counts {
@@ -105,6 +107,7 @@ impl Counts {
         self.philox += f64::from(u8::from(i.philox));
         self.carries += f64::from(u8::from(i.carry));
         self.shared_loads += f64::from(i.shared_words);
+        self.shared_stores += f64::from(u8::from(i.shared_store));
     }
     /// These counts times `k`.
     pub fn scaled(&self, k: f64) -> Counts {
@@ -116,6 +119,7 @@ impl Counts {
             philox: self.philox * k,
             carries: self.carries * k,
             shared_loads: self.shared_loads * k,
+            shared_stores: self.shared_stores * k,
         }
     }
     pub fn plus(&self, o: &Counts) -> Counts {
@@ -131,6 +135,7 @@ impl Counts {
             philox: self.philox + o.philox,
             carries: self.carries + o.carries,
             shared_loads: self.shared_loads + o.shared_loads,
+            shared_stores: self.shared_stores + o.shared_stores,
         }
     }
 }
@@ -150,6 +155,7 @@ struct Instr {
     carry: bool,
     /// `LDS`: a workgroup-memory load.
     shared_words: u8,
+    shared_store: bool,
     /// Where a branch goes, if it is one.
     target: Option<u32>,
     /// Where a `CALL` goes, if it is one.
@@ -203,7 +209,8 @@ fn parse_line(line: &str) -> Option<Instr> {
     let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
     // A vector load from workgroup memory reads several keys: a loop's visits count words.
     let shared_words = if base == "LDS" { (load_width(opcode) / 4).max(1) as u8 } else { 0 };
-    Some(Instr { addr, pipe, load_bytes, log, philox, carry, shared_words, target, call, ret, ends_flow })
+    let shared_store = base == "STS";
+    Some(Instr { addr, pipe, load_bytes, log, philox, carry, shared_words, shared_store, target, call, ret, ends_flow })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
