@@ -850,8 +850,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e189 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e189 + 8u)], rows[(sk_e189 + 9u)], rows[(sk_e189 + 10u)], col))); \
+        const unsigned int sk_e188 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e188 + 8u)], rows[(sk_e188 + 9u)], rows[(sk_e188 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
@@ -925,8 +925,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)(rz - row_m)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e127 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], r))); \
+        const unsigned int sk_e126 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e126 + 8u)], rows[(sk_e126 + 9u)], rows[(sk_e126 + 10u)], r))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -959,14 +959,23 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     t_run = (t_run + t_c); \
 }
-#define sk_decide_2(t_top, tk, t_from, t_span) { \
-    /* built by kernels::select::decide */ \
-    unsigned int t_in = ((t_top - tk) - t_from); \
+#define sk_within(t_top, t_from, tk, t_span) { \
+    /* built by kernels::select::within */ \
+    unsigned int t_in = ((t_top - t_from) - tk); \
     if ((t_in < t_span)) { \
         unsigned int t_d = t_in; \
         unsigned int t_e = sk_high_bit((t_d | 32u)); \
         unsigned int t_old = 0u; \
         t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u); \
+    } \
+}
+#define sk_within_2(t_top, t_list_lo, tk, t_list_width) { \
+    /* built by kernels::select::within */ \
+    unsigned int t_in = ((t_top - t_list_lo) - tk); \
+    if ((t_in < t_list_width)) { \
+        unsigned int t_slot = 0u; \
+        t_slot = atomicAdd(&select_scratch[511u], 1u); \
+        select_scratch[t_slot] = tk; \
     } \
 }
 #define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
@@ -1069,8 +1078,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 #define sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e129 = (rc & 3u); \
-    float score = (rz + sk_gumbel(((sk_e129 == 3u) ? ((w4).w) : ((sk_e129 == 2u) ? ((w4).z) : ((sk_e129 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e128 = (rc & 3u); \
+    float score = (rz + sk_gumbel(((sk_e128 == 3u) ? ((w4).w) : ((sk_e128 == 2u) ? ((w4).z) : ((sk_e128 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (rc < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best = score; \
@@ -1636,11 +1645,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     __syncthreads();
                                     for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         unsigned int tk_key = listed_cols[ti];
-                                        if ((((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u) != 0u)) {
-                                            // built by kernels::select::count
-                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u));
+                                        unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                        if ((tk != 0u)) {
+                                            unsigned int t_in = (t_top - tk);
+                                            unsigned int t_d = t_in;
                                             unsigned int t_e = sk_high_bit((t_d | 32u));
                                             unsigned int t_old = 0u;
                                             t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
@@ -1666,10 +1676,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 }
                                                 __syncthreads();
                                                 for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                                    // built by kernels::select::within
                                                     unsigned int tk_key = listed_cols[ti];
                                                     unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -1709,12 +1720,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                            // built by kernels::select::within
                                             unsigned int tk_key = listed_cols[ti];
                                             unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                unsigned int t_slot = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                select_scratch[t_slot] = tk;
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         __syncthreads();
@@ -1906,7 +1916,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     __syncthreads();
                                     for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         unsigned int ri_p = (ti / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
@@ -1916,10 +1926,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         unsigned int tk_key = ri_key;
                                         const unsigned int sk_e44 = (ti / 384u);
-                                        if ((((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u) : 0u) != 0u)) {
-                                            // built by kernels::select::count
-                                            const unsigned int sk_e45 = (ti / 384u);
-                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 805u) + (6u + ((ti - (sk_e45 * 384u)) * 2u)))]) ^ 4294967295u) : 0u));
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        if ((tk != 0u)) {
+                                            unsigned int t_in = (t_top - tk);
+                                            unsigned int t_d = t_in;
                                             unsigned int t_e = sk_high_bit((t_d | 32u));
                                             unsigned int t_old = 0u;
                                             t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
@@ -1945,18 +1955,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 }
                                                 __syncthreads();
                                                 for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                    // built by kernels::select::within
                                                     unsigned int ri_p = (ti / 384u);
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e46 = (ti / 384u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (5u + ((ti - (sk_e46 * 384u)) * 2u)))]);
+                                                        const unsigned int sk_e45 = (ti / 384u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e47 = (ti / 384u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 805u) + (6u + ((ti - (sk_e47 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e46 = (ti / 384u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -1966,8 +1977,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e48 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e48 < 464u) ? (select_scratch[min(sk_e48, 463u)]) : 0u));
+                                                const unsigned int sk_e47 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e47 < 464u) ? (select_scratch[min(sk_e47, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1996,20 +2007,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                            // built by kernels::select::within
                                             unsigned int ri_p = (ti / 384u);
                                             unsigned int ri_key = 0u;
                                             if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e50 = (ti / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (5u + ((ti - (sk_e50 * 384u)) * 2u)))]);
+                                                const unsigned int sk_e49 = (ti / 384u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((ti - (sk_e49 * 384u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e51 = (ti / 384u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 805u) + (6u + ((ti - (sk_e51 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                unsigned int t_slot = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                select_scratch[t_slot] = tk;
+                                            const unsigned int sk_e50 = (ti / 384u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((ti - (sk_e50 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         __syncthreads();
@@ -2029,12 +2039,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int ri_p = (i / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e52 = (i / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 805u) + (5u + ((i - (sk_e52 * 384u)) * 2u)))]);
+                                            const unsigned int sk_e51 = (i / 384u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 805u) + (5u + ((i - (sk_e51 * 384u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e53 = (i / 384u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 805u) + (6u + ((i - (sk_e53 * 384u)) * 2u)))]);
+                                        const unsigned int sk_e52 = (i / 384u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 805u) + (6u + ((i - (sk_e52 * 384u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2047,8 +2057,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e57 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e57 ? tn64 : (((lim - sel_m) / (sk_e57 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e56 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e56 ? tn64 : (((lim - sel_m) / (sk_e56 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
@@ -2071,8 +2081,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e58 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e58 > best) || ((sk_e58 == best) && (w_i < best_i)))) {
+                                                    const float sk_e57 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e57 > best) || ((sk_e57 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2081,12 +2091,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    const double sk_e59 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
-                                                    if (((sk_e59 > best64) || ((sk_e59 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e59 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    const double sk_e58 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e59 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e59 + 0u)]))));
+                                                    if (((sk_e58 > best64) || ((sk_e58 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e61 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)]))));
+                                                        const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2112,8 +2122,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols));
                                         unsigned int t_mine = 0u;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e62 = sk_f16(x[(base + col)]);
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                            const float sk_e61 = sk_f16(x[(base + col)]);
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2124,8 +2134,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         t_rank0 = sk_block_scan(t_mine);
                                         unsigned int t_rank = t_rank0;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e63 = sk_f16(x[(base + col)]);
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
+                                            const float sk_e62 = sk_f16(x[(base + col)]);
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2157,8 +2167,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e66 = sk_f16(x[(base + ow_at)]);
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
+                                        const float sk_e65 = sk_f16(x[(base + ow_at)]);
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
@@ -2202,7 +2212,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 __syncthreads();
                                 for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
-                                    // built by kernels::select::select_top
+                                    // built by kernels::select::within
                                     unsigned int ip = (ti / want);
                                     unsigned int is = (ti - (ip * want));
                                     unsigned int ik = 0u;
@@ -2210,9 +2220,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         // built by kernels::filter_top_k::merge_row
                                         ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                     }
-                                    if ((ik != 0u)) {
-                                        // built by kernels::select::count
-                                        unsigned int t_d = (t_top - ik);
+                                    unsigned int tk = ik;
+                                    if ((tk != 0u)) {
+                                        unsigned int t_in = (t_top - tk);
+                                        unsigned int t_d = t_in;
                                         unsigned int t_e = sk_high_bit((t_d | 32u));
                                         unsigned int t_old = 0u;
                                         t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
@@ -2238,6 +2249,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             }
                                             __syncthreads();
                                             for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                                // built by kernels::select::within
                                                 unsigned int ip = (ti / want);
                                                 unsigned int is = (ti - (ip * want));
                                                 unsigned int ik = 0u;
@@ -2247,7 +2259,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                                 }
                                                 unsigned int tk = ik;
                                                 if ((tk != 0u)) {
-                                                    sk_decide_2(t_top, tk, t_from, t_span);
+                                                    sk_within(t_top, t_from, tk, t_span);
                                                 }
                                             }
                                         }
@@ -2257,8 +2269,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int t_run = 0u;
                                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                             // built by kernels::select::choose_bin
-                                            const unsigned int sk_e67 = (t_lo + tj);
-                                            t_run = (t_run + ((sk_e67 < 464u) ? (select_scratch[min(sk_e67, 463u)]) : 0u));
+                                            const unsigned int sk_e66 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e66 < 464u) ? (select_scratch[min(sk_e66, 463u)]) : 0u));
                                         }
                                         unsigned int t_start = 0u;
                                         t_start = sk_block_scan(t_run);
@@ -2287,6 +2299,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 if ((t_need > 0u)) {
                                     // built by kernels::select::decide
                                     for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::within
                                         unsigned int ip = (ti / want);
                                         unsigned int is = (ti - (ip * want));
                                         unsigned int ik = 0u;
@@ -2295,10 +2308,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int tk = ik;
-                                        if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                            unsigned int t_slot = 0u;
-                                            t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                            select_scratch[t_slot] = tk;
+                                        if ((tk != 0u)) {
+                                            sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                         }
                                     }
                                     __syncthreads();
@@ -2359,8 +2370,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e69 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e69) * 805u) + (6u + ((gj - (sk_e69 * want)) * 2u)))];
+                                            const unsigned int sk_e68 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e68) * 805u) + (6u + ((gj - (sk_e68 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2368,8 +2379,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e70 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e70 & 2147483648u) != 0u) ? (sk_e70 ^ 2147483648u) : (sk_e70 ^ 4294967295u)));
+                                    const unsigned int sk_e69 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e69 & 2147483648u) != 0u) ? (sk_e69 ^ 2147483648u) : (sk_e69 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -2406,9 +2417,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e72 = listed_cols[(1285u + r)];
-                                    const float sk_e71 = sk_bitcast<float>((((sk_e72 & 2147483648u) != 0u) ? (sk_e72 ^ 2147483648u) : (sk_e72 ^ 4294967295u)));
-                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e71 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e71 - row_m))));
+                                    const unsigned int sk_e71 = listed_cols[(1285u + r)];
+                                    const float sk_e70 = sk_bitcast<float>((((sk_e71 & 2147483648u) != 0u) ? (sk_e71 ^ 2147483648u) : (sk_e71 ^ 4294967295u)));
+                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e70 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e70 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2428,148 +2439,148 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e74 = (col_hi - col_lo);
-                                        const float sk_e73 = sk_f16(x[(base + (col_lo + ((li0 < sk_e74) ? li0 : (sk_e74 - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
+                                        const unsigned int sk_e73 = (col_hi - col_lo);
+                                        const float sk_e72 = sk_f16(x[(base + (col_lo + ((li0 < sk_e73) ? li0 : (sk_e73 - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e76 = (col_hi - col_lo);
-                                        const float sk_e75 = sk_f16(x[(base + (col_lo + ((li1 < sk_e76) ? li1 : (sk_e76 - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e75);
+                                        const unsigned int sk_e75 = (col_hi - col_lo);
+                                        const float sk_e74 = sk_f16(x[(base + (col_lo + ((li1 < sk_e75) ? li1 : (sk_e75 - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e78 = (col_hi - col_lo);
-                                        const float sk_e77 = sk_f16(x[(base + (col_lo + ((li2 < sk_e78) ? li2 : (sk_e78 - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77);
+                                        const unsigned int sk_e77 = (col_hi - col_lo);
+                                        const float sk_e76 = sk_f16(x[(base + (col_lo + ((li2 < sk_e77) ? li2 : (sk_e77 - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76);
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e80 = (col_hi - col_lo);
-                                        const float sk_e79 = sk_f16(x[(base + (col_lo + ((li3 < sk_e80) ? li3 : (sk_e80 - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
+                                        const unsigned int sk_e79 = (col_hi - col_lo);
+                                        const float sk_e78 = sk_f16(x[(base + (col_lo + ((li3 < sk_e79) ? li3 : (sk_e79 - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
                                         unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e82 = (col_hi - col_lo);
-                                        const float sk_e81 = sk_f16(x[(base + (col_lo + ((li4 < sk_e82) ? li4 : (sk_e82 - 1u))))]);
-                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
+                                        const unsigned int sk_e81 = (col_hi - col_lo);
+                                        const float sk_e80 = sk_f16(x[(base + (col_lo + ((li4 < sk_e81) ? li4 : (sk_e81 - 1u))))]);
+                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
                                         unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e84 = (col_hi - col_lo);
-                                        const float sk_e83 = sk_f16(x[(base + (col_lo + ((li5 < sk_e84) ? li5 : (sk_e84 - 1u))))]);
-                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
+                                        const unsigned int sk_e83 = (col_hi - col_lo);
+                                        const float sk_e82 = sk_f16(x[(base + (col_lo + ((li5 < sk_e83) ? li5 : (sk_e83 - 1u))))]);
+                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e82) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e82);
                                         unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
-                                        const unsigned int sk_e86 = (col_hi - col_lo);
-                                        const float sk_e85 = sk_f16(x[(base + (col_lo + ((li6 < sk_e86) ? li6 : (sk_e86 - 1u))))]);
-                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
+                                        const unsigned int sk_e85 = (col_hi - col_lo);
+                                        const float sk_e84 = sk_f16(x[(base + (col_lo + ((li6 < sk_e85) ? li6 : (sk_e85 - 1u))))]);
+                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84);
                                         unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
-                                        const unsigned int sk_e88 = (col_hi - col_lo);
-                                        const float sk_e87 = sk_f16(x[(base + (col_lo + ((li7 < sk_e88) ? li7 : (sk_e88 - 1u))))]);
-                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87);
+                                        const unsigned int sk_e87 = (col_hi - col_lo);
+                                        const float sk_e86 = sk_f16(x[(base + (col_lo + ((li7 < sk_e87) ? li7 : (sk_e87 - 1u))))]);
+                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86);
                                         unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
-                                        const unsigned int sk_e90 = (col_hi - col_lo);
-                                        const float sk_e89 = sk_f16(x[(base + (col_lo + ((li8 < sk_e90) ? li8 : (sk_e90 - 1u))))]);
-                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
+                                        const unsigned int sk_e89 = (col_hi - col_lo);
+                                        const float sk_e88 = sk_f16(x[(base + (col_lo + ((li8 < sk_e89) ? li8 : (sk_e89 - 1u))))]);
+                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
                                         unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
-                                        const unsigned int sk_e92 = (col_hi - col_lo);
-                                        const float sk_e91 = sk_f16(x[(base + (col_lo + ((li9 < sk_e92) ? li9 : (sk_e92 - 1u))))]);
-                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
+                                        const unsigned int sk_e91 = (col_hi - col_lo);
+                                        const float sk_e90 = sk_f16(x[(base + (col_lo + ((li9 < sk_e91) ? li9 : (sk_e91 - 1u))))]);
+                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90);
                                         unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
-                                        const unsigned int sk_e94 = (col_hi - col_lo);
-                                        const float sk_e93 = sk_f16(x[(base + (col_lo + ((li10 < sk_e94) ? li10 : (sk_e94 - 1u))))]);
-                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93);
+                                        const unsigned int sk_e93 = (col_hi - col_lo);
+                                        const float sk_e92 = sk_f16(x[(base + (col_lo + ((li10 < sk_e93) ? li10 : (sk_e93 - 1u))))]);
+                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e92) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e92);
                                         unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
-                                        const unsigned int sk_e96 = (col_hi - col_lo);
-                                        const float sk_e95 = sk_f16(x[(base + (col_lo + ((li11 < sk_e96) ? li11 : (sk_e96 - 1u))))]);
-                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
+                                        const unsigned int sk_e95 = (col_hi - col_lo);
+                                        const float sk_e94 = sk_f16(x[(base + (col_lo + ((li11 < sk_e95) ? li11 : (sk_e95 - 1u))))]);
+                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e94) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e94);
                                         unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
-                                        const unsigned int sk_e98 = (col_hi - col_lo);
-                                        const float sk_e97 = sk_f16(x[(base + (col_lo + ((li12 < sk_e98) ? li12 : (sk_e98 - 1u))))]);
-                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
+                                        const unsigned int sk_e97 = (col_hi - col_lo);
+                                        const float sk_e96 = sk_f16(x[(base + (col_lo + ((li12 < sk_e97) ? li12 : (sk_e97 - 1u))))]);
+                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
                                         unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
-                                        const unsigned int sk_e100 = (col_hi - col_lo);
-                                        const float sk_e99 = sk_f16(x[(base + (col_lo + ((li13 < sk_e100) ? li13 : (sk_e100 - 1u))))]);
-                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
+                                        const unsigned int sk_e99 = (col_hi - col_lo);
+                                        const float sk_e98 = sk_f16(x[(base + (col_lo + ((li13 < sk_e99) ? li13 : (sk_e99 - 1u))))]);
+                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
                                         unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
-                                        const unsigned int sk_e102 = (col_hi - col_lo);
-                                        const float sk_e101 = sk_f16(x[(base + (col_lo + ((li14 < sk_e102) ? li14 : (sk_e102 - 1u))))]);
-                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
+                                        const unsigned int sk_e101 = (col_hi - col_lo);
+                                        const float sk_e100 = sk_f16(x[(base + (col_lo + ((li14 < sk_e101) ? li14 : (sk_e101 - 1u))))]);
+                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100);
                                         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
-                                        const unsigned int sk_e104 = (col_hi - col_lo);
-                                        const float sk_e103 = sk_f16(x[(base + (col_lo + ((li15 < sk_e104) ? li15 : (sk_e104 - 1u))))]);
-                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
+                                        const unsigned int sk_e103 = (col_hi - col_lo);
+                                        const float sk_e102 = sk_f16(x[(base + (col_lo + ((li15 < sk_e103) ? li15 : (sk_e103 - 1u))))]);
+                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e102) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e102);
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e105 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))))));
+                                            const float sk_e104 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e104 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e104 - row_m))))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e106 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e106 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e106 - row_m))))));
+                                            const float sk_e105 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e107 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e107 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e107 - row_m))))));
+                                            const float sk_e106 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e106 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e106 - row_m))))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e108 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e108 - row_m))))));
+                                            const float sk_e107 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e107 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e107 - row_m))))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e109 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e109 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e109 - row_m))))));
+                                            const float sk_e108 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e108 - row_m))))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e110 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))))));
+                                            const float sk_e109 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e109 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e109 - row_m))))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e111 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e111 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e111 - row_m))))));
+                                            const float sk_e110 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e112 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e112 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e112 - row_m))))));
+                                            const float sk_e111 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e111 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e111 - row_m))))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e113 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e113 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e113 - row_m))))));
+                                            const float sk_e112 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e112 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e112 - row_m))))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e114 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e114 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e114 - row_m))))));
+                                            const float sk_e113 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e113 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e113 - row_m))))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e115 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e115 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e115 - row_m))))));
+                                            const float sk_e114 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e114 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e114 - row_m))))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e116 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m))))));
+                                            const float sk_e115 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e115 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e115 - row_m))))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e117 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e117 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e117 - row_m))))));
+                                            const float sk_e116 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m))))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e118 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e118 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e118 - row_m))))));
+                                            const float sk_e117 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e117 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e117 - row_m))))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e119 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e119 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e119 - row_m))))));
+                                            const float sk_e118 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e118 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e118 - row_m))))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e120 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))))));
+                                            const float sk_e119 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e119 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e119 - row_m))))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2577,9 +2588,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e122 = listed_cols[(1285u + r)];
-                                        const float sk_e121 = sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u)));
-                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e121 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e121 - row_m))));
+                                        const unsigned int sk_e121 = listed_cols[(1285u + r)];
+                                        const float sk_e120 = sk_bitcast<float>((((sk_e121 & 2147483648u) != 0u) ? (sk_e121 ^ 2147483648u) : (sk_e121 ^ 4294967295u)));
+                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2594,10 +2605,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                                const unsigned int sk_e123 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = ((sk_bitcast<float>((((sk_e123 & 2147483648u) != 0u) ? (sk_e123 ^ 2147483648u) : (sk_e123 ^ 4294967295u))) - row_m) > (zt - row_m));
-                                const unsigned int sk_e124 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e124] & 2147483648u) != 0u) ? (listed_cols[sk_e124] ^ 2147483648u) : (listed_cols[sk_e124] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                                const unsigned int sk_e122 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = ((sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u))) - row_m) > (zt - row_m));
+                                const unsigned int sk_e123 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e123] & 2147483648u) != 0u) ? (listed_cols[sk_e123] ^ 2147483648u) : (listed_cols[sk_e123] ^ 4294967295u))) - row_m) > (zt - row_m)));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2646,16 +2657,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e125 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e125 + 1u)] == 1u) && (rows[(sk_e125 + 6u)] == 1u));
+                                    const unsigned int sk_e124 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e124 + 1u)] == 1u) && (rows[(sk_e124 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e126 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e126 & 2147483648u) != 0u) ? (sk_e126 ^ 2147483648u) : (sk_e126 ^ 4294967295u)));
+                                        const unsigned int sk_e125 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e125 & 2147483648u) != 0u) ? (sk_e125 ^ 2147483648u) : (sk_e125 ^ 4294967295u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2684,8 +2695,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e130 = sk_f16(x[(base + ow_at)]);
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e130) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e130);
+                                        const float sk_e129 = sk_f16(x[(base + ow_at)]);
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e129) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e129);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2702,21 +2713,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e131 = (((slot * parts) + p) * 805u);
-                                        unsigned int mo_lk = max(partials[(sk_e131 + 3u)], partials[(sk_e131 + 4u)]);
-                                        const float sk_e134 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e132 = ((sk_e134 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                                        const float sk_e133 = (sk_e134 - row_m);
-                                        const bool sk_e135 = (row_m == sk_bitcast<float>(4286578688u));
-                                        const bool sk_e136 = (row_m == sk_bitcast<float>(2139095040u));
-                                        if (((mo_lk != 0u) && (((sk_e136 ? sk_e132 : (sk_e135 ? (0.0f) : sk_exp(sk_e133))) > (0.0f)) && ((sk_e136 ? sk_e132 : (sk_e135 ? (0.0f) : sk_exp(sk_e133))) >= mp)))) {
+                                        const unsigned int sk_e130 = (((slot * parts) + p) * 805u);
+                                        unsigned int mo_lk = max(partials[(sk_e130 + 3u)], partials[(sk_e130 + 4u)]);
+                                        const float sk_e133 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e131 = ((sk_e133 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                                        const float sk_e132 = (sk_e133 - row_m);
+                                        const bool sk_e134 = (row_m == sk_bitcast<float>(4286578688u));
+                                        const bool sk_e135 = (row_m == sk_bitcast<float>(2139095040u));
+                                        if (((mo_lk != 0u) && (((sk_e135 ? sk_e131 : (sk_e134 ? (0.0f) : sk_exp(sk_e132))) > (0.0f)) && ((sk_e135 ? sk_e131 : (sk_e134 ? (0.0f) : sk_exp(sk_e132))) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e137 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e136 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2731,10 +2742,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
-                                                const unsigned int sk_e138 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e138 & 2147483648u) != 0u) ? (sk_e138 ^ 2147483648u) : (sk_e138 ^ 4294967295u)));
-                                                const float sk_e139 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
-                                                if (((sk_e139 > (0.0f)) && (sk_e139 >= mp))) {
+                                                const unsigned int sk_e137 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e137 & 2147483648u) != 0u) ? (sk_e137 ^ 2147483648u) : (sk_e137 ^ 4294967295u)));
+                                                const float sk_e138 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
+                                                if (((sk_e138 > (0.0f)) && (sk_e138 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i);
@@ -2762,8 +2773,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (((flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            const float sk_e142 = sk_f16(x[(base + ow_at)]);
-                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
+                                            const float sk_e141 = sk_f16(x[(base + ow_at)]);
+                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e141) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e141);
                                             float ow_v = (ow_v_x / temp);
                                             if ((threadIdx.x == 0u)) {
                                                 logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2791,17 +2802,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e143 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e143) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e143);
+                            const float sk_e142 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            float zx0 = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e144 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
+                            const float sk_e143 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            float zx1 = (((sk_bitcast<unsigned int>(sk_e143) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e143);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e145 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
+                            const float sk_e144 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            float zx2 = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e146 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
+                            const float sk_e145 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            float zx3 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 unsigned int col = (col_lo + li0);
@@ -2845,8 +2856,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e147 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e147 : (sk_e147 - sel_a));
+                        const unsigned int sk_e146 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e146 : (sk_e146 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2862,17 +2873,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const float sk_e148 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
+                                    const float sk_e147 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e147) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e147);
                                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const float sk_e149 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
+                                    const float sk_e148 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
                                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const float sk_e150 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
+                                    const float sk_e149 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const float sk_e151 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
+                                    const float sk_e150 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                                     }
@@ -2896,8 +2907,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e152 = sk_f16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
+                                const float sk_e151 = sk_f16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -2921,8 +2932,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e153 = sk_f16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e153) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e153);
+                                const float sk_e152 = sk_f16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -2962,8 +2973,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e154 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e154 == (sel_n + min(sel_tn, 64u))) || (!((sk_e154 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e153 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e153 == (sel_n + min(sel_tn, 64u))) || (!((sk_e153 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3013,8 +3024,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::filters::sweep_list
                                     unsigned int col = listed_cols[at];
-                                    const float sk_e155 = sk_f16(x[(base + col)]);
-                                    float lx = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155);
+                                    const float sk_e154 = sk_f16(x[(base + col)]);
+                                    float lx = (((sk_bitcast<unsigned int>(sk_e154) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e154);
                                     float zv = (lx / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3043,17 +3054,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e156 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
+                                            const float sk_e155 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e157 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
+                                            const float sk_e156 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e158 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
+                                            const float sk_e157 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e159 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
+                                            const float sk_e158 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3071,17 +3082,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                            const float sk_e160 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
+                                            const float sk_e159 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
                                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                            const float sk_e161 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
+                                            const float sk_e160 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
                                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                            const float sk_e162 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162);
+                                            const float sk_e161 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
                                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                            const float sk_e163 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163);
+                                            const float sk_e162 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3214,8 +3225,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e165 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e165 ? tn64 : (((lim - sel_m) / (sk_e165 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e164 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e164 ? tn64 : (((lim - sel_m) / (sk_e164 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3239,17 +3250,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e166 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
+                                            const float sk_e165 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e165) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e165);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e167 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
+                                            const float sk_e166 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e168 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
+                                            const float sk_e167 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e169 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169);
+                                            const float sk_e168 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                             }
@@ -3274,8 +3285,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e170 = (row * 12u);
-                    if ((((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e169 = (row * 12u);
+                    if ((((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3292,17 +3303,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e171 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
+                                    const float sk_e170 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e172 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172);
+                                    const float sk_e171 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e173 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
+                                    const float sk_e172 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e174 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e174) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e174);
+                                    const float sk_e173 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
@@ -3358,13 +3369,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e175 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e175 & 2147483648u) != 0u) ? (sk_e175 ^ 2147483648u) : (sk_e175 ^ 4294967295u)));
+                                const unsigned int sk_e174 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e174 & 2147483648u) != 0u) ? (sk_e174 ^ 2147483648u) : (sk_e174 ^ 4294967295u)));
                                 double s64 = ((double)rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e176 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e176 + 8u)], rows[(sk_e176 + 9u)], rows[(sk_e176 + 10u)], r)));
+                                    const unsigned int sk_e175 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e175 + 8u)], rows[(sk_e175 + 9u)], rows[(sk_e175 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3405,17 +3416,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e177 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
+                                            const float sk_e176 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e176) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e176);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e178 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178);
+                                            const float sk_e177 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e179 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
+                                            const float sk_e178 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e180 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
+                                            const float sk_e179 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine);
                                             }
@@ -3446,17 +3457,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e181 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181);
+                                        const float sk_e180 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e182 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
+                                        const float sk_e181 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e183 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
+                                        const float sk_e182 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e184 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
+                                        const float sk_e183 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
                                         if ((li0 < sweep_n)) {
                                             sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
@@ -3499,17 +3510,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e185 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
+                                    const float sk_e184 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e186 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
+                                    const float sk_e185 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e187 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
+                                    const float sk_e186 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e188 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e188) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e188);
+                                    const float sk_e187 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
@@ -3542,17 +3553,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e193 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
+                                    const float sk_e192 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e192) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e192);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e194 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
+                                    const float sk_e193 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e195 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
+                                    const float sk_e194 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e196 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e196) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e196);
+                                    const float sk_e195 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3572,8 +3583,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e197 = sk_gumbel((w).x);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e197 : (zv + sk_e197)) : zv);
+                                            const float sk_e196 = sk_gumbel((w).x);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e196 : (zv + sk_e196)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3596,8 +3607,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e198 = sk_gumbel((w).y);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e198 : (zv + sk_e198)) : zv);
+                                            const float sk_e197 = sk_gumbel((w).y);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e197 : (zv + sk_e197)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3620,8 +3631,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e199 = sk_gumbel((w).z);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e199 : (zv + sk_e199)) : zv);
+                                            const float sk_e198 = sk_gumbel((w).z);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e198 : (zv + sk_e198)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3644,8 +3655,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e200 = sk_gumbel((w).w);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e200 : (zv + sk_e200)) : zv);
+                                            const float sk_e199 = sk_gumbel((w).w);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e199 : (zv + sk_e199)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3679,8 +3690,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f16(
                         // built by kernels::abi::write_results_as
                         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e201 = sk_f16(x[(base + tok_at)]);
-                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e200 = sk_f16(x[(base + tok_at)]);
+                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e200) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

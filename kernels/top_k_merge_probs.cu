@@ -832,8 +832,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = sk_log64(((double)zv)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e123 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e123 + 8u)], rows[(sk_e123 + 9u)], rows[(sk_e123 + 10u)], col))); \
+        const unsigned int sk_e122 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
@@ -921,9 +921,9 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         m = fmaxf(m, zx0); \
     } \
 }
-#define sk_decide_2(t_top, tk, t_from, t_span) { \
-    /* built by kernels::select::decide */ \
-    unsigned int t_in = ((t_top - tk) - t_from); \
+#define sk_within(t_top, t_from, tk, t_span) { \
+    /* built by kernels::select::within */ \
+    unsigned int t_in = ((t_top - t_from) - tk); \
     if ((t_in < t_span)) { \
         unsigned int t_d = t_in; \
         unsigned int t_e = sk_high_bit((t_d | 32u)); \
@@ -939,13 +939,22 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         logprobs[row] = (ow_valid ? ((ow_v > (0.0f)) ? sk_log(ow_v) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
     } \
 }
+#define sk_within_2(t_top, t_list_lo, tk, t_list_width) { \
+    /* built by kernels::select::within */ \
+    unsigned int t_in = ((t_top - t_list_lo) - tk); \
+    if ((t_in < t_list_width)) { \
+        unsigned int t_slot = 0u; \
+        t_slot = atomicAdd(&select_scratch[511u], 1u); \
+        select_scratch[t_slot] = tk; \
+    } \
+}
 #define sk_race_one(tz, noisy, row, col, best64, best64_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     double s64 = sk_log64(((double)tz)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e59 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col))); \
+        const unsigned int sk_e58 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -1019,8 +1028,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 #define sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e60 = (col & 3u); \
-    float score = (tz / sk_exponential(((sk_e60 == 3u) ? ((w4).w) : ((sk_e60 == 2u) ? ((w4).z) : ((sk_e60 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e59 = (col & 3u); \
+    float score = (tz / sk_exponential(((sk_e59 == 3u) ? ((w4).w) : ((sk_e59 == 2u) ? ((w4).z) : ((sk_e59 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (col < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best = score; \
@@ -1601,11 +1610,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     __syncthreads();
                                     for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         unsigned int tk_key = listed_cols[ti];
-                                        if ((((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u) != 0u)) {
-                                            // built by kernels::select::count
-                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u));
+                                        unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
+                                        if ((tk != 0u)) {
+                                            unsigned int t_in = (t_top - tk);
+                                            unsigned int t_d = t_in;
                                             unsigned int t_e = sk_high_bit((t_d | 32u));
                                             unsigned int t_old = 0u;
                                             t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
@@ -1631,10 +1641,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 }
                                                 __syncthreads();
                                                 for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                                    // built by kernels::select::within
                                                     unsigned int tk_key = listed_cols[ti];
                                                     unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -1674,12 +1685,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (unsigned int ti = threadIdx.x; ti < n_range_all; ti += ((unsigned int)SK_BLOCK)) {
+                                            // built by kernels::select::within
                                             unsigned int tk_key = listed_cols[ti];
                                             unsigned int tk = ((tk_key == sel_key) ? (listed_cols[(ti + 2048u)] ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                unsigned int t_slot = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                select_scratch[t_slot] = tk;
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         __syncthreads();
@@ -1871,7 +1881,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     __syncthreads();
                                     for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         unsigned int ri_p = (ti / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
@@ -1881,10 +1891,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                         unsigned int tk_key = ri_key;
                                         const unsigned int sk_e41 = (ti / 384u);
-                                        if ((((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u) : 0u) != 0u)) {
-                                            // built by kernels::select::count
-                                            const unsigned int sk_e42 = (ti / 384u);
-                                            unsigned int t_d = (t_top - ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u) : 0u));
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        if ((tk != 0u)) {
+                                            unsigned int t_in = (t_top - tk);
+                                            unsigned int t_d = t_in;
                                             unsigned int t_e = sk_high_bit((t_d | 32u));
                                             unsigned int t_old = 0u;
                                             t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
@@ -1910,18 +1920,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 }
                                                 __syncthreads();
                                                 for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                    // built by kernels::select::within
                                                     unsigned int ri_p = (ti / 384u);
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e43 = (ti / 384u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
+                                                        const unsigned int sk_e42 = (ti / 384u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 805u) + (5u + ((ti - (sk_e42 * 384u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e44 = (ti / 384u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e43 = (ti / 384u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 805u) + (6u + ((ti - (sk_e43 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -1931,8 +1942,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e45 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e45 < 464u) ? (select_scratch[min(sk_e45, 463u)]) : 0u));
+                                                const unsigned int sk_e44 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e44 < 464u) ? (select_scratch[min(sk_e44, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1961,20 +1972,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                            // built by kernels::select::within
                                             unsigned int ri_p = (ti / 384u);
                                             unsigned int ri_key = 0u;
                                             if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e47 = (ti / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 805u) + (5u + ((ti - (sk_e47 * 384u)) * 2u)))]);
+                                                const unsigned int sk_e46 = (ti / 384u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (5u + ((ti - (sk_e46 * 384u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e48 = (ti / 384u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 805u) + (6u + ((ti - (sk_e48 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                unsigned int t_slot = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                select_scratch[t_slot] = tk;
+                                            const unsigned int sk_e47 = (ti / 384u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 805u) + (6u + ((ti - (sk_e47 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         __syncthreads();
@@ -1994,12 +2004,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ri_p = (i / 384u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e49 = (i / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((i - (sk_e49 * 384u)) * 2u)))]);
+                                            const unsigned int sk_e48 = (i / 384u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 805u) + (5u + ((i - (sk_e48 * 384u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e50 = (i / 384u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((i - (sk_e50 * 384u)) * 2u)))]);
+                                        const unsigned int sk_e49 = (i / 384u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (6u + ((i - (sk_e49 * 384u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2012,10 +2022,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e53 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e53 ? tn64 : (((lim - sel_m) / (sk_e53 ? 1ull : tie_v)) + 1ull))));
-                                    const float sk_e54 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
-                                    unsigned int t_kept = ((((sk_e54 == cut_mx) ? (1.0f) : (sk_e54 / cut_mx)) >= mp) ? ties : 0u);
+                                    const bool sk_e52 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e52 ? tn64 : (((lim - sel_m) / (sk_e52 ? 1ull : tie_v)) + 1ull))));
+                                    const float sk_e53 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                    unsigned int t_kept = ((((sk_e53 == cut_mx) ? (1.0f) : (sk_e53 / cut_mx)) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
                                     unsigned int t_base = 0u;
@@ -2037,8 +2047,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e55 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e55 > best) || ((sk_e55 == best) && (w_i < best_i)))) {
+                                                    const float sk_e54 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e54 > best) || ((sk_e54 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2047,12 +2057,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e57 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    const double sk_e56 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 0u)]))));
-                                                    if (((sk_e56 > best64) || ((sk_e56 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e56 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    const double sk_e55 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e56 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e56 + 0u)]))));
+                                                    if (((sk_e55 > best64) || ((sk_e55 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e58 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e58 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e58 + 0u)]))));
+                                                        const unsigned int sk_e57 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2164,7 +2174,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                                 __syncthreads();
                                 for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
-                                    // built by kernels::select::select_top
+                                    // built by kernels::select::within
                                     unsigned int ip = (ti / want);
                                     unsigned int is = (ti - (ip * want));
                                     unsigned int ik = 0u;
@@ -2172,9 +2182,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         // built by kernels::filter_top_k::merge_row
                                         ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                     }
-                                    if ((ik != 0u)) {
-                                        // built by kernels::select::count
-                                        unsigned int t_d = (t_top - ik);
+                                    unsigned int tk = ik;
+                                    if ((tk != 0u)) {
+                                        unsigned int t_in = (t_top - tk);
+                                        unsigned int t_d = t_in;
                                         unsigned int t_e = sk_high_bit((t_d | 32u));
                                         unsigned int t_old = 0u;
                                         t_old = atomicAdd(&select_scratch[((t_d < 32u) ? t_d : (((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)))], 1u);
@@ -2200,6 +2211,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             }
                                             __syncthreads();
                                             for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                                // built by kernels::select::within
                                                 unsigned int ip = (ti / want);
                                                 unsigned int is = (ti - (ip * want));
                                                 unsigned int ik = 0u;
@@ -2209,7 +2221,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 }
                                                 unsigned int tk = ik;
                                                 if ((tk != 0u)) {
-                                                    sk_decide_2(t_top, tk, t_from, t_span);
+                                                    sk_within(t_top, t_from, tk, t_span);
                                                 }
                                             }
                                         }
@@ -2219,8 +2231,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int t_run = 0u;
                                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                             // built by kernels::select::choose_bin
-                                            const unsigned int sk_e61 = (t_lo + tj);
-                                            t_run = (t_run + ((sk_e61 < 464u) ? (select_scratch[min(sk_e61, 463u)]) : 0u));
+                                            const unsigned int sk_e60 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e60 < 464u) ? (select_scratch[min(sk_e60, 463u)]) : 0u));
                                         }
                                         unsigned int t_start = 0u;
                                         t_start = sk_block_scan(t_run);
@@ -2249,6 +2261,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 if ((t_need > 0u)) {
                                     // built by kernels::select::decide
                                     for (unsigned int ti = threadIdx.x; ti < n_items; ti += ((unsigned int)SK_BLOCK)) {
+                                        // built by kernels::select::within
                                         unsigned int ip = (ti / want);
                                         unsigned int is = (ti - (ip * want));
                                         unsigned int ik = 0u;
@@ -2257,10 +2270,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int tk = ik;
-                                        if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                            unsigned int t_slot = 0u;
-                                            t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                            select_scratch[t_slot] = tk;
+                                        if ((tk != 0u)) {
+                                            sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                         }
                                     }
                                     __syncthreads();
@@ -2321,8 +2332,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e63 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e63) * 805u) + (6u + ((gj - (sk_e63 * want)) * 2u)))];
+                                            const unsigned int sk_e62 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e62) * 805u) + (6u + ((gj - (sk_e62 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2330,8 +2341,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e64 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e64 & 2147483648u) != 0u) ? (sk_e64 ^ 2147483648u) : (sk_e64 ^ 4294967295u)));
+                                    const unsigned int sk_e63 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e63 & 2147483648u) != 0u) ? (sk_e63 ^ 2147483648u) : (sk_e63 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -2368,9 +2379,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e66 = listed_cols[(1285u + r)];
-                                    const float sk_e65 = sk_bitcast<float>((((sk_e66 & 2147483648u) != 0u) ? (sk_e66 ^ 2147483648u) : (sk_e66 ^ 4294967295u)));
-                                    float wr = ((sk_e65 == row_m) ? (1.0f) : (sk_e65 / row_m));
+                                    const unsigned int sk_e65 = listed_cols[(1285u + r)];
+                                    const float sk_e64 = sk_bitcast<float>((((sk_e65 & 2147483648u) != 0u) ? (sk_e65 ^ 2147483648u) : (sk_e65 ^ 4294967295u)));
+                                    float wr = ((sk_e64 == row_m) ? (1.0f) : (sk_e64 / row_m));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2390,132 +2401,132 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e67 = (col_hi - col_lo);
-                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e67) ? li0 : (sk_e67 - 1u))))];
+                                        const unsigned int sk_e66 = (col_hi - col_lo);
+                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e66) ? li0 : (sk_e66 - 1u))))];
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e68 = (col_hi - col_lo);
-                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e68) ? li1 : (sk_e68 - 1u))))];
+                                        const unsigned int sk_e67 = (col_hi - col_lo);
+                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e67) ? li1 : (sk_e67 - 1u))))];
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e69 = (col_hi - col_lo);
-                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e69) ? li2 : (sk_e69 - 1u))))];
+                                        const unsigned int sk_e68 = (col_hi - col_lo);
+                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e68) ? li2 : (sk_e68 - 1u))))];
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e70 = (col_hi - col_lo);
-                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e70) ? li3 : (sk_e70 - 1u))))];
+                                        const unsigned int sk_e69 = (col_hi - col_lo);
+                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e69) ? li3 : (sk_e69 - 1u))))];
                                         unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e71 = (col_hi - col_lo);
-                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e71) ? li4 : (sk_e71 - 1u))))];
+                                        const unsigned int sk_e70 = (col_hi - col_lo);
+                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e70) ? li4 : (sk_e70 - 1u))))];
                                         unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e72 = (col_hi - col_lo);
-                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e72) ? li5 : (sk_e72 - 1u))))];
+                                        const unsigned int sk_e71 = (col_hi - col_lo);
+                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e71) ? li5 : (sk_e71 - 1u))))];
                                         unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
-                                        const unsigned int sk_e73 = (col_hi - col_lo);
-                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e73) ? li6 : (sk_e73 - 1u))))];
+                                        const unsigned int sk_e72 = (col_hi - col_lo);
+                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e72) ? li6 : (sk_e72 - 1u))))];
                                         unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
-                                        const unsigned int sk_e74 = (col_hi - col_lo);
-                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e74) ? li7 : (sk_e74 - 1u))))];
+                                        const unsigned int sk_e73 = (col_hi - col_lo);
+                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e73) ? li7 : (sk_e73 - 1u))))];
                                         unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
-                                        const unsigned int sk_e75 = (col_hi - col_lo);
-                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e75) ? li8 : (sk_e75 - 1u))))];
+                                        const unsigned int sk_e74 = (col_hi - col_lo);
+                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e74) ? li8 : (sk_e74 - 1u))))];
                                         unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
-                                        const unsigned int sk_e76 = (col_hi - col_lo);
-                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e76) ? li9 : (sk_e76 - 1u))))];
+                                        const unsigned int sk_e75 = (col_hi - col_lo);
+                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e75) ? li9 : (sk_e75 - 1u))))];
                                         unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
-                                        const unsigned int sk_e77 = (col_hi - col_lo);
-                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e77) ? li10 : (sk_e77 - 1u))))];
+                                        const unsigned int sk_e76 = (col_hi - col_lo);
+                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e76) ? li10 : (sk_e76 - 1u))))];
                                         unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
-                                        const unsigned int sk_e78 = (col_hi - col_lo);
-                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e78) ? li11 : (sk_e78 - 1u))))];
+                                        const unsigned int sk_e77 = (col_hi - col_lo);
+                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e77) ? li11 : (sk_e77 - 1u))))];
                                         unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
-                                        const unsigned int sk_e79 = (col_hi - col_lo);
-                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e79) ? li12 : (sk_e79 - 1u))))];
+                                        const unsigned int sk_e78 = (col_hi - col_lo);
+                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e78) ? li12 : (sk_e78 - 1u))))];
                                         unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
-                                        const unsigned int sk_e80 = (col_hi - col_lo);
-                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e80) ? li13 : (sk_e80 - 1u))))];
+                                        const unsigned int sk_e79 = (col_hi - col_lo);
+                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e79) ? li13 : (sk_e79 - 1u))))];
                                         unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
-                                        const unsigned int sk_e81 = (col_hi - col_lo);
-                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e81) ? li14 : (sk_e81 - 1u))))];
+                                        const unsigned int sk_e80 = (col_hi - col_lo);
+                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e80) ? li14 : (sk_e80 - 1u))))];
                                         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
-                                        const unsigned int sk_e82 = (col_hi - col_lo);
-                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e82) ? li15 : (sk_e82 - 1u))))];
+                                        const unsigned int sk_e81 = (col_hi - col_lo);
+                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e81) ? li15 : (sk_e81 - 1u))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e83 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e83 == row_m) ? (1.0f) : (sk_e83 / row_m))));
+                                            const float sk_e82 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e82 == row_m) ? (1.0f) : (sk_e82 / row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e84 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e84 == row_m) ? (1.0f) : (sk_e84 / row_m))));
+                                            const float sk_e83 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e83 == row_m) ? (1.0f) : (sk_e83 / row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e85 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e85 == row_m) ? (1.0f) : (sk_e85 / row_m))));
+                                            const float sk_e84 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e84 == row_m) ? (1.0f) : (sk_e84 / row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e86 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e86 == row_m) ? (1.0f) : (sk_e86 / row_m))));
+                                            const float sk_e85 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e85 == row_m) ? (1.0f) : (sk_e85 / row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e87 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
+                                            const float sk_e86 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e86 == row_m) ? (1.0f) : (sk_e86 / row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e88 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m))));
+                                            const float sk_e87 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e89 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e89 == row_m) ? (1.0f) : (sk_e89 / row_m))));
+                                            const float sk_e88 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e90 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e90 == row_m) ? (1.0f) : (sk_e90 / row_m))));
+                                            const float sk_e89 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e89 == row_m) ? (1.0f) : (sk_e89 / row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e91 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e91 == row_m) ? (1.0f) : (sk_e91 / row_m))));
+                                            const float sk_e90 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e90 == row_m) ? (1.0f) : (sk_e90 / row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e92 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e92 == row_m) ? (1.0f) : (sk_e92 / row_m))));
+                                            const float sk_e91 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e91 == row_m) ? (1.0f) : (sk_e91 / row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e93 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
+                                            const float sk_e92 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e92 == row_m) ? (1.0f) : (sk_e92 / row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e94 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
+                                            const float sk_e93 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e95 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
+                                            const float sk_e94 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e96 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
+                                            const float sk_e95 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e97 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
+                                            const float sk_e96 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e98 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m))));
+                                            const float sk_e97 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2523,9 +2534,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e100 = listed_cols[(1285u + r)];
-                                        const float sk_e99 = sk_bitcast<float>((((sk_e100 & 2147483648u) != 0u) ? (sk_e100 ^ 2147483648u) : (sk_e100 ^ 4294967295u)));
-                                        float wr = ((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m));
+                                        const unsigned int sk_e99 = listed_cols[(1285u + r)];
+                                        const float sk_e98 = sk_bitcast<float>((((sk_e99 & 2147483648u) != 0u) ? (sk_e99 ^ 2147483648u) : (sk_e99 ^ 4294967295u)));
+                                        float wr = ((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2540,10 +2551,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                                const unsigned int sk_e101 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = (sk_bitcast<float>((((sk_e101 & 2147483648u) != 0u) ? (sk_e101 ^ 2147483648u) : (sk_e101 ^ 4294967295u))) > zt);
-                                const unsigned int sk_e102 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e102] & 2147483648u) != 0u) ? (listed_cols[sk_e102] ^ 2147483648u) : (listed_cols[sk_e102] ^ 4294967295u))) > zt));
+                                const unsigned int sk_e100 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = (sk_bitcast<float>((((sk_e100 & 2147483648u) != 0u) ? (sk_e100 ^ 2147483648u) : (sk_e100 ^ 4294967295u))) > zt);
+                                const unsigned int sk_e101 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e101] & 2147483648u) != 0u) ? (listed_cols[sk_e101] ^ 2147483648u) : (listed_cols[sk_e101] ^ 4294967295u))) > zt));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2592,16 +2603,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e103 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e103 + 1u)] == 1u) && (rows[(sk_e103 + 6u)] == 1u));
+                                    const unsigned int sk_e102 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e102 + 1u)] == 1u) && (rows[(sk_e102 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e104 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
+                                        const unsigned int sk_e103 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e103 & 2147483648u) != 0u) ? (sk_e103 ^ 2147483648u) : (sk_e103 ^ 4294967295u)));
                                         if (ow_ranked) {
                                             sk_race_one(rz, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2642,18 +2653,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e108 = (((slot * parts) + p) * 805u);
-                                        unsigned int mo_lk = max(partials[(sk_e108 + 3u)], partials[(sk_e108 + 4u)]);
-                                        const float sk_e110 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e109 = ((sk_e110 == row_m) ? (1.0f) : (sk_e110 / row_m));
-                                        if (((mo_lk != 0u) && ((sk_e109 > (0.0f)) && (sk_e109 >= mp)))) {
+                                        const unsigned int sk_e107 = (((slot * parts) + p) * 805u);
+                                        unsigned int mo_lk = max(partials[(sk_e107 + 3u)], partials[(sk_e107 + 4u)]);
+                                        const float sk_e109 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e108 = ((sk_e109 == row_m) ? (1.0f) : (sk_e109 / row_m));
+                                        if (((mo_lk != 0u) && ((sk_e108 > (0.0f)) && (sk_e108 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e111 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e110 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e110 + 1u)] == 1u) && (rows[(sk_e110 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2668,10 +2679,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
-                                                const unsigned int sk_e112 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e112 & 2147483648u) != 0u) ? (sk_e112 ^ 2147483648u) : (sk_e112 ^ 4294967295u)));
-                                                const float sk_e113 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
-                                                if (((sk_e113 > (0.0f)) && (sk_e113 >= mp))) {
+                                                const unsigned int sk_e111 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e111 & 2147483648u) != 0u) ? (sk_e111 ^ 2147483648u) : (sk_e111 ^ 4294967295u)));
+                                                const float sk_e112 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
+                                                if (((sk_e112 > (0.0f)) && (sk_e112 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_race_one(mo_z, noisy, row, mo_col, best64, best64_i);
@@ -2764,8 +2775,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e116 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e116 : (sk_e116 - sel_a));
+                        const unsigned int sk_e115 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e115 : (sk_e115 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2875,8 +2886,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e117 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e117 == (sel_n + min(sel_tn, 64u))) || (!((sk_e117 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e116 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e116 == (sel_n + min(sel_tn, 64u))) || (!((sk_e116 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3118,8 +3129,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e119 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e119 ? tn64 : (((lim - sel_m) / (sk_e119 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e118 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e118 ? tn64 : (((lim - sel_m) / (sk_e118 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3174,8 +3185,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e120 = (row * 12u);
-                    if ((((rows[(sk_e120 + 1u)] == 1u) && (rows[(sk_e120 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e119 = (row * 12u);
+                    if ((((rows[(sk_e119 + 1u)] == 1u) && (rows[(sk_e119 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3254,13 +3265,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e121 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e121 & 2147483648u) != 0u) ? (sk_e121 ^ 2147483648u) : (sk_e121 ^ 4294967295u)));
+                                const unsigned int sk_e120 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e120 & 2147483648u) != 0u) ? (sk_e120 ^ 2147483648u) : (sk_e120 ^ 4294967295u)));
                                 double s64 = sk_log64(((double)rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e122 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], r)));
+                                    const unsigned int sk_e121 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e121 + 8u)], rows[(sk_e121 + 9u)], rows[(sk_e121 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3554,8 +3565,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e127 = x[(base + tok_at)];
-                            logprobs[row] = (valid ? ((sk_e127 > (0.0f)) ? sk_log(sk_e127) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e126 = x[(base + tok_at)];
+                            logprobs[row] = (valid ? ((sk_e126 > (0.0f)) ? sk_log(sk_e126) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -529,9 +529,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             }
                             __syncthreads();
                             for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
+                                // built by kernels::select::within
                                 unsigned int tk = part_keys[ti];
                                 if ((tk != 0u)) {
-                                    unsigned int t_in = ((top_key - tk) - t_from);
+                                    unsigned int t_in = ((top_key - t_from) - tk);
                                     if ((t_in < t_span)) {
                                         unsigned int t_d = t_in;
                                         unsigned int t_e = sk_high_bit((t_d | 32u));
@@ -604,11 +605,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 if ((t_need > 0u)) {
                     // built by kernels::select::decide
                     for (unsigned int ti = threadIdx.x; ti < n_cols; ti += ((unsigned int)SK_BLOCK)) {
+                        // built by kernels::select::within
                         unsigned int tk = part_keys[ti];
-                        if (((tk != 0u) && (((top_key - tk) - t_list_lo) < t_list_width))) {
-                            unsigned int t_slot = 0u;
-                            t_slot = atomicAdd(&part_hist[511u], 1u);
-                            part_hist[t_slot] = tk;
+                        if ((tk != 0u)) {
+                            unsigned int t_in = ((top_key - t_list_lo) - tk);
+                            if ((t_in < t_list_width)) {
+                                unsigned int t_slot = 0u;
+                                t_slot = atomicAdd(&part_hist[511u], 1u);
+                                part_hist[t_slot] = tk;
+                            }
                         }
                     }
                     __syncthreads();

@@ -925,8 +925,8 @@ fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = f64(ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e189: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e189 + 8u)], rows[(sk_e189 + 9u)], rows[(sk_e189 + 10u)], col)));
+        let sk_e188: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e188 + 8u)], rows[(sk_e188 + 9u)], rows[(sk_e188 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -1026,8 +1026,8 @@ fn sk_merge_row(rz: f32, row_m: f32, noisy: bool, row: u32, r: u32, sk_io_best64
     var s64: f64 = f64((rz - row_m));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e127: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], r)));
+        let sk_e126: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e126 + 8u)], rows[(sk_e126 + 9u)], rows[(sk_e126 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1078,14 +1078,23 @@ fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr
     t_run = (t_run + t_c);
     *sk_io_t_run = t_run;
 }
-fn sk_decide_2(t_top: u32, tk: u32, t_from: u32, t_span: u32) {
-    // built by kernels::select::decide
-    var t_in: u32 = ((t_top - tk) - t_from);
+fn sk_within(t_top: u32, t_from: u32, tk: u32, t_span: u32) {
+    // built by kernels::select::within
+    var t_in: u32 = ((t_top - t_from) - tk);
     if ((t_in < t_span)) {
         var t_d: u32 = t_in;
         var t_e: u32 = firstLeadingBit((t_d | 32u));
         var t_old: u32 = 0u;
         t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
+    }
+}
+fn sk_within_2(t_top: u32, t_list_lo: u32, tk: u32, t_list_width: u32) {
+    // built by kernels::select::within
+    var t_in: u32 = ((t_top - t_list_lo) - tk);
+    if ((t_in < t_list_width)) {
+        var t_slot: u32 = 0u;
+        t_slot = atomicAdd(&select_scratch[511u], 1u);
+        atomicStore(&select_scratch[t_slot], tk);
     }
 }
 fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
@@ -1164,8 +1173,8 @@ fn sk_race_one(rc: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e129: u32 = (rc & 3u);
-    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e129 == 1u)), w4[2], (sk_e129 == 2u)), w4[3], (sk_e129 == 3u))));
+    let sk_e128: u32 = (rc & 3u);
+    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e128 == 1u)), w4[2], (sk_e128 == 2u)), w4[3], (sk_e128 == 3u))));
     if (((score > best) || ((score == best) && (rc < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;
@@ -1759,11 +1768,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     workgroupBarrier();
                                     for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         var tk_key: u32 = listed_cols[ti];
-                                        if ((select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
-                                            // built by kernels::select::count
-                                            var t_d: u32 = (t_top - select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)));
+                                        var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                        if ((tk != 0u)) {
+                                            var t_in: u32 = (t_top - tk);
+                                            var t_d: u32 = t_in;
                                             var t_e: u32 = firstLeadingBit((t_d | 32u));
                                             var t_old: u32 = 0u;
                                             t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
@@ -1789,10 +1799,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                                 workgroupBarrier();
                                                 for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                                    // built by kernels::select::within
                                                     var tk_key: u32 = listed_cols[ti];
                                                     var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -1832,12 +1843,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                            // built by kernels::select::within
                                             var tk_key: u32 = listed_cols[ti];
                                             var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                var t_slot: u32 = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                atomicStore(&select_scratch[t_slot], tk);
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         workgroupBarrier();
@@ -1999,7 +2009,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     workgroupBarrier();
                                     for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         var ri_p: u32 = (ti / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
@@ -2009,10 +2019,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         var tk_key: u32 = ri_key;
                                         let sk_e44: u32 = (ti / 384u);
-                                        if ((select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
-                                            // built by kernels::select::count
-                                            let sk_e45: u32 = (ti / 384u);
-                                            var t_d: u32 = (t_top - select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 805u) + (6u + ((ti - (sk_e45 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)));
+                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                        if ((tk != 0u)) {
+                                            var t_in: u32 = (t_top - tk);
+                                            var t_d: u32 = t_in;
                                             var t_e: u32 = firstLeadingBit((t_d | 32u));
                                             var t_old: u32 = 0u;
                                             t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
@@ -2038,18 +2048,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                                 workgroupBarrier();
                                                 for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                    // built by kernels::select::within
                                                     var ri_p: u32 = (ti / 384u);
                                                     var ri_key: u32 = 0u;
                                                     if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e46: u32 = (ti / 384u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 805u) + (5u + ((ti - (sk_e46 * 384u)) * 2u)))]);
+                                                        let sk_e45: u32 = (ti / 384u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e47: u32 = (ti / 384u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 805u) + (6u + ((ti - (sk_e47 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    let sk_e46: u32 = (ti / 384u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -2059,8 +2070,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e48: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e48, 463u)]), (sk_e48 < 464u)));
+                                                let sk_e47: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e47, 463u)]), (sk_e47 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -2089,20 +2100,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                            // built by kernels::select::within
                                             var ri_p: u32 = (ti / 384u);
                                             var ri_key: u32 = 0u;
                                             if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                let sk_e50: u32 = (ti / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 805u) + (5u + ((ti - (sk_e50 * 384u)) * 2u)))]);
+                                                let sk_e49: u32 = (ti / 384u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((ti - (sk_e49 * 384u)) * 2u)))]);
                                             }
                                             var tk_key: u32 = ri_key;
-                                            let sk_e51: u32 = (ti / 384u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 805u) + (6u + ((ti - (sk_e51 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                var t_slot: u32 = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                atomicStore(&select_scratch[t_slot], tk);
+                                            let sk_e50: u32 = (ti / 384u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((ti - (sk_e50 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         workgroupBarrier();
@@ -2122,12 +2132,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e52: u32 = (i / 384u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 805u) + (5u + ((i - (sk_e52 * 384u)) * 2u)))]);
+                                            let sk_e51: u32 = (i / 384u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 805u) + (5u + ((i - (sk_e51 * 384u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e53: u32 = (i / 384u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e53) * 805u) + (6u + ((i - (sk_e53 * 384u)) * 2u)))]);
+                                        let sk_e52: u32 = (i / 384u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 805u) + (6u + ((i - (sk_e52 * 384u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -2140,8 +2150,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e57: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e57)) + 1lu), tn64, sk_e57)));
+                                    let sk_e56: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e56)) + 1lu), tn64, sk_e56)));
                                     var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)))) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
@@ -2164,8 +2174,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e58: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e58 > best) || ((sk_e58 == best) && (w_i < best_i)))) {
+                                                    let sk_e57: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e57 > best) || ((sk_e57 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2174,12 +2184,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e60: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    let sk_e59: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e60 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e60 + 0u)]))));
-                                                    if (((sk_e59 > best64) || ((sk_e59 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e59: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    let sk_e58: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e59 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e59 + 0u)]))));
+                                                    if (((sk_e58 > best64) || ((sk_e58 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e61: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e61 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e61 + 0u)]))));
+                                                        let sk_e60: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e60 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e60 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2205,8 +2215,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
                                         var t_mine: u32 = 0u;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                            let sk_e62: f32 = x[(base + col)];
-                                            var tz_x: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
+                                            let sk_e61: f32 = x[(base + col)];
+                                            var tz_x: f32 = select(sk_e61, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e61) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2217,8 +2227,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         t_rank0 = sk_block_scan(sk_lid, t_mine);
                                         var t_rank: u32 = t_rank0;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                            let sk_e63: f32 = x[(base + col)];
-                                            var tz_x: f32 = select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u));
+                                            let sk_e62: f32 = x[(base + col)];
+                                            var tz_x: f32 = select(sk_e62, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e62) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2250,8 +2260,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (((params.flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        let sk_e66: f32 = x[(base + ow_at)];
-                                        var ow_v_x: f32 = select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u));
+                                        let sk_e65: f32 = x[(base + ow_at)];
+                                        var ow_v_x: f32 = select(sk_e65, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e65) & 2147483647u) > 2139095040u));
                                         var ow_v: f32 = (ow_v_x / temp);
                                         if ((sk_lid == 0u)) {
                                             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
@@ -2295,7 +2305,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 workgroupBarrier();
                                 for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
-                                    // built by kernels::select::select_top
+                                    // built by kernels::select::within
                                     var ip: u32 = (ti / want);
                                     var is: u32 = (ti - (ip * want));
                                     var ik: u32 = 0u;
@@ -2303,9 +2313,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filter_top_k::merge_row
                                         ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
                                     }
-                                    if ((ik != 0u)) {
-                                        // built by kernels::select::count
-                                        var t_d: u32 = (t_top - ik);
+                                    var tk: u32 = ik;
+                                    if ((tk != 0u)) {
+                                        var t_in: u32 = (t_top - tk);
+                                        var t_d: u32 = t_in;
                                         var t_e: u32 = firstLeadingBit((t_d | 32u));
                                         var t_old: u32 = 0u;
                                         t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
@@ -2331,6 +2342,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                             workgroupBarrier();
                                             for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                                // built by kernels::select::within
                                                 var ip: u32 = (ti / want);
                                                 var is: u32 = (ti - (ip * want));
                                                 var ik: u32 = 0u;
@@ -2340,7 +2352,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                                 var tk: u32 = ik;
                                                 if ((tk != 0u)) {
-                                                    sk_decide_2(t_top, tk, t_from, t_span);
+                                                    sk_within(t_top, t_from, tk, t_span);
                                                 }
                                             }
                                         }
@@ -2350,8 +2362,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_run: u32 = 0u;
                                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                             // built by kernels::select::choose_bin
-                                            let sk_e67: u32 = (t_lo + tj);
-                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e67, 463u)]), (sk_e67 < 464u)));
+                                            let sk_e66: u32 = (t_lo + tj);
+                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e66, 463u)]), (sk_e66 < 464u)));
                                         }
                                         var t_start: u32 = 0u;
                                         t_start = sk_block_scan(sk_lid, t_run);
@@ -2380,6 +2392,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((t_need > 0u)) {
                                     // built by kernels::select::decide
                                     for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                        // built by kernels::select::within
                                         var ip: u32 = (ti / want);
                                         var is: u32 = (ti - (ip * want));
                                         var ik: u32 = 0u;
@@ -2388,10 +2401,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
                                         }
                                         var tk: u32 = ik;
-                                        if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                            var t_slot: u32 = 0u;
-                                            t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                            atomicStore(&select_scratch[t_slot], tk);
+                                        if ((tk != 0u)) {
+                                            sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                         }
                                     }
                                     workgroupBarrier();
@@ -2452,8 +2463,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e69: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e69) * 805u) + (6u + ((gj - (sk_e69 * want)) * 2u)))]);
+                                            let sk_e68: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e68) * 805u) + (6u + ((gj - (sk_e68 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2461,8 +2472,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e70: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e70 ^ 4294967295u), (sk_e70 ^ 2147483648u), ((sk_e70 & 2147483648u) != 0u)));
+                                    let sk_e69: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e69 ^ 4294967295u), (sk_e69 ^ 2147483648u), ((sk_e69 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                                     listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -2499,9 +2510,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e72: u32 = listed_cols[(1285u + r)];
-                                    let sk_e71: f32 = bitcast<f32>(select((sk_e72 ^ 4294967295u), (sk_e72 ^ 2147483648u), ((sk_e72 & 2147483648u) != 0u)));
-                                    var wr: f32 = select(select(sk_exp((sk_e71 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e71 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                    let sk_e71: u32 = listed_cols[(1285u + r)];
+                                    let sk_e70: f32 = bitcast<f32>(select((sk_e71 ^ 4294967295u), (sk_e71 ^ 2147483648u), ((sk_e71 & 2147483648u) != 0u)));
+                                    var wr: f32 = select(select(sk_exp((sk_e70 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e70 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2521,148 +2532,148 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e74: u32 = (col_hi - col_lo);
-                                        let sk_e73: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li0, (li0 < sk_e74))))];
-                                        var zx0: f32 = select(sk_e73, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e73) & 2147483647u) > 2139095040u));
+                                        let sk_e73: u32 = (col_hi - col_lo);
+                                        let sk_e72: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li0, (li0 < sk_e73))))];
+                                        var zx0: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e76: u32 = (col_hi - col_lo);
-                                        let sk_e75: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li1, (li1 < sk_e76))))];
-                                        var zx1: f32 = select(sk_e75, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e75) & 2147483647u) > 2139095040u));
+                                        let sk_e75: u32 = (col_hi - col_lo);
+                                        let sk_e74: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li1, (li1 < sk_e75))))];
+                                        var zx1: f32 = select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e78: u32 = (col_hi - col_lo);
-                                        let sk_e77: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li2, (li2 < sk_e78))))];
-                                        var zx2: f32 = select(sk_e77, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e77) & 2147483647u) > 2139095040u));
+                                        let sk_e77: u32 = (col_hi - col_lo);
+                                        let sk_e76: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li2, (li2 < sk_e77))))];
+                                        var zx2: f32 = select(sk_e76, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e76) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e80: u32 = (col_hi - col_lo);
-                                        let sk_e79: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li3, (li3 < sk_e80))))];
-                                        var zx3: f32 = select(sk_e79, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e79) & 2147483647u) > 2139095040u));
+                                        let sk_e79: u32 = (col_hi - col_lo);
+                                        let sk_e78: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li3, (li3 < sk_e79))))];
+                                        var zx3: f32 = select(sk_e78, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e78) & 2147483647u) > 2139095040u));
                                         var li4: u32 = (i0 + (BLOCK * 4u));
-                                        let sk_e82: u32 = (col_hi - col_lo);
-                                        let sk_e81: f32 = x[(base + (col_lo + select((sk_e82 - 1u), li4, (li4 < sk_e82))))];
-                                        var zx4: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
+                                        let sk_e81: u32 = (col_hi - col_lo);
+                                        let sk_e80: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li4, (li4 < sk_e81))))];
+                                        var zx4: f32 = select(sk_e80, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e80) & 2147483647u) > 2139095040u));
                                         var li5: u32 = (i0 + (BLOCK * 5u));
-                                        let sk_e84: u32 = (col_hi - col_lo);
-                                        let sk_e83: f32 = x[(base + (col_lo + select((sk_e84 - 1u), li5, (li5 < sk_e84))))];
-                                        var zx5: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
+                                        let sk_e83: u32 = (col_hi - col_lo);
+                                        let sk_e82: f32 = x[(base + (col_lo + select((sk_e83 - 1u), li5, (li5 < sk_e83))))];
+                                        var zx5: f32 = select(sk_e82, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e82) & 2147483647u) > 2139095040u));
                                         var li6: u32 = (i0 + (BLOCK * 6u));
-                                        let sk_e86: u32 = (col_hi - col_lo);
-                                        let sk_e85: f32 = x[(base + (col_lo + select((sk_e86 - 1u), li6, (li6 < sk_e86))))];
-                                        var zx6: f32 = select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u));
+                                        let sk_e85: u32 = (col_hi - col_lo);
+                                        let sk_e84: f32 = x[(base + (col_lo + select((sk_e85 - 1u), li6, (li6 < sk_e85))))];
+                                        var zx6: f32 = select(sk_e84, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e84) & 2147483647u) > 2139095040u));
                                         var li7: u32 = (i0 + (BLOCK * 7u));
-                                        let sk_e88: u32 = (col_hi - col_lo);
-                                        let sk_e87: f32 = x[(base + (col_lo + select((sk_e88 - 1u), li7, (li7 < sk_e88))))];
-                                        var zx7: f32 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
+                                        let sk_e87: u32 = (col_hi - col_lo);
+                                        let sk_e86: f32 = x[(base + (col_lo + select((sk_e87 - 1u), li7, (li7 < sk_e87))))];
+                                        var zx7: f32 = select(sk_e86, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e86) & 2147483647u) > 2139095040u));
                                         var li8: u32 = (i0 + (BLOCK * 8u));
-                                        let sk_e90: u32 = (col_hi - col_lo);
-                                        let sk_e89: f32 = x[(base + (col_lo + select((sk_e90 - 1u), li8, (li8 < sk_e90))))];
-                                        var zx8: f32 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
+                                        let sk_e89: u32 = (col_hi - col_lo);
+                                        let sk_e88: f32 = x[(base + (col_lo + select((sk_e89 - 1u), li8, (li8 < sk_e89))))];
+                                        var zx8: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
                                         var li9: u32 = (i0 + (BLOCK * 9u));
-                                        let sk_e92: u32 = (col_hi - col_lo);
-                                        let sk_e91: f32 = x[(base + (col_lo + select((sk_e92 - 1u), li9, (li9 < sk_e92))))];
-                                        var zx9: f32 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
+                                        let sk_e91: u32 = (col_hi - col_lo);
+                                        let sk_e90: f32 = x[(base + (col_lo + select((sk_e91 - 1u), li9, (li9 < sk_e91))))];
+                                        var zx9: f32 = select(sk_e90, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e90) & 2147483647u) > 2139095040u));
                                         var li10: u32 = (i0 + (BLOCK * 10u));
-                                        let sk_e94: u32 = (col_hi - col_lo);
-                                        let sk_e93: f32 = x[(base + (col_lo + select((sk_e94 - 1u), li10, (li10 < sk_e94))))];
-                                        var zx10: f32 = select(sk_e93, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e93) & 2147483647u) > 2139095040u));
+                                        let sk_e93: u32 = (col_hi - col_lo);
+                                        let sk_e92: f32 = x[(base + (col_lo + select((sk_e93 - 1u), li10, (li10 < sk_e93))))];
+                                        var zx10: f32 = select(sk_e92, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e92) & 2147483647u) > 2139095040u));
                                         var li11: u32 = (i0 + (BLOCK * 11u));
-                                        let sk_e96: u32 = (col_hi - col_lo);
-                                        let sk_e95: f32 = x[(base + (col_lo + select((sk_e96 - 1u), li11, (li11 < sk_e96))))];
-                                        var zx11: f32 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
+                                        let sk_e95: u32 = (col_hi - col_lo);
+                                        let sk_e94: f32 = x[(base + (col_lo + select((sk_e95 - 1u), li11, (li11 < sk_e95))))];
+                                        var zx11: f32 = select(sk_e94, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e94) & 2147483647u) > 2139095040u));
                                         var li12: u32 = (i0 + (BLOCK * 12u));
-                                        let sk_e98: u32 = (col_hi - col_lo);
-                                        let sk_e97: f32 = x[(base + (col_lo + select((sk_e98 - 1u), li12, (li12 < sk_e98))))];
-                                        var zx12: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
+                                        let sk_e97: u32 = (col_hi - col_lo);
+                                        let sk_e96: f32 = x[(base + (col_lo + select((sk_e97 - 1u), li12, (li12 < sk_e97))))];
+                                        var zx12: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                                         var li13: u32 = (i0 + (BLOCK * 13u));
-                                        let sk_e100: u32 = (col_hi - col_lo);
-                                        let sk_e99: f32 = x[(base + (col_lo + select((sk_e100 - 1u), li13, (li13 < sk_e100))))];
-                                        var zx13: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
+                                        let sk_e99: u32 = (col_hi - col_lo);
+                                        let sk_e98: f32 = x[(base + (col_lo + select((sk_e99 - 1u), li13, (li13 < sk_e99))))];
+                                        var zx13: f32 = select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u));
                                         var li14: u32 = (i0 + (BLOCK * 14u));
-                                        let sk_e102: u32 = (col_hi - col_lo);
-                                        let sk_e101: f32 = x[(base + (col_lo + select((sk_e102 - 1u), li14, (li14 < sk_e102))))];
-                                        var zx14: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
+                                        let sk_e101: u32 = (col_hi - col_lo);
+                                        let sk_e100: f32 = x[(base + (col_lo + select((sk_e101 - 1u), li14, (li14 < sk_e101))))];
+                                        var zx14: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
                                         var li15: u32 = (i0 + (BLOCK * 15u));
-                                        let sk_e104: u32 = (col_hi - col_lo);
-                                        let sk_e103: f32 = x[(base + (col_lo + select((sk_e104 - 1u), li15, (li15 < sk_e104))))];
-                                        var zx15: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
+                                        let sk_e103: u32 = (col_hi - col_lo);
+                                        let sk_e102: f32 = x[(base + (col_lo + select((sk_e103 - 1u), li15, (li15 < sk_e103))))];
+                                        var zx15: f32 = select(sk_e102, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e102) & 2147483647u) > 2139095040u));
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e105: f32 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e105 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e105 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e104: f32 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e104 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e104 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e106: f32 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e106 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e106 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e105: f32 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e105 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e105 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e107: f32 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e107 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e107 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e106: f32 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e106 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e106 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e108: f32 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e108 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e108 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e107: f32 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e107 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e107 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e109: f32 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e109 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e109 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e108: f32 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e108 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e108 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e110: f32 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e110 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e110 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e109: f32 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e109 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e109 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e111: f32 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e111 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e111 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e110: f32 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e110 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e110 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e112: f32 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e112 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e112 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e111: f32 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e111 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e111 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e113: f32 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e113 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e113 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e112: f32 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e112 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e112 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e114: f32 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e114 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e114 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e113: f32 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e113 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e113 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e115: f32 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e115 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e115 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e114: f32 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e114 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e114 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e116: f32 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e116 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e116 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e115: f32 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e115 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e115 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e117: f32 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e117 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e117 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e116: f32 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e116 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e116 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e118: f32 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e118 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e118 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e117: f32 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e117 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e117 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e119: f32 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e119 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e119 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e118: f32 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e118 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e118 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e120: f32 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e120 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e120 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e119: f32 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e119 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e119 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2670,9 +2681,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e122: u32 = listed_cols[(1285u + r)];
-                                        let sk_e121: f32 = bitcast<f32>(select((sk_e122 ^ 4294967295u), (sk_e122 ^ 2147483648u), ((sk_e122 & 2147483648u) != 0u)));
-                                        var wr: f32 = select(select(sk_exp((sk_e121 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e121 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                        let sk_e121: u32 = listed_cols[(1285u + r)];
+                                        let sk_e120: f32 = bitcast<f32>(select((sk_e121 ^ 4294967295u), (sk_e121 ^ 2147483648u), ((sk_e121 & 2147483648u) != 0u)));
+                                        var wr: f32 = select(select(sk_exp((sk_e120 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e120 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2687,10 +2698,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                                let sk_e123: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = ((bitcast<f32>(select((sk_e123 ^ 4294967295u), (sk_e123 ^ 2147483648u), ((sk_e123 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                                let sk_e124: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e124] ^ 4294967295u), (listed_cols[sk_e124] ^ 2147483648u), ((listed_cols[sk_e124] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                                let sk_e122: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = ((bitcast<f32>(select((sk_e122 ^ 4294967295u), (sk_e122 ^ 2147483648u), ((sk_e122 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                                let sk_e123: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e123] ^ 4294967295u), (listed_cols[sk_e123] ^ 2147483648u), ((listed_cols[sk_e123] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2739,16 +2750,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e125: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e125 + 1u)] == 1u) && (rows[(sk_e125 + 6u)] == 1u));
+                                    let sk_e124: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e124 + 1u)] == 1u) && (rows[(sk_e124 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e126: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e126 ^ 4294967295u), (sk_e126 ^ 2147483648u), ((sk_e126 & 2147483648u) != 0u)));
+                                        let sk_e125: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e125 ^ 4294967295u), (sk_e125 ^ 2147483648u), ((sk_e125 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2777,8 +2788,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (((params.flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        let sk_e130: f32 = x[(base + ow_at)];
-                                        var ow_v_x: f32 = select(sk_e130, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e130) & 2147483647u) > 2139095040u));
+                                        let sk_e129: f32 = x[(base + ow_at)];
+                                        var ow_v_x: f32 = select(sk_e129, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e129) & 2147483647u) > 2139095040u));
                                         var ow_v: f32 = (ow_v_x / temp);
                                         if ((sk_lid == 0u)) {
                                             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -2795,21 +2806,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        let sk_e131: u32 = (((slot * parts) + p) * 805u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e131 + 3u)]), atomicLoad(&partials[(sk_e131 + 4u)]));
-                                        let sk_e134: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e132: f32 = select((0.0f), (1.0f), (sk_e134 == bitcast<f32>(2139095040u)));
-                                        let sk_e133: f32 = (sk_e134 - row_m);
-                                        let sk_e135: bool = (row_m == bitcast<f32>(4286578688u));
-                                        let sk_e136: bool = (row_m == bitcast<f32>(2139095040u));
-                                        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e133), (0.0f), sk_e135), sk_e132, sk_e136) > (0.0f)) && (select(select(sk_exp(sk_e133), (0.0f), sk_e135), sk_e132, sk_e136) >= mp)))) {
+                                        let sk_e130: u32 = (((slot * parts) + p) * 805u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e130 + 3u)]), atomicLoad(&partials[(sk_e130 + 4u)]));
+                                        let sk_e133: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e131: f32 = select((0.0f), (1.0f), (sk_e133 == bitcast<f32>(2139095040u)));
+                                        let sk_e132: f32 = (sk_e133 - row_m);
+                                        let sk_e134: bool = (row_m == bitcast<f32>(4286578688u));
+                                        let sk_e135: bool = (row_m == bitcast<f32>(2139095040u));
+                                        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e132), (0.0f), sk_e134), sk_e131, sk_e135) > (0.0f)) && (select(select(sk_exp(sk_e132), (0.0f), sk_e134), sk_e131, sk_e135) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e137: u32 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u))))) {
+                                    let sk_e136: u32 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2824,10 +2835,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                let sk_e138: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e138 ^ 4294967295u), (sk_e138 ^ 2147483648u), ((sk_e138 & 2147483648u) != 0u)));
-                                                let sk_e139: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                                                if (((sk_e139 > (0.0f)) && (sk_e139 >= mp))) {
+                                                let sk_e137: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e137 ^ 4294967295u), (sk_e137 ^ 2147483648u), ((sk_e137 & 2147483648u) != 0u)));
+                                                let sk_e138: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                                if (((sk_e138 > (0.0f)) && (sk_e138 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
@@ -2855,8 +2866,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (((params.flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            let sk_e142: f32 = x[(base + ow_at)];
-                                            var ow_v_x: f32 = select(sk_e142, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e142) & 2147483647u) > 2139095040u));
+                                            let sk_e141: f32 = x[(base + ow_at)];
+                                            var ow_v_x: f32 = select(sk_e141, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e141) & 2147483647u) > 2139095040u));
                                             var ow_v: f32 = (ow_v_x / temp);
                                             if ((sk_lid == 0u)) {
                                                 logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -2884,17 +2895,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
-                            let sk_e143: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                            var zx0: f32 = select(sk_e143, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e143) & 2147483647u) > 2139095040u));
+                            let sk_e142: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var zx0: f32 = select(sk_e142, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e142) & 2147483647u) > 2139095040u));
                             var li1: u32 = (i0 + (BLOCK * 1u));
-                            let sk_e144: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                            var zx1: f32 = select(sk_e144, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e144) & 2147483647u) > 2139095040u));
+                            let sk_e143: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var zx1: f32 = select(sk_e143, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e143) & 2147483647u) > 2139095040u));
                             var li2: u32 = (i0 + (BLOCK * 2u));
-                            let sk_e145: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                            var zx2: f32 = select(sk_e145, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e145) & 2147483647u) > 2139095040u));
+                            let sk_e144: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var zx2: f32 = select(sk_e144, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e144) & 2147483647u) > 2139095040u));
                             var li3: u32 = (i0 + (BLOCK * 3u));
-                            let sk_e146: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                            var zx3: f32 = select(sk_e146, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e146) & 2147483647u) > 2139095040u));
+                            let sk_e145: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            var zx3: f32 = select(sk_e145, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e145) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 var col: u32 = (col_lo + li0);
@@ -2938,8 +2949,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e147: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e147 - sel_a), sk_e147, in_a);
+                        let sk_e146: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e146 - sel_a), sk_e146, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2955,17 +2966,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     var li0: u32 = (i0 + (BLOCK * 0u));
-                                    let sk_e148: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
+                                    let sk_e147: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e147, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e147) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (i0 + (BLOCK * 1u));
-                                    let sk_e149: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
+                                    let sk_e148: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e148, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e148) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (i0 + (BLOCK * 2u));
-                                    let sk_e150: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e150, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e150) & 2147483647u) > 2139095040u));
+                                    let sk_e149: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e149, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e149) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (i0 + (BLOCK * 3u));
-                                    let sk_e151: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e151, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e151) & 2147483647u) > 2139095040u));
+                                    let sk_e150: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e150, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e150) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                                     }
@@ -2989,8 +3000,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e152: f32 = x[(base + col)];
-                                var lx: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
+                                let sk_e151: f32 = x[(base + col)];
+                                var lx: f32 = select(sk_e151, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e151) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3014,8 +3025,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e153: f32 = x[(base + col)];
-                                var lx: f32 = select(sk_e153, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e153) & 2147483647u) > 2139095040u));
+                                let sk_e152: f32 = x[(base + col)];
+                                var lx: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3055,8 +3066,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e154: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e154 == (sel_n + min(sel_tn, 64u))) || (!((sk_e154 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e153: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e153 == (sel_n + min(sel_tn, 64u))) || (!((sk_e153 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3076,8 +3087,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                     // built by kernels::filters::sweep_list
                                     var col: u32 = listed_cols[at];
-                                    let sk_e155: f32 = x[(base + col)];
-                                    var lx: f32 = select(sk_e155, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e155) & 2147483647u) > 2139095040u));
+                                    let sk_e154: f32 = x[(base + col)];
+                                    var lx: f32 = select(sk_e154, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e154) & 2147483647u) > 2139095040u));
                                     var zv: f32 = (lx / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3106,17 +3117,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e156: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                            var zx0: f32 = select(sk_e156, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e156) & 2147483647u) > 2139095040u));
+                                            let sk_e155: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                            var zx0: f32 = select(sk_e155, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e155) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e157: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                            var zx1: f32 = select(sk_e157, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e157) & 2147483647u) > 2139095040u));
+                                            let sk_e156: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                            var zx1: f32 = select(sk_e156, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e156) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e158: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                            var zx2: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
+                                            let sk_e157: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                            var zx2: f32 = select(sk_e157, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e157) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e159: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                            var zx3: f32 = select(sk_e159, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e159) & 2147483647u) > 2139095040u));
+                                            let sk_e158: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                            var zx3: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
@@ -3134,17 +3145,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             var li0: u32 = (i0 + (BLOCK * 0u));
-                                            let sk_e160: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                            var zx0: f32 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
+                                            let sk_e159: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                            var zx0: f32 = select(sk_e159, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e159) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (i0 + (BLOCK * 1u));
-                                            let sk_e161: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                            var zx1: f32 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
+                                            let sk_e160: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                            var zx1: f32 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (i0 + (BLOCK * 2u));
-                                            let sk_e162: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                            var zx2: f32 = select(sk_e162, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e162) & 2147483647u) > 2139095040u));
+                                            let sk_e161: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                            var zx2: f32 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (i0 + (BLOCK * 3u));
-                                            let sk_e163: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                            var zx3: f32 = select(sk_e163, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e163) & 2147483647u) > 2139095040u));
+                                            let sk_e162: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                            var zx3: f32 = select(sk_e162, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e162) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
@@ -3277,8 +3288,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e165: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e165)) + 1lu), tn64, sk_e165)));
+                        let sk_e164: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e164)) + 1lu), tn64, sk_e164)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3302,17 +3313,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e166: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                            var zx0: f32 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
+                                            let sk_e165: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                            var zx0: f32 = select(sk_e165, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e165) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e167: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                            var zx1: f32 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
+                                            let sk_e166: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                            var zx1: f32 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e168: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                            var zx2: f32 = select(sk_e168, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e168) & 2147483647u) > 2139095040u));
+                                            let sk_e167: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                            var zx2: f32 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e169: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                            var zx3: f32 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
+                                            let sk_e168: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                            var zx3: f32 = select(sk_e168, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e168) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                             }
@@ -3337,8 +3348,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e170: u32 = (row * 12u);
-                    if ((((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u)) && filtered)) {
+                    let sk_e169: u32 = (row * 12u);
+                    if ((((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3355,17 +3366,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e171: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e171, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e171) & 2147483647u) > 2139095040u));
+                                    let sk_e170: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e172: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e172, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e172) & 2147483647u) > 2139095040u));
+                                    let sk_e171: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e171, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e171) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e173: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
+                                    let sk_e172: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e172, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e172) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e174: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e174, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e174) & 2147483647u) > 2139095040u));
+                                    let sk_e173: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
@@ -3421,13 +3432,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e175: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e175 ^ 4294967295u), (sk_e175 ^ 2147483648u), ((sk_e175 & 2147483648u) != 0u)));
+                                let sk_e174: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e174 ^ 4294967295u), (sk_e174 ^ 2147483648u), ((sk_e174 & 2147483648u) != 0u)));
                                 var s64: f64 = f64(rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e176: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e176 + 8u)], rows[(sk_e176 + 9u)], rows[(sk_e176 + 10u)], r)));
+                                    let sk_e175: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e175 + 8u)], rows[(sk_e175 + 9u)], rows[(sk_e175 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3468,17 +3479,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e177: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                            var zx0: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
+                                            let sk_e176: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                            var zx0: f32 = select(sk_e176, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e176) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e178: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                            var zx1: f32 = select(sk_e178, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e178) & 2147483647u) > 2139095040u));
+                                            let sk_e177: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                            var zx1: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e179: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                            var zx2: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
+                                            let sk_e178: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                            var zx2: f32 = select(sk_e178, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e178) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e180: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                            var zx3: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
+                                            let sk_e179: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                            var zx3: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                                             }
@@ -3509,17 +3520,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e181: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var zx0: f32 = select(sk_e181, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e181) & 2147483647u) > 2139095040u));
+                                        let sk_e180: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                        var zx0: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e182: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var zx1: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
+                                        let sk_e181: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                        var zx1: f32 = select(sk_e181, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e181) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e183: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var zx2: f32 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
+                                        let sk_e182: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                        var zx2: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e184: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        var zx3: f32 = select(sk_e184, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e184) & 2147483647u) > 2139095040u));
+                                        let sk_e183: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                        var zx3: f32 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
                                             sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
@@ -3562,17 +3573,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e185: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
+                                    let sk_e184: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e184, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e184) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e186: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
+                                    let sk_e185: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e187: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
+                                    let sk_e186: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e188: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e188, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e188) & 2147483647u) > 2139095040u));
+                                    let sk_e187: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
@@ -3605,17 +3616,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e193: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
+                                    let sk_e192: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = select(sk_e192, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e192) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e194: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e194, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e194) & 2147483647u) > 2139095040u));
+                                    let sk_e193: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e195: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
+                                    let sk_e194: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = select(sk_e194, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e194) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e196: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e196, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e196) & 2147483647u) > 2139095040u));
+                                    let sk_e195: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3635,8 +3646,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e197: f32 = sk_gumbel(w[0]);
-                                            var score: f32 = select(zv, select((zv + sk_e197), sk_e197, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e196: f32 = sk_gumbel(w[0]);
+                                            var score: f32 = select(zv, select((zv + sk_e196), sk_e196, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3659,8 +3670,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e198: f32 = sk_gumbel(w[1]);
-                                            var score: f32 = select(zv, select((zv + sk_e198), sk_e198, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e197: f32 = sk_gumbel(w[1]);
+                                            var score: f32 = select(zv, select((zv + sk_e197), sk_e197, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3683,8 +3694,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e199: f32 = sk_gumbel(w[2]);
-                                            var score: f32 = select(zv, select((zv + sk_e199), sk_e199, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e198: f32 = sk_gumbel(w[2]);
+                                            var score: f32 = select(zv, select((zv + sk_e198), sk_e198, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3707,8 +3718,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e200: f32 = sk_gumbel(w[3]);
-                                            var score: f32 = select(zv, select((zv + sk_e200), sk_e200, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e199: f32 = sk_gumbel(w[3]);
+                                            var score: f32 = select(zv, select((zv + sk_e199), sk_e199, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3742,8 +3753,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::abi::write_results_as
                         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                         if ((sk_lid == 0u)) {
-                            let sk_e201: f32 = x[(base + tok_at)];
-                            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                            let sk_e200: f32 = x[(base + tok_at)];
+                            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e200, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e200) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

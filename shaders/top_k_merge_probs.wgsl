@@ -913,8 +913,8 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = sk_log64(f64(zv));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e123: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e123 + 8u)], rows[(sk_e123 + 9u)], rows[(sk_e123 + 10u)], col)));
+        let sk_e122: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -1042,9 +1042,9 @@ fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) 
     }
     *sk_io_m = m;
 }
-fn sk_decide_2(t_top: u32, tk: u32, t_from: u32, t_span: u32) {
-    // built by kernels::select::decide
-    var t_in: u32 = ((t_top - tk) - t_from);
+fn sk_within(t_top: u32, t_from: u32, tk: u32, t_span: u32) {
+    // built by kernels::select::within
+    var t_in: u32 = ((t_top - t_from) - tk);
     if ((t_in < t_span)) {
         var t_d: u32 = t_in;
         var t_e: u32 = firstLeadingBit((t_d | 32u));
@@ -1060,6 +1060,15 @@ fn sk_write_results_as(sk_lid: u32, base: u32, ow_at: u32, row: u32, ow_valid: b
         logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(ow_v), (ow_v > (0.0f))), ow_valid);
     }
 }
+fn sk_within_2(t_top: u32, t_list_lo: u32, tk: u32, t_list_width: u32) {
+    // built by kernels::select::within
+    var t_in: u32 = ((t_top - t_list_lo) - tk);
+    if ((t_in < t_list_width)) {
+        var t_slot: u32 = 0u;
+        t_slot = atomicAdd(&select_scratch[511u], 1u);
+        atomicStore(&select_scratch[t_slot], tk);
+    }
+}
 fn sk_race_one(tz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
@@ -1067,8 +1076,8 @@ fn sk_race_one(tz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<funct
     var s64: f64 = sk_log64(f64(tz));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e59: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col)));
+        let sk_e58: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
     }
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1108,8 +1117,8 @@ fn sk_race_one_2(col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_s
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e60: u32 = (col & 3u);
-    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e60 == 1u)), w4[2], (sk_e60 == 2u)), w4[3], (sk_e60 == 3u))));
+    let sk_e59: u32 = (col & 3u);
+    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e59 == 1u)), w4[2], (sk_e59 == 2u)), w4[3], (sk_e59 == 3u))));
     if (((score > best) || ((score == best) && (col < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;
@@ -1718,11 +1727,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     workgroupBarrier();
                                     for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         var tk_key: u32 = listed_cols[ti];
-                                        if ((select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
-                                            // built by kernels::select::count
-                                            var t_d: u32 = (t_top - select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key)));
+                                        var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
+                                        if ((tk != 0u)) {
+                                            var t_in: u32 = (t_top - tk);
+                                            var t_d: u32 = t_in;
                                             var t_e: u32 = firstLeadingBit((t_d | 32u));
                                             var t_old: u32 = 0u;
                                             t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
@@ -1748,10 +1758,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                                 workgroupBarrier();
                                                 for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                                    // built by kernels::select::within
                                                     var tk_key: u32 = listed_cols[ti];
                                                     var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -1791,12 +1802,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (var ti: u32 = sk_lid; ti < n_range_all; ti = ti + BLOCK) {
+                                            // built by kernels::select::within
                                             var tk_key: u32 = listed_cols[ti];
                                             var tk: u32 = select(0u, (listed_cols[(ti + 2048u)] ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                var t_slot: u32 = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                atomicStore(&select_scratch[t_slot], tk);
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         workgroupBarrier();
@@ -1958,7 +1968,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     workgroupBarrier();
                                     for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
-                                        // built by kernels::select::select_top
+                                        // built by kernels::select::within
                                         var ri_p: u32 = (ti / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
@@ -1968,10 +1978,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         var tk_key: u32 = ri_key;
                                         let sk_e41: u32 = (ti / 384u);
-                                        if ((select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)) != 0u)) {
-                                            // built by kernels::select::count
-                                            let sk_e42: u32 = (ti / 384u);
-                                            var t_d: u32 = (t_top - select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 805u) + (6u + ((ti - (sk_e42 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key)));
+                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                        if ((tk != 0u)) {
+                                            var t_in: u32 = (t_top - tk);
+                                            var t_d: u32 = t_in;
                                             var t_e: u32 = firstLeadingBit((t_d | 32u));
                                             var t_old: u32 = 0u;
                                             t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
@@ -1997,18 +2007,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                                 workgroupBarrier();
                                                 for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                    // built by kernels::select::within
                                                     var ri_p: u32 = (ti / 384u);
                                                     var ri_key: u32 = 0u;
                                                     if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e43: u32 = (ti / 384u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
+                                                        let sk_e42: u32 = (ti / 384u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 805u) + (5u + ((ti - (sk_e42 * 384u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e44: u32 = (ti / 384u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    let sk_e43: u32 = (ti / 384u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 805u) + (6u + ((ti - (sk_e43 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
-                                                        sk_decide_2(t_top, tk, t_from, t_span);
+                                                        sk_within(t_top, t_from, tk, t_span);
                                                     }
                                                 }
                                             }
@@ -2018,8 +2029,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e45: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e45, 463u)]), (sk_e45 < 464u)));
+                                                let sk_e44: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e44, 463u)]), (sk_e44 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -2048,20 +2059,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
                                         for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                            // built by kernels::select::within
                                             var ri_p: u32 = (ti / 384u);
                                             var ri_key: u32 = 0u;
                                             if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                let sk_e47: u32 = (ti / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 805u) + (5u + ((ti - (sk_e47 * 384u)) * 2u)))]);
+                                                let sk_e46: u32 = (ti / 384u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 805u) + (5u + ((ti - (sk_e46 * 384u)) * 2u)))]);
                                             }
                                             var tk_key: u32 = ri_key;
-                                            let sk_e48: u32 = (ti / 384u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 805u) + (6u + ((ti - (sk_e48 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
-                                            if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                                var t_slot: u32 = 0u;
-                                                t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                                atomicStore(&select_scratch[t_slot], tk);
+                                            let sk_e47: u32 = (ti / 384u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 805u) + (6u + ((ti - (sk_e47 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            if ((tk != 0u)) {
+                                                sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
                                         }
                                         workgroupBarrier();
@@ -2081,12 +2091,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 384u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e49: u32 = (i / 384u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((i - (sk_e49 * 384u)) * 2u)))]);
+                                            let sk_e48: u32 = (i / 384u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 805u) + (5u + ((i - (sk_e48 * 384u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e50: u32 = (i / 384u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((i - (sk_e50 * 384u)) * 2u)))]);
+                                        let sk_e49: u32 = (i / 384u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 805u) + (6u + ((i - (sk_e49 * 384u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -2099,10 +2109,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e53: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e53)) + 1lu), tn64, sk_e53)));
-                                    let sk_e54: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
-                                    var t_kept: u32 = select(0u, ties, (select((sk_e54 / cut_mx), (1.0f), (sk_e54 == cut_mx)) >= mp));
+                                    let sk_e52: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e52)) + 1lu), tn64, sk_e52)));
+                                    let sk_e53: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                    var t_kept: u32 = select(0u, ties, (select((sk_e53 / cut_mx), (1.0f), (sk_e53 == cut_mx)) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
                                     var t_base: u32 = 0u;
@@ -2124,8 +2134,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e55: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
-                                                    if (((sk_e55 > best) || ((sk_e55 == best) && (w_i < best_i)))) {
+                                                    let sk_e54: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    if (((sk_e54 > best) || ((sk_e54 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
                                                         best_i = w_i;
@@ -2134,12 +2144,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e57: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                    let sk_e56: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e57 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e57 + 0u)]))));
-                                                    if (((sk_e56 > best64) || ((sk_e56 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e56: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    let sk_e55: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e56 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e56 + 0u)]))));
+                                                    if (((sk_e55 > best64) || ((sk_e55 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e58: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e58 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e58 + 0u)]))));
+                                                        let sk_e57: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e57 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e57 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2251,7 +2261,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 workgroupBarrier();
                                 for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
-                                    // built by kernels::select::select_top
+                                    // built by kernels::select::within
                                     var ip: u32 = (ti / want);
                                     var is: u32 = (ti - (ip * want));
                                     var ik: u32 = 0u;
@@ -2259,9 +2269,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filter_top_k::merge_row
                                         ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
                                     }
-                                    if ((ik != 0u)) {
-                                        // built by kernels::select::count
-                                        var t_d: u32 = (t_top - ik);
+                                    var tk: u32 = ik;
+                                    if ((tk != 0u)) {
+                                        var t_in: u32 = (t_top - tk);
+                                        var t_d: u32 = t_in;
                                         var t_e: u32 = firstLeadingBit((t_d | 32u));
                                         var t_old: u32 = 0u;
                                         t_old = atomicAdd(&select_scratch[select((((t_e * 16u) - 48u) + ((t_d >> (t_e - 4u)) & 15u)), t_d, (t_d < 32u))], 1u);
@@ -2287,6 +2298,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             }
                                             workgroupBarrier();
                                             for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                                // built by kernels::select::within
                                                 var ip: u32 = (ti / want);
                                                 var is: u32 = (ti - (ip * want));
                                                 var ik: u32 = 0u;
@@ -2296,7 +2308,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 }
                                                 var tk: u32 = ik;
                                                 if ((tk != 0u)) {
-                                                    sk_decide_2(t_top, tk, t_from, t_span);
+                                                    sk_within(t_top, t_from, tk, t_span);
                                                 }
                                             }
                                         }
@@ -2306,8 +2318,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_run: u32 = 0u;
                                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                             // built by kernels::select::choose_bin
-                                            let sk_e61: u32 = (t_lo + tj);
-                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e61, 463u)]), (sk_e61 < 464u)));
+                                            let sk_e60: u32 = (t_lo + tj);
+                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e60, 463u)]), (sk_e60 < 464u)));
                                         }
                                         var t_start: u32 = 0u;
                                         t_start = sk_block_scan(sk_lid, t_run);
@@ -2336,6 +2348,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((t_need > 0u)) {
                                     // built by kernels::select::decide
                                     for (var ti: u32 = sk_lid; ti < n_items; ti = ti + BLOCK) {
+                                        // built by kernels::select::within
                                         var ip: u32 = (ti / want);
                                         var is: u32 = (ti - (ip * want));
                                         var ik: u32 = 0u;
@@ -2344,10 +2357,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
                                         }
                                         var tk: u32 = ik;
-                                        if (((tk != 0u) && (((t_top - tk) - t_list_lo) < t_list_width))) {
-                                            var t_slot: u32 = 0u;
-                                            t_slot = atomicAdd(&select_scratch[511u], 1u);
-                                            atomicStore(&select_scratch[t_slot], tk);
+                                        if ((tk != 0u)) {
+                                            sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                         }
                                     }
                                     workgroupBarrier();
@@ -2408,8 +2419,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e63: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e63) * 805u) + (6u + ((gj - (sk_e63 * want)) * 2u)))]);
+                                            let sk_e62: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e62) * 805u) + (6u + ((gj - (sk_e62 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2417,8 +2428,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e64: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e64 ^ 4294967295u), (sk_e64 ^ 2147483648u), ((sk_e64 & 2147483648u) != 0u)));
+                                    let sk_e63: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e63 ^ 4294967295u), (sk_e63 ^ 2147483648u), ((sk_e63 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>(zi);
                                     listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2455,9 +2466,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e66: u32 = listed_cols[(1285u + r)];
-                                    let sk_e65: f32 = bitcast<f32>(select((sk_e66 ^ 4294967295u), (sk_e66 ^ 2147483648u), ((sk_e66 & 2147483648u) != 0u)));
-                                    var wr: f32 = select((sk_e65 / row_m), (1.0f), (sk_e65 == row_m));
+                                    let sk_e65: u32 = listed_cols[(1285u + r)];
+                                    let sk_e64: f32 = bitcast<f32>(select((sk_e65 ^ 4294967295u), (sk_e65 ^ 2147483648u), ((sk_e65 & 2147483648u) != 0u)));
+                                    var wr: f32 = select((sk_e64 / row_m), (1.0f), (sk_e64 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2477,132 +2488,132 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e67: u32 = (col_hi - col_lo);
-                                        var zx0: f32 = x[(base + (col_lo + select((sk_e67 - 1u), li0, (li0 < sk_e67))))];
+                                        let sk_e66: u32 = (col_hi - col_lo);
+                                        var zx0: f32 = x[(base + (col_lo + select((sk_e66 - 1u), li0, (li0 < sk_e66))))];
                                         var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e68: u32 = (col_hi - col_lo);
-                                        var zx1: f32 = x[(base + (col_lo + select((sk_e68 - 1u), li1, (li1 < sk_e68))))];
+                                        let sk_e67: u32 = (col_hi - col_lo);
+                                        var zx1: f32 = x[(base + (col_lo + select((sk_e67 - 1u), li1, (li1 < sk_e67))))];
                                         var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e69: u32 = (col_hi - col_lo);
-                                        var zx2: f32 = x[(base + (col_lo + select((sk_e69 - 1u), li2, (li2 < sk_e69))))];
+                                        let sk_e68: u32 = (col_hi - col_lo);
+                                        var zx2: f32 = x[(base + (col_lo + select((sk_e68 - 1u), li2, (li2 < sk_e68))))];
                                         var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e70: u32 = (col_hi - col_lo);
-                                        var zx3: f32 = x[(base + (col_lo + select((sk_e70 - 1u), li3, (li3 < sk_e70))))];
+                                        let sk_e69: u32 = (col_hi - col_lo);
+                                        var zx3: f32 = x[(base + (col_lo + select((sk_e69 - 1u), li3, (li3 < sk_e69))))];
                                         var li4: u32 = (i0 + (BLOCK * 4u));
-                                        let sk_e71: u32 = (col_hi - col_lo);
-                                        var zx4: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li4, (li4 < sk_e71))))];
+                                        let sk_e70: u32 = (col_hi - col_lo);
+                                        var zx4: f32 = x[(base + (col_lo + select((sk_e70 - 1u), li4, (li4 < sk_e70))))];
                                         var li5: u32 = (i0 + (BLOCK * 5u));
-                                        let sk_e72: u32 = (col_hi - col_lo);
-                                        var zx5: f32 = x[(base + (col_lo + select((sk_e72 - 1u), li5, (li5 < sk_e72))))];
+                                        let sk_e71: u32 = (col_hi - col_lo);
+                                        var zx5: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li5, (li5 < sk_e71))))];
                                         var li6: u32 = (i0 + (BLOCK * 6u));
-                                        let sk_e73: u32 = (col_hi - col_lo);
-                                        var zx6: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li6, (li6 < sk_e73))))];
+                                        let sk_e72: u32 = (col_hi - col_lo);
+                                        var zx6: f32 = x[(base + (col_lo + select((sk_e72 - 1u), li6, (li6 < sk_e72))))];
                                         var li7: u32 = (i0 + (BLOCK * 7u));
-                                        let sk_e74: u32 = (col_hi - col_lo);
-                                        var zx7: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li7, (li7 < sk_e74))))];
+                                        let sk_e73: u32 = (col_hi - col_lo);
+                                        var zx7: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li7, (li7 < sk_e73))))];
                                         var li8: u32 = (i0 + (BLOCK * 8u));
-                                        let sk_e75: u32 = (col_hi - col_lo);
-                                        var zx8: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li8, (li8 < sk_e75))))];
+                                        let sk_e74: u32 = (col_hi - col_lo);
+                                        var zx8: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li8, (li8 < sk_e74))))];
                                         var li9: u32 = (i0 + (BLOCK * 9u));
-                                        let sk_e76: u32 = (col_hi - col_lo);
-                                        var zx9: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li9, (li9 < sk_e76))))];
+                                        let sk_e75: u32 = (col_hi - col_lo);
+                                        var zx9: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li9, (li9 < sk_e75))))];
                                         var li10: u32 = (i0 + (BLOCK * 10u));
-                                        let sk_e77: u32 = (col_hi - col_lo);
-                                        var zx10: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li10, (li10 < sk_e77))))];
+                                        let sk_e76: u32 = (col_hi - col_lo);
+                                        var zx10: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li10, (li10 < sk_e76))))];
                                         var li11: u32 = (i0 + (BLOCK * 11u));
-                                        let sk_e78: u32 = (col_hi - col_lo);
-                                        var zx11: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li11, (li11 < sk_e78))))];
+                                        let sk_e77: u32 = (col_hi - col_lo);
+                                        var zx11: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li11, (li11 < sk_e77))))];
                                         var li12: u32 = (i0 + (BLOCK * 12u));
-                                        let sk_e79: u32 = (col_hi - col_lo);
-                                        var zx12: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li12, (li12 < sk_e79))))];
+                                        let sk_e78: u32 = (col_hi - col_lo);
+                                        var zx12: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li12, (li12 < sk_e78))))];
                                         var li13: u32 = (i0 + (BLOCK * 13u));
-                                        let sk_e80: u32 = (col_hi - col_lo);
-                                        var zx13: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li13, (li13 < sk_e80))))];
+                                        let sk_e79: u32 = (col_hi - col_lo);
+                                        var zx13: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li13, (li13 < sk_e79))))];
                                         var li14: u32 = (i0 + (BLOCK * 14u));
-                                        let sk_e81: u32 = (col_hi - col_lo);
-                                        var zx14: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li14, (li14 < sk_e81))))];
+                                        let sk_e80: u32 = (col_hi - col_lo);
+                                        var zx14: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li14, (li14 < sk_e80))))];
                                         var li15: u32 = (i0 + (BLOCK * 15u));
-                                        let sk_e82: u32 = (col_hi - col_lo);
-                                        var zx15: f32 = x[(base + (col_lo + select((sk_e82 - 1u), li15, (li15 < sk_e82))))];
+                                        let sk_e81: u32 = (col_hi - col_lo);
+                                        var zx15: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li15, (li15 < sk_e81))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e83: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e83 / row_m), (1.0f), (sk_e83 == row_m))));
+                                            let sk_e82: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e82 / row_m), (1.0f), (sk_e82 == row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e84: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e84 / row_m), (1.0f), (sk_e84 == row_m))));
+                                            let sk_e83: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e83 / row_m), (1.0f), (sk_e83 == row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e85: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e85 / row_m), (1.0f), (sk_e85 == row_m))));
+                                            let sk_e84: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e84 / row_m), (1.0f), (sk_e84 == row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e86: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e86 / row_m), (1.0f), (sk_e86 == row_m))));
+                                            let sk_e85: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e85 / row_m), (1.0f), (sk_e85 == row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e87: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
+                                            let sk_e86: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e86 / row_m), (1.0f), (sk_e86 == row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e88: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m))));
+                                            let sk_e87: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e89: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e89 / row_m), (1.0f), (sk_e89 == row_m))));
+                                            let sk_e88: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e90: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e90 / row_m), (1.0f), (sk_e90 == row_m))));
+                                            let sk_e89: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e89 / row_m), (1.0f), (sk_e89 == row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e91: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e91 / row_m), (1.0f), (sk_e91 == row_m))));
+                                            let sk_e90: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e90 / row_m), (1.0f), (sk_e90 == row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e92: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e92 / row_m), (1.0f), (sk_e92 == row_m))));
+                                            let sk_e91: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e91 / row_m), (1.0f), (sk_e91 == row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e93: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
+                                            let sk_e92: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e92 / row_m), (1.0f), (sk_e92 == row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e94: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
+                                            let sk_e93: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e95: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
+                                            let sk_e94: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e96: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
+                                            let sk_e95: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e97: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
+                                            let sk_e96: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e98: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m))));
+                                            let sk_e97: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2610,9 +2621,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e100: u32 = listed_cols[(1285u + r)];
-                                        let sk_e99: f32 = bitcast<f32>(select((sk_e100 ^ 4294967295u), (sk_e100 ^ 2147483648u), ((sk_e100 & 2147483648u) != 0u)));
-                                        var wr: f32 = select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m));
+                                        let sk_e99: u32 = listed_cols[(1285u + r)];
+                                        let sk_e98: f32 = bitcast<f32>(select((sk_e99 ^ 4294967295u), (sk_e99 ^ 2147483648u), ((sk_e99 & 2147483648u) != 0u)));
+                                        var wr: f32 = select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2627,10 +2638,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                                let sk_e101: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = (bitcast<f32>(select((sk_e101 ^ 4294967295u), (sk_e101 ^ 2147483648u), ((sk_e101 & 2147483648u) != 0u))) > zt);
-                                let sk_e102: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e102] ^ 4294967295u), (listed_cols[sk_e102] ^ 2147483648u), ((listed_cols[sk_e102] & 2147483648u) != 0u))) > zt));
+                                let sk_e100: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = (bitcast<f32>(select((sk_e100 ^ 4294967295u), (sk_e100 ^ 2147483648u), ((sk_e100 & 2147483648u) != 0u))) > zt);
+                                let sk_e101: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e101] ^ 4294967295u), (listed_cols[sk_e101] ^ 2147483648u), ((listed_cols[sk_e101] & 2147483648u) != 0u))) > zt));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2679,16 +2690,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e103: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e103 + 1u)] == 1u) && (rows[(sk_e103 + 6u)] == 1u));
+                                    let sk_e102: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e102 + 1u)] == 1u) && (rows[(sk_e102 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e104: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e104 ^ 4294967295u), (sk_e104 ^ 2147483648u), ((sk_e104 & 2147483648u) != 0u)));
+                                        let sk_e103: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e103 ^ 4294967295u), (sk_e103 ^ 2147483648u), ((sk_e103 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
                                             sk_race_one(rz, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2729,18 +2740,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        let sk_e108: u32 = (((slot * parts) + p) * 805u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e108 + 3u)]), atomicLoad(&partials[(sk_e108 + 4u)]));
-                                        let sk_e110: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e109: f32 = select((sk_e110 / row_m), (1.0f), (sk_e110 == row_m));
-                                        if (((mo_lk != 0u) && ((sk_e109 > (0.0f)) && (sk_e109 >= mp)))) {
+                                        let sk_e107: u32 = (((slot * parts) + p) * 805u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e107 + 3u)]), atomicLoad(&partials[(sk_e107 + 4u)]));
+                                        let sk_e109: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e108: f32 = select((sk_e109 / row_m), (1.0f), (sk_e109 == row_m));
+                                        if (((mo_lk != 0u) && ((sk_e108 > (0.0f)) && (sk_e108 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e111: u32 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) {
+                                    let sk_e110: u32 = (row * 12u);
+                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e110 + 1u)] == 1u) && (rows[(sk_e110 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2755,10 +2766,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                let sk_e112: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e112 ^ 4294967295u), (sk_e112 ^ 2147483648u), ((sk_e112 & 2147483648u) != 0u)));
-                                                let sk_e113: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                                                if (((sk_e113 > (0.0f)) && (sk_e113 >= mp))) {
+                                                let sk_e111: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e111 ^ 4294967295u), (sk_e111 ^ 2147483648u), ((sk_e111 & 2147483648u) != 0u)));
+                                                let sk_e112: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                                                if (((sk_e112 > (0.0f)) && (sk_e112 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_race_one(mo_z, noisy, row, mo_col, &best64, &best64_i);
@@ -2851,8 +2862,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e116: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e116 - sel_a), sk_e116, in_a);
+                        let sk_e115: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e115 - sel_a), sk_e115, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2962,8 +2973,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e117: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e117 == (sel_n + min(sel_tn, 64u))) || (!((sk_e117 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e116: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e116 == (sel_n + min(sel_tn, 64u))) || (!((sk_e116 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3175,8 +3186,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e119: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e119)) + 1lu), tn64, sk_e119)));
+                        let sk_e118: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e118)) + 1lu), tn64, sk_e118)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3231,8 +3242,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e120: u32 = (row * 12u);
-                    if ((((rows[(sk_e120 + 1u)] == 1u) && (rows[(sk_e120 + 6u)] == 1u)) && filtered)) {
+                    let sk_e119: u32 = (row * 12u);
+                    if ((((rows[(sk_e119 + 1u)] == 1u) && (rows[(sk_e119 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3311,13 +3322,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e121: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e121 ^ 4294967295u), (sk_e121 ^ 2147483648u), ((sk_e121 & 2147483648u) != 0u)));
+                                let sk_e120: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e120 ^ 4294967295u), (sk_e120 ^ 2147483648u), ((sk_e120 & 2147483648u) != 0u)));
                                 var s64: f64 = sk_log64(f64(rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e122: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], r)));
+                                    let sk_e121: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e121 + 8u)], rows[(sk_e121 + 9u)], rows[(sk_e121 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3611,8 +3622,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((sk_lid == 0u)) {
-                            let sk_e127: f32 = x[(base + tok_at)];
-                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e127), (sk_e127 > (0.0f))), valid);
+                            let sk_e126: f32 = x[(base + tok_at)];
+                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e126), (sk_e126 > (0.0f))), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -461,9 +461,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                             workgroupBarrier();
                             for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
+                                // built by kernels::select::within
                                 var tk: u32 = part_keys[ti];
                                 if ((tk != 0u)) {
-                                    var t_in: u32 = ((top_key - tk) - t_from);
+                                    var t_in: u32 = ((top_key - t_from) - tk);
                                     if ((t_in < t_span)) {
                                         var t_d: u32 = t_in;
                                         var t_e: u32 = firstLeadingBit((t_d | 32u));
@@ -536,11 +537,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((t_need > 0u)) {
                     // built by kernels::select::decide
                     for (var ti: u32 = sk_lid; ti < n_cols; ti = ti + BLOCK) {
+                        // built by kernels::select::within
                         var tk: u32 = part_keys[ti];
-                        if (((tk != 0u) && (((top_key - tk) - t_list_lo) < t_list_width))) {
-                            var t_slot: u32 = 0u;
-                            t_slot = atomicAdd(&part_hist[511u], 1u);
-                            atomicStore(&part_hist[t_slot], tk);
+                        if ((tk != 0u)) {
+                            var t_in: u32 = ((top_key - t_list_lo) - tk);
+                            if ((t_in < t_list_width)) {
+                                var t_slot: u32 = 0u;
+                                t_slot = atomicAdd(&part_hist[511u], 1u);
+                                atomicStore(&part_hist[t_slot], tk);
+                            }
                         }
                     }
                     workgroupBarrier();

@@ -51,6 +51,7 @@ use super::filters::{
     declare_best, filter_body, filter_buffers, filter_shared, functions, key_value, listed_row, max_passes, order_key,
     takes_row, Build, Input, Output, FIXED, FIXED_F32, FRACTION, LIST, LIST_CAP,
 };
+use super::math::is_finite;
 use super::seeded::score64;
 use super::select::{self, select_top};
 use crate::ir::*;
@@ -283,8 +284,7 @@ fn read_part(b: &mut Block, input: Input) {
     // The sum only estimates the row's mass (the merge keeps a margin that counts the fast
     // exponential's error, `MASS_MARGIN`). A part whose maximum is not finite leaves its row to
     // the fallback, so its sum may weigh at 0 instead.
-    let finite = m.clone().gt(f(f32::NEG_INFINITY)).and(m.clone().lt(f(f32::INFINITY)));
-    let at = b.let_("m_finite", Ty::F32, select(finite, m.clone(), f(0.0)));
+    let at = b.let_("m_finite", Ty::F32, select(is_finite(m.clone()), m.clone(), f(0.0)));
     let count = |b: &mut Block, k: Expr, _: Expr, _: Expr| select::count(b, filter_top_p::HIST, top.clone(), k);
     let s = sum_part(b, (input, n.clone(), at), values::estimate_weight, &count);
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
@@ -451,7 +451,7 @@ pub(super) fn row_max(b: &mut Block, row_slot: Expr, read: Read) -> (Expr, Expr)
         b.set("m", var("m").max(part_m(row_slot.clone(), p, read)))
     });
     let mx = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "row_m");
-    let finite = mx.clone().gt(f(f32::NEG_INFINITY)).and(mx.clone().lt(f(f32::INFINITY)));
+    let finite = is_finite(mx.clone());
     (mx, finite)
 }
 

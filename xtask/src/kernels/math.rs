@@ -101,6 +101,11 @@ pub fn is_nan(x: Expr) -> Expr {
     (x.bitcast(Ty::U32) & u(0x7fff_ffff)).gt(u(0x7f80_0000))
 }
 
+/// `x` is neither infinite nor NaN (NaN fails both comparisons).
+pub fn is_finite(x: Expr) -> Expr {
+    x.clone().gt(f(f32::NEG_INFINITY)).and(x.lt(f(f32::INFINITY)))
+}
+
 pub const LOG64: &str = "sk_log64";
 
 /// Natural log of a positive finite f64 (subnormals included), within one ulp.

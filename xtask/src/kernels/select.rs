@@ -59,10 +59,7 @@ pub(super) fn clear(b: &mut Block, scratch: &str) {
 /// Counts `key` (0: no item) into its bin of the distance below `top`, a key at least every
 /// item's: in each invocation's loop over the items, between [`clear`] and [`decide`].
 pub(super) fn count(b: &mut Block, scratch: &str, top: Expr, key: Expr) {
-    b.if_(key.clone().ne_(u(0)), |b| {
-        let bin = bin_of(b, top - key);
-        b.atomic_add(scratch, bin, u(1), "t_old");
-    });
+    b.if_(key.clone().ne_(u(0)), |b| count_distance(b, scratch, top - key));
 }
 
 /// What a select chooses from: `n` items, `key_at(i)` giving item `i`'s key (0: no item), `top` a
@@ -82,19 +79,38 @@ pub(super) fn select_top(b: &mut Block, items: Items, want: Expr) {
     let top = b.let_("t_top", Ty::U32, items.top);
     clear(b, items.scratch);
     b.barrier();
+    let items = Items { top, ..items };
+    within(b, &items, items.top.clone(), None, &|b, _, d| count_distance(b, items.scratch, d));
+    decide(b, items, want);
+}
+
+/// Each item's key `k` (not 0) whose distance `base - k` is below `span` (every item where it is
+/// `None`): `f(k, distance)`, in each invocation's loop over the items.
+fn within(b: &mut Block, items: &Items, base: Expr, span: Option<Expr>, f: &dyn Fn(&mut Block, Expr, Expr)) {
     b.for_("ti", builtin(Builtin::LocalId), items.n.clone(), builtin(Builtin::BlockSize), |b, i| {
         let key = (items.key_at)(b, i);
-        count(b, items.scratch, top.clone(), key);
+        let k = b.let_("tk", Ty::U32, key);
+        b.if_(k.clone().ne_(u(0)), |b| {
+            let d = b.let_("t_in", Ty::U32, base.clone() - k.clone());
+            match &span {
+                Some(span) => b.if_(d.clone().lt(span.clone()), |b| f(b, k, d)),
+                None => f(b, k, d),
+            }
+        });
     });
-    decide(b, Items { top, ..items }, want);
+}
+
+/// Adds one to the bin of distance `d`.
+fn count_distance(b: &mut Block, scratch: &str, d: Expr) {
+    let bin = bin_of(b, d);
+    b.atomic_add(scratch, bin, u(1), "t_old");
 }
 
 /// [`select_top`] after each item's [`count`]: the bin where the `want`-th lies, then its keys
 /// listed and ranked, or its one distance; where it holds too many keys of several values, the
 /// keys are binned again by their distance within it, until a bin is listed or holds one value.
 pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
-    let Items { n, top, scratch, key_at } = items;
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let (top, scratch) = (items.top.clone(), items.scratch);
     for name in ["t_key", "t_above", "t_at"] {
         b.let_(name, Ty::U32, u(0));
     }
@@ -106,24 +122,13 @@ pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
     // sought among them.
     let (list_lo, list_width) = (b.let_("t_list_lo", Ty::U32, u(0)), b.let_("t_list_width", Ty::U32, u(0)));
     let (listed, need) = (b.let_("t_listed", Ty::U32, u(0)), b.let_("t_need", Ty::U32, u(0)));
-    // The distance of key `k` into the span.
-    let into = |k: Expr| top.clone() - k - from.clone();
     b.for_("t_round", u(0), u(ROUNDS), u(1), |b, round| {
         b.if_(more.clone(), |b| {
             b.if_(round.gt(u(0)), |b| {
                 clear(b, scratch);
                 b.barrier();
-                b.for_("ti", lid.clone(), n.clone(), bs.clone(), |b, i| {
-                    let key = key_at(b, i);
-                    let k = b.let_("tk", Ty::U32, key);
-                    b.if_(k.clone().ne_(u(0)), |b| {
-                        let d = b.let_("t_in", Ty::U32, into(k));
-                        b.if_(d.clone().lt(span.clone()), |b| {
-                            let bin = bin_of(b, d);
-                            b.atomic_add(scratch, bin, u(1), "t_old");
-                        });
-                    });
-                });
+                let base = top.clone() - from.clone();
+                within(b, &items, base, Some(span.clone()), &|b, _, d| count_distance(b, scratch, d));
             });
             b.barrier();
             choose_bin(b, want.clone(), scratch);
@@ -163,14 +168,9 @@ pub(super) fn decide(b: &mut Block, items: Items, want: Expr) {
     });
     // The listing, after the rounds (the cost model counts a key loop inside them as a round's).
     b.if_(need.clone().gt(u(0)), |b| {
-        b.for_("ti", lid.clone(), n.clone(), bs.clone(), |b, i| {
-            let key = key_at(b, i);
-            let k = b.let_("tk", Ty::U32, key);
-            let listed = k.clone().ne_(u(0)).and((top.clone() - k.clone() - list_lo.clone()).lt(list_width.clone()));
-            b.if_(listed, |b| {
-                let at = b.atomic_add(scratch, u(LISTED), u(1), "t_slot");
-                b.store_shared(scratch, at, k);
-            });
+        within(b, &items, top.clone() - list_lo.clone(), Some(list_width.clone()), &|b, k, _| {
+            let at = b.atomic_add(scratch, u(LISTED), u(1), "t_slot");
+            b.store_shared(scratch, at, k);
         });
         b.barrier();
         rank_listed(b, listed, need.clone(), scratch);
