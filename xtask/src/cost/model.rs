@@ -135,7 +135,7 @@ pub fn scored_share(kernel: &str) -> (f64, &'static str) {
 /// that it runs on average (its rounds times the share of parts whose boundary bin is too full
 /// to list), and the share of the keys on the rounds' loops' costliest paths (a key listed, or
 /// counted in a further round), with the reason. The first round's count rides on the part's
-/// sum, a loop of its own; the listing, which ptxas lays out inside the rounds' loop, runs once.
+/// sum, a loop of its own; the listing comes after the rounds and runs once.
 pub fn select_rule(kernel: &str) -> Option<(f64, f64, &'static str)> {
     const FULL_SHARE: f64 = 0.0;
     kernel.starts_with("top_k_parts_").then_some((
@@ -258,10 +258,10 @@ impl Kernel {
     /// The instructions per column of a select launch's on-chip work ([`select_rule`]), with
     /// `keys` columns a thread: the loops over workgroup memory between its first streaming loop
     /// (the read of a top-k part) and its second (another row's part, which bins its columns).
-    /// A key loop inside a pass runs at every pass, on its costliest path for the share of the
-    /// passes its key matches; the pass's own work (block-wide sums, the digit's choice) is once
-    /// a pass a thread, over its keys. The other loops visit each column once, on their
-    /// cheapest path.
+    /// A key loop inside a pass (a select's further round) runs at every pass, on its costliest
+    /// path for the share of its keys in play; the pass's own work is once a pass a thread, over
+    /// its keys. The other loops visit each column once, on their common path (`sass::OnChip`:
+    /// the costliest for a loop that sums floats, else the cheapest).
     pub fn onchip_per_column(&self, keys: f64) -> Counts {
         let Some((passes, matched, _)) = select_rule(&self.name) else { return Counts::default() };
         self.onchip_with(passes, matched, keys)
