@@ -1117,7 +1117,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
     } \
 }
-#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (zx0 / temp); \
@@ -1127,7 +1127,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         /* built by kernels::filter_top_p::cut_part */ \
         unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * (16.0f)))); \
+        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
         if ((cg < cut_lo)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
@@ -1146,9 +1146,9 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 384u)) { \
-                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck; \
-                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col; \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
@@ -1197,15 +1197,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
             if ((cut_here && top_p_cut)) {
                 {
                     unsigned int row_slot = slot;
-                    if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
+                    if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
                         // built by kernels::filter_top_p::cut_here
                         col_lo = min(((part * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab);
                         col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
                         {
-                            float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
-                            float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
-                            float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
-                            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
+                            float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
+                            float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
+                            float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
+                            unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
+                            float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u));
+                            float cut_grid_inv = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
+                            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                             bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                             unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
@@ -1253,16 +1256,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e8) ? li3 : (sk_e8 - 1u))))]);
                                 float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                             }
                             unsigned int part_n_above = 0u;
@@ -1290,11 +1293,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             sk_block_argmax_f64(best64, best64_i, part_best64, part_best64_i);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
-                                partials[((((row_slot * parts) + part) * 805u) + 792u)] = sk_bitcast<unsigned int>(part_best);
-                                partials[((((row_slot * parts) + part) * 805u) + 793u)] = part_best_i;
-                                partials[((((row_slot * parts) + part) * 805u) + 794u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 794u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 796u)] = part_best64_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1304u)] = sk_bitcast<unsigned int>(part_best);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1305u)] = part_best_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
                             }
                             float part_bestr = (0.0f);
                             unsigned int part_bestr_i = 0u;
@@ -1304,29 +1307,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             sk_block_argmax_f64(bestr64, bestr64_i, part_bestr64, part_bestr64_i);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
-                                partials[((((row_slot * parts) + part) * 805u) + 797u)] = sk_bitcast<unsigned int>(part_bestr);
-                                partials[((((row_slot * parts) + part) * 805u) + 798u)] = part_bestr_i;
-                                partials[((((row_slot * parts) + part) * 805u) + 799u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 799u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 801u)] = part_bestr64_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1309u)] = sk_bitcast<unsigned int>(part_bestr);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1310u)] = part_bestr_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1311u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
                             }
                             __syncthreads();
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::cut_part
-                                partials[((((row_slot * parts) + part) * 805u) + 778u)] = part_n_above;
-                                partials[((((row_slot * parts) + part) * 805u) + 779u)] = part_n_range;
-                                partials[((((row_slot * parts) + part) * 805u) + 780u)] = ((unsigned int)(part_m_above & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 780u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 782u)] = ((unsigned int)(part_m_range & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 784u)] = ((unsigned int)(part_m_below & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(cut_listing[0u], 384u);
-                                partials[((((row_slot * parts) + part) * 805u) + 787u)] = part_min_above_not;
-                                partials[((((row_slot * parts) + part) * 805u) + 788u)] = part_min_range_not;
-                                partials[((((row_slot * parts) + part) * 805u) + 789u)] = part_max_range;
-                                partials[((((row_slot * parts) + part) * 805u) + 790u)] = part_max_below;
-                                partials[((((row_slot * parts) + part) * 805u) + 791u)] = sk_bitcast<unsigned int>(part_w_below);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = ((unsigned int)(part_m_above & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = ((unsigned int)(part_m_range & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_below & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below);
                             }
                         }
                         col_lo = 0u;
@@ -1338,7 +1341,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::combine::last_part_on
                             unsigned int before = 0u;
-                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 1u);
+                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 1u);
                             arrived = (before + 1u);
                         }
                         unsigned int arrivals = 0u;
@@ -1348,7 +1351,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             __threadfence();
                             merges = true;
                             if ((threadIdx.x == 0u)) {
-                                partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)] = 0u;
                             }
                         }
                     }
@@ -1359,10 +1362,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                     if (top_p_cut) {
                         {
                             unsigned int row_slot = slot;
-                            if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
+                            if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
                                 // built by kernels::filter_top_p::merge_cut
                                 reads_before = 2u;
-                                float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
+                                float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                                 bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                                 unsigned int r_n_above = 0u;
                                 unsigned int r_n_range = 0u;
@@ -1381,41 +1384,41 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                 unsigned int best64_i = 4294967295u;
                                 for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::filter_top_p::cut_row
-                                    unsigned int q_n_range = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 779u)]);
-                                    r_n_above = (r_n_above + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 778u)]));
+                                    unsigned int q_n_range = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1291u)]);
+                                    r_n_above = (r_n_above + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1290u)]));
                                     r_n_range = (r_n_range + q_n_range);
-                                    if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 786u)]) < q_n_range)) {
+                                    if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    const unsigned int sk_e25 = ((((row_slot * parts) + p) * 805u) + 780u);
+                                    const unsigned int sk_e25 = ((((row_slot * parts) + p) * 1317u) + 1292u);
                                     r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e25 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e25 + 0u)]))));
-                                    const unsigned int sk_e26 = ((((row_slot * parts) + p) * 805u) + 782u);
+                                    const unsigned int sk_e26 = ((((row_slot * parts) + p) * 1317u) + 1294u);
                                     r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 0u)]))));
-                                    const unsigned int sk_e27 = ((((row_slot * parts) + p) * 805u) + 784u);
+                                    const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1296u);
                                     r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
-                                    r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 787u)]));
-                                    r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 788u)]));
-                                    r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 789u)]));
-                                    r_max_below = max(r_max_below, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 790u)]));
-                                    r_w_below = fmaxf(r_w_below, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 791u)])));
-                                    unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 793u)]);
+                                    r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
+                                    r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
+                                    r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
+                                    r_max_below = max(r_max_below, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1302u)]));
+                                    r_w_below = fmaxf(r_w_below, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1303u)])));
+                                    unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const float sk_e28 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 792u)]));
+                                        const float sk_e28 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                         if (((sk_e28 > best) || ((sk_e28 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 792u)]));
+                                            best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
                                         }
                                     }
-                                    unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 796u)]);
+                                    unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const unsigned int sk_e30 = ((((row_slot * parts) + p) * 805u) + 794u);
+                                        const unsigned int sk_e30 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                                         const double sk_e29 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e30 + 0u)]))));
                                         if (((sk_e29 > best64) || ((sk_e29 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            const unsigned int sk_e31 = ((((row_slot * parts) + p) * 805u) + 794u);
+                                            const unsigned int sk_e31 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                                             best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 0u)]))));
                                             best64_i = w_i64;
                                         }
@@ -1474,7 +1477,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int l_p = (l_c0 + threadIdx.x);
                                         unsigned int l_n = 0u;
                                         if ((l_p < parts)) {
-                                            l_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 805u) + 786u)]);
+                                            l_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 1317u) + 1298u)]);
                                         }
                                         unsigned int l_from = 0u;
                                         l_from = sk_block_scan(l_n);
@@ -1484,8 +1487,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         for (unsigned int li = 0u; li < l_n; li += 1u) {
                                             // built by kernels::filter_top_p::select_in_range
                                             unsigned int l_at = (l_start + li);
-                                            listed_cols[l_at] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 805u) + (5u + (li * 2u)))]);
-                                            listed_cols[(l_at + 2048u)] = (*(volatile unsigned int*)&partials[(((((row_slot * parts) + l_p) * 805u) + (5u + (li * 2u))) + 1u)]);
+                                            listed_cols[l_at] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 1317u) + (5u + (li * 2u)))]);
+                                            listed_cols[(l_at + 2048u)] = (*(volatile unsigned int*)&partials[(((((row_slot * parts) + l_p) * 1317u) + (5u + (li * 2u))) + 1u)]);
                                         }
                                         l_base = (l_base + l_chunk);
                                     }
@@ -1752,7 +1755,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     __syncthreads();
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_p::select_in_range
-                                        listed_cols[p] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 786u)]);
+                                        listed_cols[p] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]);
                                     }
                                     __syncthreads();
                                     bool in_a = false;
@@ -1791,12 +1794,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned long long mas_13 = 0;
                                         unsigned long long mas_14 = 0;
                                         unsigned long long mas_15 = 0;
-                                        for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
-                                            unsigned int ri_p = (i / 384u);
+                                        for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) {
+                                            unsigned int ri_p = (i / 640u);
                                             unsigned int ri_key = 0u;
-                                            if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e40 = (i / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((i - (sk_e40 * 384u)) * 2u)))]);
+                                            if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
+                                                const unsigned int sk_e40 = (i / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 1317u) + (5u + ((i - (sk_e40 * 640u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1913,18 +1916,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         select_scratch[i] = 0u;
                                     }
                                     __syncthreads();
-                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                    for (unsigned int ti = threadIdx.x; ti < (parts * 640u); ti += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::within
-                                        unsigned int ri_p = (ti / 384u);
+                                        unsigned int ri_p = (ti / 640u);
                                         unsigned int ri_key = 0u;
-                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e43 = (ti / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
+                                            const unsigned int sk_e43 = (ti / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 1317u) + (5u + ((ti - (sk_e43 * 640u)) * 2u)))]);
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e44 = (ti / 384u);
-                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e44 = (ti / 640u);
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 1317u) + (6u + ((ti - (sk_e44 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                         if ((tk != 0u)) {
                                             unsigned int t_in = (t_top - tk);
                                             unsigned int t_d = t_in;
@@ -1952,18 +1955,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                                     select_scratch[i] = 0u;
                                                 }
                                                 __syncthreads();
-                                                for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                for (unsigned int ti = threadIdx.x; ti < (parts * 640u); ti += ((unsigned int)SK_BLOCK)) {
                                                     // built by kernels::select::within
-                                                    unsigned int ri_p = (ti / 384u);
+                                                    unsigned int ri_p = (ti / 640u);
                                                     unsigned int ri_key = 0u;
-                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                    if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e45 = (ti / 384u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
+                                                        const unsigned int sk_e45 = (ti / 640u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 1317u) + (5u + ((ti - (sk_e45 * 640u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e46 = (ti / 384u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e46 = (ti / 640u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 1317u) + (6u + ((ti - (sk_e46 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2004,18 +2007,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
-                                        for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                        for (unsigned int ti = threadIdx.x; ti < (parts * 640u); ti += ((unsigned int)SK_BLOCK)) {
                                             // built by kernels::select::within
-                                            unsigned int ri_p = (ti / 384u);
+                                            unsigned int ri_p = (ti / 640u);
                                             unsigned int ri_key = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e49 = (ti / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((ti - (sk_e49 * 384u)) * 2u)))]);
+                                                const unsigned int sk_e49 = (ti / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((ti - (sk_e49 * 640u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e50 = (ti / 384u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((ti - (sk_e50 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            const unsigned int sk_e50 = (ti / 640u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 1317u) + (6u + ((ti - (sk_e50 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2032,17 +2035,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
                                     unsigned int tie_col_max = (t_key ^ 4294967295u);
-                                    for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
+                                    for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_p::select_in_range
-                                        unsigned int ri_p = (i / 384u);
+                                        unsigned int ri_p = (i / 640u);
                                         unsigned int ri_key = 0u;
-                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e51 = (i / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 805u) + (5u + ((i - (sk_e51 * 384u)) * 2u)))]);
+                                        if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
+                                            const unsigned int sk_e51 = (i / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((i - (sk_e51 * 640u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e52 = (i / 384u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 805u) + (6u + ((i - (sk_e52 * 384u)) * 2u)))]);
+                                        const unsigned int sk_e52 = (i / 640u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((i - (sk_e52 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2066,7 +2069,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int t_p = (t_c0 + threadIdx.x);
                                         unsigned int t_n = 0u;
                                         if ((t_p < parts)) {
-                                            t_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 779u)]);
+                                            t_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1291u)]);
                                         }
                                         unsigned int t_from = 0u;
                                         t_from = sk_block_scan(t_n);
@@ -2076,24 +2079,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         if ((t_n > 0u)) {
                                             // built by kernels::filter_top_p::tied_range
                                             if (((t_start + t_n) <= t_kept)) {
-                                                unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
+                                                unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e57 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    const float sk_e57 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                     if (((sk_e57 > best) || ((sk_e57 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                        best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
                                                     }
                                                 }
-                                                unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
+                                                unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e59 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    const unsigned int sk_e59 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                                                     const double sk_e58 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e59 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e59 + 0u)]))));
                                                     if (((sk_e58 > best64) || ((sk_e58 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                                                         best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
@@ -2185,16 +2188,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                             float m = sk_bitcast<float>(4286578688u);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::row_max
-                                m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]));
+                                m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]));
                             }
                             float row_m = (0.0f);
                             row_m = sk_block_max_f32(m);
                             float s = (0.0f);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::merge_row
-                                float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]);
+                                float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
                                 if ((mp_p > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 1u)]) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));
+                                    s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));
                                 }
                             }
                             float row_s = (0.0f);
@@ -2214,9 +2217,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int ip = (ti / want);
                                     unsigned int is = (ti - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                    if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int tk = ik;
                                     if ((tk != 0u)) {
@@ -2251,9 +2254,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                                 unsigned int ip = (ti / want);
                                                 unsigned int is = (ti - (ip * want));
                                                 unsigned int ik = 0u;
-                                                if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                                if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                                     // built by kernels::filter_top_k::merge_row
-                                                    ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                                    ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                                 }
                                                 unsigned int tk = ik;
                                                 if ((tk != 0u)) {
@@ -2301,9 +2304,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int ip = (ti / want);
                                         unsigned int is = (ti - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                        if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                            ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int tk = ik;
                                         if ((tk != 0u)) {
@@ -2331,9 +2334,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int ip = (gi / want);
                                     unsigned int is = (gi - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                    if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -2356,9 +2359,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int ip = (gj / want);
                                     unsigned int is = (gj - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                    if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -2369,7 +2372,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
                                             const unsigned int sk_e68 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e68) * 805u) + (6u + ((gj - (sk_e68 * want)) * 2u)))];
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e68) * 1317u) + (6u + ((gj - (sk_e68 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2624,9 +2627,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         unsigned int ip = (pos / want);
                                         unsigned int is = (pos - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                        if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                            ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int lk = ik;
                                         if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
@@ -2635,11 +2638,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     }
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
-                                        unsigned int rk3 = partials[((((slot * parts) + p) * 805u) + 3u)];
+                                        unsigned int rk3 = partials[((((slot * parts) + p) * 1317u) + 3u)];
                                         if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
-                                        unsigned int rk4 = partials[((((slot * parts) + p) * 805u) + 4u)];
+                                        unsigned int rk4 = partials[((((slot * parts) + p) * 1317u) + 4u)];
                                         if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
@@ -2711,7 +2714,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e130 = (((slot * parts) + p) * 805u);
+                                        const unsigned int sk_e130 = (((slot * parts) + p) * 1317u);
                                         unsigned int mo_lk = max(partials[(sk_e130 + 3u)], partials[(sk_e130 + 4u)]);
                                         const float sk_e133 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
                                         const float sk_e131 = ((sk_e133 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
@@ -2739,12 +2742,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
                                         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) {
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
-                                            if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
-                                                const unsigned int sk_e137 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                            if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
+                                                const unsigned int sk_e137 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
                                                 float mo_z = sk_bitcast<float>((((sk_e137 & 2147483648u) != 0u) ? (sk_e137 ^ 2147483648u) : (sk_e137 ^ 4294967295u)));
                                                 const float sk_e138 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
                                                 if (((sk_e138 > (0.0f)) && (sk_e138 >= mp))) {
-                                                    unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
+                                                    unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i);
                                                     } else {

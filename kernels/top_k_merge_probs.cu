@@ -1036,7 +1036,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         best_i = col; \
     } \
 }
-#define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+#define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
@@ -1046,7 +1046,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         /* built by kernels::filter_top_p::cut_part */ \
         unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f)))); \
+        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
         if ((cg < cut_lo)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
@@ -1073,9 +1073,9 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 384u)) { \
-                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck; \
-                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col; \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
@@ -1168,15 +1168,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
             if ((cut_here && top_p_cut)) {
                 {
                     unsigned int row_slot = slot;
-                    if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
+                    if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
                         // built by kernels::filter_top_p::cut_here
                         col_lo = min(((part * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab);
                         col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
                         {
-                            float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
-                            float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
-                            float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
-                            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
+                            float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
+                            float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
+                            float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
+                            unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
+                            float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u));
+                            float cut_grid_inv = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
+                            float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                             bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                             unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
@@ -1220,16 +1223,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 const unsigned int sk_e4 = (col_hi - col_lo);
                                 float zx3 = x[(base + (col_lo + ((li3 < sk_e4) ? li3 : (sk_e4 - 1u))))];
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                                    sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
                             }
                             unsigned int part_n_above = 0u;
@@ -1257,11 +1260,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             sk_block_argmax_f64(best64, best64_i, part_best64, part_best64_i);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
-                                partials[((((row_slot * parts) + part) * 805u) + 792u)] = sk_bitcast<unsigned int>(part_best);
-                                partials[((((row_slot * parts) + part) * 805u) + 793u)] = part_best_i;
-                                partials[((((row_slot * parts) + part) * 805u) + 794u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 794u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 796u)] = part_best64_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1304u)] = sk_bitcast<unsigned int>(part_best);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1305u)] = part_best_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
                             }
                             float part_bestr = (0.0f);
                             unsigned int part_bestr_i = 0u;
@@ -1271,29 +1274,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             sk_block_argmax_f64(bestr64, bestr64_i, part_bestr64, part_bestr64_i);
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
-                                partials[((((row_slot * parts) + part) * 805u) + 797u)] = sk_bitcast<unsigned int>(part_bestr);
-                                partials[((((row_slot * parts) + part) * 805u) + 798u)] = part_bestr_i;
-                                partials[((((row_slot * parts) + part) * 805u) + 799u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 799u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 801u)] = part_bestr64_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1309u)] = sk_bitcast<unsigned int>(part_bestr);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1310u)] = part_bestr_i;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1311u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
                             }
                             __syncthreads();
                             if ((threadIdx.x == 0u)) {
                                 // built by kernels::filter_top_p::cut_part
-                                partials[((((row_slot * parts) + part) * 805u) + 778u)] = part_n_above;
-                                partials[((((row_slot * parts) + part) * 805u) + 779u)] = part_n_range;
-                                partials[((((row_slot * parts) + part) * 805u) + 780u)] = ((unsigned int)(part_m_above & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 780u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 782u)] = ((unsigned int)(part_m_range & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 784u)] = ((unsigned int)(part_m_below & 4294967295ull));
-                                partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
-                                partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(cut_listing[0u], 384u);
-                                partials[((((row_slot * parts) + part) * 805u) + 787u)] = part_min_above_not;
-                                partials[((((row_slot * parts) + part) * 805u) + 788u)] = part_min_range_not;
-                                partials[((((row_slot * parts) + part) * 805u) + 789u)] = part_max_range;
-                                partials[((((row_slot * parts) + part) * 805u) + 790u)] = part_max_below;
-                                partials[((((row_slot * parts) + part) * 805u) + 791u)] = sk_bitcast<unsigned int>(part_w_below);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = ((unsigned int)(part_m_above & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = ((unsigned int)(part_m_range & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_below & 4294967295ull));
+                                partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
+                                partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
+                                partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
+                                partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below);
                             }
                         }
                         col_lo = 0u;
@@ -1305,7 +1308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::combine::last_part_on
                             unsigned int before = 0u;
-                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 1u);
+                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 1u);
                             arrived = (before + 1u);
                         }
                         unsigned int arrivals = 0u;
@@ -1315,7 +1318,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             __threadfence();
                             merges = true;
                             if ((threadIdx.x == 0u)) {
-                                partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)] = 0u;
                             }
                         }
                     }
@@ -1326,10 +1329,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                     if (top_p_cut) {
                         {
                             unsigned int row_slot = slot;
-                            if ((partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u)) {
+                            if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
                                 // built by kernels::filter_top_p::merge_cut
                                 reads_before = 2u;
-                                float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
+                                float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                                 bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                                 unsigned int r_n_above = 0u;
                                 unsigned int r_n_range = 0u;
@@ -1348,41 +1351,41 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                 unsigned int best64_i = 4294967295u;
                                 for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::filter_top_p::cut_row
-                                    unsigned int q_n_range = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 779u)]);
-                                    r_n_above = (r_n_above + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 778u)]));
+                                    unsigned int q_n_range = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1291u)]);
+                                    r_n_above = (r_n_above + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1290u)]));
                                     r_n_range = (r_n_range + q_n_range);
-                                    if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 786u)]) < q_n_range)) {
+                                    if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    const unsigned int sk_e21 = ((((row_slot * parts) + p) * 805u) + 780u);
+                                    const unsigned int sk_e21 = ((((row_slot * parts) + p) * 1317u) + 1292u);
                                     r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e21 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e21 + 0u)]))));
-                                    const unsigned int sk_e22 = ((((row_slot * parts) + p) * 805u) + 782u);
+                                    const unsigned int sk_e22 = ((((row_slot * parts) + p) * 1317u) + 1294u);
                                     r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e22 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e22 + 0u)]))));
-                                    const unsigned int sk_e23 = ((((row_slot * parts) + p) * 805u) + 784u);
+                                    const unsigned int sk_e23 = ((((row_slot * parts) + p) * 1317u) + 1296u);
                                     r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e23 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e23 + 0u)]))));
-                                    r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 787u)]));
-                                    r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 788u)]));
-                                    r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 789u)]));
-                                    r_max_below = max(r_max_below, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 790u)]));
-                                    r_w_below = fmaxf(r_w_below, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 791u)])));
-                                    unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 793u)]);
+                                    r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
+                                    r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
+                                    r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
+                                    r_max_below = max(r_max_below, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1302u)]));
+                                    r_w_below = fmaxf(r_w_below, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1303u)])));
+                                    unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const float sk_e24 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 792u)]));
+                                        const float sk_e24 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                         if (((sk_e24 > best) || ((sk_e24 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 792u)]));
+                                            best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
                                         }
                                     }
-                                    unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 796u)]);
+                                    unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const unsigned int sk_e26 = ((((row_slot * parts) + p) * 805u) + 794u);
+                                        const unsigned int sk_e26 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                                         const double sk_e25 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 0u)]))));
                                         if (((sk_e25 > best64) || ((sk_e25 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            const unsigned int sk_e27 = ((((row_slot * parts) + p) * 805u) + 794u);
+                                            const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                                             best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
                                             best64_i = w_i64;
                                         }
@@ -1441,7 +1444,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int l_p = (l_c0 + threadIdx.x);
                                         unsigned int l_n = 0u;
                                         if ((l_p < parts)) {
-                                            l_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 805u) + 786u)]);
+                                            l_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 1317u) + 1298u)]);
                                         }
                                         unsigned int l_from = 0u;
                                         l_from = sk_block_scan(l_n);
@@ -1451,8 +1454,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         for (unsigned int li = 0u; li < l_n; li += 1u) {
                                             // built by kernels::filter_top_p::select_in_range
                                             unsigned int l_at = (l_start + li);
-                                            listed_cols[l_at] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 805u) + (5u + (li * 2u)))]);
-                                            listed_cols[(l_at + 2048u)] = (*(volatile unsigned int*)&partials[(((((row_slot * parts) + l_p) * 805u) + (5u + (li * 2u))) + 1u)]);
+                                            listed_cols[l_at] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + l_p) * 1317u) + (5u + (li * 2u)))]);
+                                            listed_cols[(l_at + 2048u)] = (*(volatile unsigned int*)&partials[(((((row_slot * parts) + l_p) * 1317u) + (5u + (li * 2u))) + 1u)]);
                                         }
                                         l_base = (l_base + l_chunk);
                                     }
@@ -1719,7 +1722,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     __syncthreads();
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_p::select_in_range
-                                        listed_cols[p] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 786u)]);
+                                        listed_cols[p] = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]);
                                     }
                                     __syncthreads();
                                     bool in_a = false;
@@ -1758,12 +1761,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned long long mas_13 = 0;
                                         unsigned long long mas_14 = 0;
                                         unsigned long long mas_15 = 0;
-                                        for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
-                                            unsigned int ri_p = (i / 384u);
+                                        for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) {
+                                            unsigned int ri_p = (i / 640u);
                                             unsigned int ri_key = 0u;
-                                            if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e36 = (i / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e36) * 805u) + (5u + ((i - (sk_e36 * 384u)) * 2u)))]);
+                                            if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
+                                                const unsigned int sk_e36 = (i / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e36) * 1317u) + (5u + ((i - (sk_e36 * 640u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1880,18 +1883,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         select_scratch[i] = 0u;
                                     }
                                     __syncthreads();
-                                    for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                    for (unsigned int ti = threadIdx.x; ti < (parts * 640u); ti += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::within
-                                        unsigned int ri_p = (ti / 384u);
+                                        unsigned int ri_p = (ti / 640u);
                                         unsigned int ri_key = 0u;
-                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e40 = (ti / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((ti - (sk_e40 * 384u)) * 2u)))]);
+                                            const unsigned int sk_e40 = (ti / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 1317u) + (5u + ((ti - (sk_e40 * 640u)) * 2u)))]);
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e41 = (ti / 384u);
-                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 805u) + (6u + ((ti - (sk_e41 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e41 = (ti / 640u);
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 1317u) + (6u + ((ti - (sk_e41 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                         if ((tk != 0u)) {
                                             unsigned int t_in = (t_top - tk);
                                             unsigned int t_d = t_in;
@@ -1919,18 +1922,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                     select_scratch[i] = 0u;
                                                 }
                                                 __syncthreads();
-                                                for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                                for (unsigned int ti = threadIdx.x; ti < (parts * 640u); ti += ((unsigned int)SK_BLOCK)) {
                                                     // built by kernels::select::within
-                                                    unsigned int ri_p = (ti / 384u);
+                                                    unsigned int ri_p = (ti / 640u);
                                                     unsigned int ri_key = 0u;
-                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                    if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e42 = (ti / 384u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 805u) + (5u + ((ti - (sk_e42 * 384u)) * 2u)))]);
+                                                        const unsigned int sk_e42 = (ti / 640u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 1317u) + (5u + ((ti - (sk_e42 * 640u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e43 = (ti / 384u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 805u) + (6u + ((ti - (sk_e43 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e43 = (ti / 640u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 1317u) + (6u + ((ti - (sk_e43 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -1971,18 +1974,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
-                                        for (unsigned int ti = threadIdx.x; ti < (parts * 384u); ti += ((unsigned int)SK_BLOCK)) {
+                                        for (unsigned int ti = threadIdx.x; ti < (parts * 640u); ti += ((unsigned int)SK_BLOCK)) {
                                             // built by kernels::select::within
-                                            unsigned int ri_p = (ti / 384u);
+                                            unsigned int ri_p = (ti / 640u);
                                             unsigned int ri_key = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e46 = (ti / 384u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 805u) + (5u + ((ti - (sk_e46 * 384u)) * 2u)))]);
+                                                const unsigned int sk_e46 = (ti / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 1317u) + (5u + ((ti - (sk_e46 * 640u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e47 = (ti / 384u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 805u) + (6u + ((ti - (sk_e47 * 384u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            const unsigned int sk_e47 = (ti / 640u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 1317u) + (6u + ((ti - (sk_e47 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -1999,17 +2002,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     __syncthreads();
                                     unsigned int t_take = min(t_at, (ties - t_above));
                                     unsigned int tie_col_max = (t_key ^ 4294967295u);
-                                    for (unsigned int i = threadIdx.x; i < (parts * 384u); i += ((unsigned int)SK_BLOCK)) {
+                                    for (unsigned int i = threadIdx.x; i < (parts * 640u); i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_p::select_in_range
-                                        unsigned int ri_p = (i / 384u);
+                                        unsigned int ri_p = (i / 640u);
                                         unsigned int ri_key = 0u;
-                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e48 = (i / 384u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 805u) + (5u + ((i - (sk_e48 * 384u)) * 2u)))]);
+                                        if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
+                                            const unsigned int sk_e48 = (i / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 1317u) + (5u + ((i - (sk_e48 * 640u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e49 = (i / 384u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 805u) + (6u + ((i - (sk_e49 * 384u)) * 2u)))]);
+                                        const unsigned int sk_e49 = (i / 640u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 1317u) + (6u + ((i - (sk_e49 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2034,7 +2037,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int t_p = (t_c0 + threadIdx.x);
                                         unsigned int t_n = 0u;
                                         if ((t_p < parts)) {
-                                            t_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 779u)]);
+                                            t_n = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1291u)]);
                                         }
                                         unsigned int t_from = 0u;
                                         t_from = sk_block_scan(t_n);
@@ -2044,24 +2047,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         if ((t_n > 0u)) {
                                             // built by kernels::filter_top_p::tied_range
                                             if (((t_start + t_n) <= t_kept)) {
-                                                unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
+                                                unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e54 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    const float sk_e54 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                     if (((sk_e54 > best) || ((sk_e54 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                        best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
                                                     }
                                                 }
-                                                unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
+                                                unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e56 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    const unsigned int sk_e56 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                                                     const double sk_e55 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e56 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e56 + 0u)]))));
                                                     if (((sk_e55 > best64) || ((sk_e55 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e57 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        const unsigned int sk_e57 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                                                         best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
@@ -2149,16 +2152,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                             float m = sk_bitcast<float>(4286578688u);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::row_max
-                                m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]));
+                                m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]));
                             }
                             float row_m = (0.0f);
                             row_m = sk_block_max_f32(m);
                             float s = (0.0f);
                             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_top_k::merge_row
-                                float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 0u)]);
+                                float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
                                 if ((mp_p > sk_bitcast<float>(4286578688u))) {
-                                    s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 805u) + 1u)]) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));
+                                    s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));
                                 }
                             }
                             float row_s = (0.0f);
@@ -2178,9 +2181,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int ip = (ti / want);
                                     unsigned int is = (ti - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                    if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int tk = ik;
                                     if ((tk != 0u)) {
@@ -2215,9 +2218,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                                 unsigned int ip = (ti / want);
                                                 unsigned int is = (ti - (ip * want));
                                                 unsigned int ik = 0u;
-                                                if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                                if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                                     // built by kernels::filter_top_k::merge_row
-                                                    ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                                    ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                                 }
                                                 unsigned int tk = ik;
                                                 if ((tk != 0u)) {
@@ -2265,9 +2268,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ip = (ti / want);
                                         unsigned int is = (ti - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                        if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                            ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int tk = ik;
                                         if ((tk != 0u)) {
@@ -2295,9 +2298,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int ip = (gi / want);
                                     unsigned int is = (gi - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                    if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -2320,9 +2323,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int ip = (gj / want);
                                     unsigned int is = (gj - (ip * want));
                                     unsigned int ik = 0u;
-                                    if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                    if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                        ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                     }
                                     unsigned int gk = ik;
                                     if ((gk != 0u)) {
@@ -2333,7 +2336,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
                                             const unsigned int sk_e62 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e62) * 805u) + (6u + ((gj - (sk_e62 * want)) * 2u)))];
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e62) * 1317u) + (6u + ((gj - (sk_e62 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2572,9 +2575,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         unsigned int ip = (pos / want);
                                         unsigned int is = (pos - (ip * want));
                                         unsigned int ik = 0u;
-                                        if ((is < partials[((((slot * parts) + ip) * 805u) + 2u)])) {
+                                        if ((is < partials[((((slot * parts) + ip) * 1317u) + 2u)])) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))];
+                                            ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int lk = ik;
                                         if ((((lk != 0u) && (lk < t_key)) && (sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) == ov_t))) {
@@ -2583,11 +2586,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     }
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
-                                        unsigned int rk3 = partials[((((slot * parts) + p) * 805u) + 3u)];
+                                        unsigned int rk3 = partials[((((slot * parts) + p) * 1317u) + 3u)];
                                         if ((((rk3 != 0u) && (rk3 < t_key)) && (sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
-                                        unsigned int rk4 = partials[((((slot * parts) + p) * 805u) + 4u)];
+                                        unsigned int rk4 = partials[((((slot * parts) + p) * 1317u) + 4u)];
                                         if ((((rk4 != 0u) && (rk4 < t_key)) && (sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
@@ -2653,7 +2656,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e107 = (((slot * parts) + p) * 805u);
+                                        const unsigned int sk_e107 = (((slot * parts) + p) * 1317u);
                                         unsigned int mo_lk = max(partials[(sk_e107 + 3u)], partials[(sk_e107 + 4u)]);
                                         const float sk_e109 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
                                         const float sk_e108 = ((sk_e109 == row_m) ? (1.0f) : (sk_e109 / row_m));
@@ -2678,12 +2681,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_probs(
                                         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) {
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
-                                            if ((mo_s < partials[((((slot * parts) + mo_p) * 805u) + 2u)])) {
-                                                const unsigned int sk_e111 = partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))];
+                                            if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
+                                                const unsigned int sk_e111 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
                                                 float mo_z = sk_bitcast<float>((((sk_e111 & 2147483648u) != 0u) ? (sk_e111 ^ 2147483648u) : (sk_e111 ^ 4294967295u)));
                                                 const float sk_e112 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
                                                 if (((sk_e112 > (0.0f)) && (sk_e112 >= mp))) {
-                                                    unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)];
+                                                    unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_race_one(mo_z, noisy, row, mo_col, best64, best64_i);
                                                     } else {

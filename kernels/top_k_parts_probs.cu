@@ -36,7 +36,7 @@ __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[512];
+__shared__ __align__(16) unsigned int part_hist[1024];
 
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -225,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
@@ -237,21 +237,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
-                float grid_r = (-floorf((-((((float)(sk_bitcast<unsigned int>(part_m) >> 19u)) * (0.0625f)) * (16.0f)))));
+                float grid_r = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 4u)));
+                float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f));
                 float s = (0.0f);
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_k::sum_part
                     unsigned int k = part_keys[i];
                     if ((k != 0u)) {
                         float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
-                        float kw = ((kz == part_m) ? (1.0f) : (kz / part_m));
+                        float kw = ((kz == m_finite) ? (1.0f) : __fdividef(kz, m_finite));
                         s = (s + kw);
-                        float hg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(kz) >> 19u)) * (0.0625f)) * (16.0f))));
-                        if (((kw > (0.0f)) && (hg < (512.0f)))) {
+                        float hg = (grid_r - ((float)(sk_bitcast<unsigned int>(kz) >> (23u - 4u))));
+                        if ((hg < (512.0f))) {
                             // built by kernels::filter_top_p::histogram_part
+                            unsigned int hgu = ((unsigned int)hg);
                             unsigned int hist_old = 0u;
-                            const float sk_e1 = sk_bitcast<float>((((unsigned int)((grid_r - hg) + (1.0f))) << 19u));
-                            hist_old = atomicAdd(&part_hist[((unsigned int)hg)], ((unsigned int)((((kz == sk_e1) ? (1.0f) : (kz / sk_e1)) * (524288.0f)) + (0.5f))));
+                            const float sk_e1 = sk_bitcast<float>((((unsigned int)((grid_r - hg) + (1.0f))) << (23u - 4u)));
+                            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((((kz == sk_e1) ? (1.0f) : __fdividef(kz, sk_e1)) * (524288.0f)) + (0.5f))));
+                            unsigned int hist_n_old = 0u;
+                            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
                         }
                     }
                 }
@@ -260,36 +264,46 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 __syncthreads();
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 805u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 805u) + 1u)] = sk_bitcast<unsigned int>(part_s);
-                    partials[((slot * 805u) + 2u)] = 0u;
-                    partials[((slot * 805u) + 3u)] = 0u;
-                    partials[((slot * 805u) + 4u)] = 0u;
+                    partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 1317u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                    partials[((slot * 1317u) + 2u)] = 0u;
+                    partials[((slot * 1317u) + 3u)] = 0u;
+                    partials[((slot * 1317u) + 4u)] = 0u;
                 }
                 for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 805u) + (5u + i))] = part_hist[i];
+                    partials[((slot * 1317u) + (5u + i))] = part_hist[i];
+                }
+                for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_p::copy_counts
+                    const unsigned int sk_e2 = (i * 2u);
+                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e2)] | (part_hist[(513u + sk_e2)] << 16u));
                 }
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
                 __syncthreads();
+                float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 15u)));
+                const unsigned int sk_e3 = sk_bitcast<unsigned int>(sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 15u))));
+                unsigned int grid_f_low = (((sk_e3 & 2147483648u) != 0u) ? (sk_e3 ^ 4294967295u) : (sk_e3 | 2147483648u));
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk = part_keys[i];
-                    float hg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(sk_bitcast<float>((((hk & 2147483648u) != 0u) ? (hk ^ 2147483648u) : (hk ^ 4294967295u)))) >> 19u)) * (0.0625f)) * (16.0f))));
-                    if (((hk != 0u) && (hg < (512.0f)))) {
-                        unsigned int hgu = ((unsigned int)hg);
-                        unsigned int hist_n_old = 0u;
-                        hist_n_old = atomicAdd(&part_hist[(hgu >> 1u)], (1u << ((hgu & 1u) * 16u)));
+                    if ((hk >= grid_f_low)) {
+                        float hfg = (grid_rf - ((float)(sk_bitcast<unsigned int>(sk_bitcast<float>((((hk & 2147483648u) != 0u) ? (hk ^ 2147483648u) : (hk ^ 4294967295u)))) >> (23u - 15u))));
+                        if ((hfg < (1024.0f))) {
+                            unsigned int hist_f_old = 0u;
+                            hist_f_old = atomicAdd(&part_hist[((unsigned int)hfg)], 1u);
+                        }
                     }
                 }
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 805u) + (517u + i))] = part_hist[i];
+                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_p::copy_counts
+                    const unsigned int sk_e4 = (i * 2u);
+                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e4)] | (part_hist[(1u + sk_e4)] << 16u));
                 }
                 __threadfence();
                 __syncthreads();
@@ -310,131 +324,271 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         float m = sk_bitcast<float>(4286578688u);
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_top_k::row_max
-                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)])));
+                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
                         }
                         float row_m = (0.0f);
                         row_m = sk_block_max_f32(m);
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
-                            float grid_r = (-floorf((-((((float)(sk_bitcast<unsigned int>(row_m) >> 19u)) * (0.0625f)) * (16.0f)))));
-                            unsigned int e_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            unsigned int e_lo = min((threadIdx.x * e_per), 512u);
-                            unsigned int e_hi = min((e_lo + e_per), 512u);
-                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                part_keys[g] = sk_bitcast<unsigned int>((0.0f));
-                                part_keys[(512u + g)] = 0u;
-                                part_keys[(1024u + g)] = 0u;
-                            }
                             float e_total = (0.0f);
                             for (unsigned int p = 0u; p < parts; p += 1u) {
-                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
+                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
                                 if ((e_mp > sk_bitcast<float>(4286578688u))) {
-                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * ((e_mp == row_m) ? (1.0f) : (e_mp / row_m))));
-                                    float e_shift = (grid_r - (-floorf((-((((float)(sk_bitcast<unsigned int>(e_mp) >> 19u)) * (0.0625f)) * (16.0f))))));
-                                    for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                        float e_at = (((float)g) - e_shift);
-                                        if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
-                                            unsigned int e_atu = ((unsigned int)e_at);
-                                            part_keys[g] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[g]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
-                                            unsigned int e_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u);
-                                            const unsigned int sk_e2 = (512u + g);
-                                            part_keys[sk_e2] = (part_keys[sk_e2] + e_n);
-                                            const unsigned int sk_e3 = (1024u + g);
-                                            part_keys[sk_e3] = max(part_keys[sk_e3], e_n);
+                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * ((e_mp == row_m) ? (1.0f) : (e_mp / row_m))));
+                                }
+                            }
+                            float e_unit = ((3500000000.0f) / e_total);
+                            __syncthreads();
+                            float ec_r = ((float)(sk_bitcast<unsigned int>(row_m) >> (23u - 4u)));
+                            unsigned int ec_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                            unsigned int ec_g0 = min((threadIdx.x * ec_per), 512u);
+                            unsigned int ec_g1 = min((ec_g0 + ec_per), 512u);
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                part_keys[g] = 0u;
+                                part_keys[(512u + g)] = 0u;
+                                part_keys[(1024u + g)] = sk_bitcast<unsigned int>((0.0f));
+                            }
+                            for (unsigned int p = 0u; p < parts; p += 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                float ec_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                                if ((ec_mp > sk_bitcast<float>(4286578688u))) {
+                                    float ec_shift = (ec_r - ((float)(sk_bitcast<unsigned int>(ec_mp) >> (23u - 4u))));
+                                    for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
+                                        float ec_at = (((float)g) - ec_shift);
+                                        if (((ec_at >= (0.0f)) && (ec_at < (512.0f)))) {
+                                            unsigned int ec_atu = ((unsigned int)ec_at);
+                                            unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
+                                            part_keys[g] = (part_keys[g] + ec_n);
+                                            const unsigned int sk_e5 = (512u + g);
+                                            part_keys[sk_e5] = max(part_keys[sk_e5], ec_n);
+                                            const unsigned int sk_e6 = (1024u + g);
+                                            part_keys[sk_e6] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e6]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
                             }
-                            float e_unit = ((3500000000.0f) / e_total);
-                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
-                                const float sk_e4 = sk_bitcast<float>((((unsigned int)((grid_r - ((float)g)) + (1.0f))) << 19u));
-                                part_keys[g] = ((unsigned int)(((sk_bitcast<float>(part_keys[g]) * (1.9073486e-6f)) * ((sk_e4 == row_m) ? (1.0f) : (sk_e4 / row_m))) * e_unit));
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                float ec_k = ((ec_r - ((float)g)) + (1.0f));
+                                float ec_edge = sk_bitcast<float>((((unsigned int)ec_k) << (23u - 4u)));
+                                const unsigned int sk_e7 = (1024u + g);
+                                part_keys[sk_e7] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e7]) * (1.9073486e-6f)) * ((ec_edge == row_m) ? (1.0f) : (ec_edge / row_m))) * e_unit));
                             }
-                            unsigned int e_m_own = 0u;
-                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                            unsigned int ec_m_own = 0u;
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                e_m_own = (e_m_own + part_keys[(0u + g)]);
+                                ec_m_own = (ec_m_own + part_keys[(1024u + g)]);
                             }
-                            unsigned int e_m_before = 0u;
-                            e_m_before = sk_block_scan(e_m_own);
-                            unsigned int e_m_total = 0u;
-                            e_m_total = sk_block_sum_u32(e_m_own);
-                            unsigned int e_lim = ((unsigned int)(pp * (3500000000.0f)));
-                            unsigned int e_m_cum = e_m_before;
-                            unsigned int e_m_first = 0u;
-                            unsigned int e_m_near_start = 0u;
-                            unsigned int e_m_near_end = 0u;
-                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                            unsigned int ec_m_before = 0u;
+                            ec_m_before = sk_block_scan(ec_m_own);
+                            unsigned int ec_m_total = 0u;
+                            ec_m_total = sk_block_sum_u32(ec_m_own);
+                            unsigned int ec_lim = ((unsigned int)(pp * (3500000000.0f)));
+                            unsigned int ec_m_cum = ec_m_before;
+                            unsigned int ec_m_first = 0u;
+                            unsigned int ec_m_near_start = 0u;
+                            unsigned int ec_m_near_end = 0u;
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                unsigned int e_m_x = part_keys[(0u + g)];
-                                if ((((pp < (1.0f)) && (e_m_cum <= e_lim)) && ((e_m_cum + e_m_x) > e_lim))) {
-                                    e_m_first = max(e_m_first, (512u - g));
-                                    e_m_near_start = (((e_lim - e_m_cum) <= 53405u) ? 1u : 0u);
-                                    e_m_near_end = ((((e_m_cum + e_m_x) - e_lim) <= 53405u) ? 1u : 0u);
+                                unsigned int ec_m_x = part_keys[(1024u + g)];
+                                if ((((pp < (1.0f)) && (ec_m_cum <= ec_lim)) && ((ec_m_cum + ec_m_x) > ec_lim))) {
+                                    ec_m_first = max(ec_m_first, (512u - g));
+                                    ec_m_near_start = (((ec_lim - ec_m_cum) <= 53405u) ? 1u : 0u);
+                                    ec_m_near_end = ((((ec_m_cum + ec_m_x) - ec_lim) <= 53405u) ? 1u : 0u);
                                 }
-                                e_m_cum = (e_m_cum + e_m_x);
+                                ec_m_cum = (ec_m_cum + ec_m_x);
                             }
-                            unsigned int e_m_bin = 0u;
-                            e_m_bin = sk_block_max_u32(e_m_first);
-                            unsigned int e_m_bin_start = 0u;
-                            e_m_bin_start = sk_block_max_u32(e_m_near_start);
-                            unsigned int e_m_bin_end = 0u;
-                            e_m_bin_end = sk_block_max_u32(e_m_near_end);
-                            unsigned int e_n_own = 0u;
-                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                            unsigned int ec_m_bin = 0u;
+                            ec_m_bin = sk_block_max_u32(ec_m_first);
+                            unsigned int ec_m_bin_start = 0u;
+                            ec_m_bin_start = sk_block_max_u32(ec_m_near_start);
+                            unsigned int ec_m_bin_end = 0u;
+                            ec_m_bin_end = sk_block_max_u32(ec_m_near_end);
+                            unsigned int ec_n_own = 0u;
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                e_n_own = (e_n_own + part_keys[(512u + g)]);
+                                ec_n_own = (ec_n_own + part_keys[(0u + g)]);
                             }
-                            unsigned int e_n_before = 0u;
-                            e_n_before = sk_block_scan(e_n_own);
-                            unsigned int e_n_total = 0u;
-                            e_n_total = sk_block_sum_u32(e_n_own);
-                            unsigned int e_n_cum = e_n_before;
-                            unsigned int e_n_first = 0u;
-                            unsigned int e_n_near_start = 0u;
-                            unsigned int e_n_near_end = 0u;
-                            for (unsigned int g = e_lo; g < e_hi; g += 1u) {
+                            unsigned int ec_n_before = 0u;
+                            ec_n_before = sk_block_scan(ec_n_own);
+                            unsigned int ec_n_total = 0u;
+                            ec_n_total = sk_block_sum_u32(ec_n_own);
+                            unsigned int ec_n_cum = ec_n_before;
+                            unsigned int ec_n_first = 0u;
+                            unsigned int ec_n_near_start = 0u;
+                            unsigned int ec_n_near_end = 0u;
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                unsigned int e_n_x = part_keys[(512u + g)];
-                                const unsigned int sk_e5 = (kk - 1u);
-                                if ((((kk < vocab) && (e_n_cum <= sk_e5)) && ((e_n_cum + e_n_x) > sk_e5))) {
-                                    e_n_first = max(e_n_first, (512u - g));
-                                    e_n_near_start = ((((kk - 1u) - e_n_cum) <= 0u) ? 1u : 0u);
-                                    e_n_near_end = ((((e_n_cum + e_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
+                                unsigned int ec_n_x = part_keys[(0u + g)];
+                                const unsigned int sk_e8 = (kk - 1u);
+                                if ((((kk < vocab) && (ec_n_cum <= sk_e8)) && ((ec_n_cum + ec_n_x) > sk_e8))) {
+                                    ec_n_first = max(ec_n_first, (512u - g));
+                                    ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u);
+                                    ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
                                 }
-                                e_n_cum = (e_n_cum + e_n_x);
+                                ec_n_cum = (ec_n_cum + ec_n_x);
                             }
-                            unsigned int e_n_bin = 0u;
-                            e_n_bin = sk_block_max_u32(e_n_first);
-                            unsigned int e_n_bin_start = 0u;
-                            e_n_bin_start = sk_block_max_u32(e_n_near_start);
-                            unsigned int e_n_bin_end = 0u;
-                            e_n_bin_end = sk_block_max_u32(e_n_near_end);
-                            const unsigned int sk_e6 = max(e_m_bin, e_n_bin);
-                            unsigned int e_cut = (512u - ((sk_e6 > 0u) ? sk_e6 : 1u));
-                            unsigned int e_above = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_start : 1u);
-                            unsigned int e_below = (((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) ? e_m_bin_end : 1u);
-                            unsigned int e_one = part_keys[(1024u + e_cut)];
-                            unsigned int e_wide = 0u;
-                            for (unsigned int g = (e_cut - min(e_cut, e_above)); g < (min((e_cut + e_below), 511u) + 1u); g += 1u) {
-                                e_wide = (e_wide + part_keys[(1024u + g)]);
+                            unsigned int ec_n_bin = 0u;
+                            ec_n_bin = sk_block_max_u32(ec_n_first);
+                            unsigned int ec_n_bin_start = 0u;
+                            ec_n_bin_start = sk_block_max_u32(ec_n_near_start);
+                            unsigned int ec_n_bin_end = 0u;
+                            ec_n_bin_end = sk_block_max_u32(ec_n_near_end);
+                            unsigned int ec_first = max(ec_m_bin, ec_n_bin);
+                            unsigned int ec_cut = (512u - ((ec_first > 0u) ? ec_first : 1u));
+                            unsigned int ec_above = (((ec_m_bin > 0u) && (ec_m_bin >= ec_n_bin)) ? ec_m_bin_start : 1u);
+                            unsigned int ec_below = (((ec_m_bin > 0u) && (ec_m_bin >= ec_n_bin)) ? ec_m_bin_end : 1u);
+                            unsigned int ec_one = part_keys[(512u + ec_cut)];
+                            unsigned int ec_wide = 0u;
+                            for (unsigned int g = (ec_cut - min(ec_cut, ec_above)); g < (min((ec_cut + ec_below), 511u) + 1u); g += 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                ec_wide = (ec_wide + part_keys[(512u + g)]);
                             }
-                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((e_wide > 384u) && (e_one <= 384u)))) {
-                                e_above = 0u;
-                                e_below = 0u;
+                            if ((((ec_m_bin > 0u) && (ec_m_bin >= ec_n_bin)) && ((ec_wide > 640u) && (ec_one <= 640u)))) {
+                                // built by kernels::filter_top_p::place_cut
+                                ec_above = 0u;
+                                ec_below = 0u;
+                            }
+                            unsigned int ec_first_bin = (ec_cut - min(ec_cut, ec_above));
+                            unsigned int ec_last_bin = (ec_cut + ec_below);
+                            unsigned int e_shift = 4u;
+                            unsigned int e_lo = ec_first_bin;
+                            unsigned int e_hi = ec_last_bin;
+                            float e_r = ec_r;
+                            if ((ec_cut <= 2u)) {
+                                __syncthreads();
+                                float ef_r = ((float)(sk_bitcast<unsigned int>(row_m) >> (23u - 15u)));
+                                unsigned int ef_per = (((1024u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
+                                unsigned int ef_g0 = min((threadIdx.x * ef_per), 1024u);
+                                unsigned int ef_g1 = min((ef_g0 + ef_per), 1024u);
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    part_keys[g] = 0u;
+                                    part_keys[(1024u + g)] = 0u;
+                                    part_keys[(2048u + g)] = sk_bitcast<unsigned int>((0.0f));
+                                }
+                                for (unsigned int p = 0u; p < parts; p += 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    float ef_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                                    if ((ef_mp > sk_bitcast<float>(4286578688u))) {
+                                        float ef_shift = (ef_r - ((float)(sk_bitcast<unsigned int>(ef_mp) >> (23u - 15u))));
+                                        for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                            float ef_at = (((float)g) - ef_shift);
+                                            if (((ef_at >= (0.0f)) && (ef_at < (1024.0f)))) {
+                                                unsigned int ef_atu = ((unsigned int)ef_at);
+                                                unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
+                                                part_keys[g] = (part_keys[g] + ef_n);
+                                                const unsigned int sk_e9 = (1024u + g);
+                                                part_keys[sk_e9] = max(part_keys[sk_e9], ef_n);
+                                            }
+                                        }
+                                    }
+                                }
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    float ef_k = ((ef_r - ((float)g)) + (1.0f));
+                                    float ef_edge = sk_bitcast<float>((((unsigned int)ef_k) << (23u - 15u)));
+                                    const float sk_e10 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 15u)))) * (0.5f));
+                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((sk_e10 == row_m) ? (1.0f) : (sk_e10 / row_m))) * e_unit));
+                                }
+                                unsigned int ef_m_own = 0u;
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    ef_m_own = (ef_m_own + part_keys[(2048u + g)]);
+                                }
+                                unsigned int ef_m_before = 0u;
+                                ef_m_before = sk_block_scan(ef_m_own);
+                                unsigned int ef_m_total = 0u;
+                                ef_m_total = sk_block_sum_u32(ef_m_own);
+                                unsigned int ef_lim = ((unsigned int)(pp * (3500000000.0f)));
+                                unsigned int ef_m_cum = ef_m_before;
+                                unsigned int ef_m_first = 0u;
+                                unsigned int ef_m_near_start = 0u;
+                                unsigned int ef_m_near_end = 0u;
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    unsigned int ef_m_x = part_keys[(2048u + g)];
+                                    if ((((pp < (1.0f)) && (ef_m_cum <= ef_lim)) && ((ef_m_cum + ef_m_x) > ef_lim))) {
+                                        ef_m_first = max(ef_m_first, (1024u - g));
+                                        ef_m_near_start = (((ef_lim - ef_m_cum) <= 213623u) ? 1u : 0u);
+                                        ef_m_near_end = ((((ef_m_cum + ef_m_x) - ef_lim) <= 213623u) ? 1u : 0u);
+                                    }
+                                    ef_m_cum = (ef_m_cum + ef_m_x);
+                                }
+                                unsigned int ef_m_bin = 0u;
+                                ef_m_bin = sk_block_max_u32(ef_m_first);
+                                unsigned int ef_m_bin_start = 0u;
+                                ef_m_bin_start = sk_block_max_u32(ef_m_near_start);
+                                unsigned int ef_m_bin_end = 0u;
+                                ef_m_bin_end = sk_block_max_u32(ef_m_near_end);
+                                unsigned int ef_n_own = 0u;
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    ef_n_own = (ef_n_own + part_keys[(0u + g)]);
+                                }
+                                unsigned int ef_n_before = 0u;
+                                ef_n_before = sk_block_scan(ef_n_own);
+                                unsigned int ef_n_total = 0u;
+                                ef_n_total = sk_block_sum_u32(ef_n_own);
+                                unsigned int ef_n_cum = ef_n_before;
+                                unsigned int ef_n_first = 0u;
+                                unsigned int ef_n_near_start = 0u;
+                                unsigned int ef_n_near_end = 0u;
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    unsigned int ef_n_x = part_keys[(0u + g)];
+                                    const unsigned int sk_e11 = (kk - 1u);
+                                    if ((((kk < vocab) && (ef_n_cum <= sk_e11)) && ((ef_n_cum + ef_n_x) > sk_e11))) {
+                                        ef_n_first = max(ef_n_first, (1024u - g));
+                                        ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u);
+                                        ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
+                                    }
+                                    ef_n_cum = (ef_n_cum + ef_n_x);
+                                }
+                                unsigned int ef_n_bin = 0u;
+                                ef_n_bin = sk_block_max_u32(ef_n_first);
+                                unsigned int ef_n_bin_start = 0u;
+                                ef_n_bin_start = sk_block_max_u32(ef_n_near_start);
+                                unsigned int ef_n_bin_end = 0u;
+                                ef_n_bin_end = sk_block_max_u32(ef_n_near_end);
+                                unsigned int ef_first = max(ef_m_bin, ef_n_bin);
+                                unsigned int ef_cut = (1024u - ((ef_first > 0u) ? ef_first : 1u));
+                                unsigned int ef_above = (((ef_m_bin > 0u) && (ef_m_bin >= ef_n_bin)) ? ef_m_bin_start : 1u);
+                                unsigned int ef_below = (((ef_m_bin > 0u) && (ef_m_bin >= ef_n_bin)) ? ef_m_bin_end : 1u);
+                                unsigned int ef_one = part_keys[(1024u + ef_cut)];
+                                unsigned int ef_wide = 0u;
+                                for (unsigned int g = (ef_cut - min(ef_cut, ef_above)); g < (min((ef_cut + ef_below), 1023u) + 1u); g += 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    ef_wide = (ef_wide + part_keys[(1024u + g)]);
+                                }
+                                if ((((ef_m_bin > 0u) && (ef_m_bin >= ef_n_bin)) && ((ef_wide > 640u) && (ef_one <= 640u)))) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    ef_above = 0u;
+                                    ef_below = 0u;
+                                }
+                                unsigned int ef_first_bin = (ef_cut - min(ef_cut, ef_above));
+                                unsigned int ef_last_bin = (ef_cut + ef_below);
+                                if ((ef_first > 0u)) {
+                                    e_shift = 15u;
+                                    e_lo = ef_first_bin;
+                                    e_hi = ef_last_bin;
+                                    e_r = ef_r;
+                                }
                             }
                             if ((threadIdx.x == 0u)) {
-                                partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 1u;
-                                partials[((((row_slot * parts) + 0u) * 805u) + 774u)] = (e_cut - min(e_cut, e_above));
-                                partials[((((row_slot * parts) + 0u) * 805u) + 775u)] = (e_cut + e_below);
-                                partials[((((row_slot * parts) + 0u) * 805u) + 776u)] = sk_bitcast<unsigned int>(grid_r);
-                                partials[((((row_slot * parts) + 0u) * 805u) + 777u)] = sk_bitcast<unsigned int>(row_m);
-                                partials[((((row_slot * parts) + 0u) * 805u) + 802u)] = 0u;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 1u;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = e_lo;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = e_hi;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)] = sk_bitcast<unsigned int>(e_r);
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)] = e_shift;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)] = sk_bitcast<unsigned int>(row_m);
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)] = 0u;
                             }
                         } else {
                             // built by kernels::filter_top_p::estimate_cut
                             if ((threadIdx.x == 0u)) {
-                                partials[((((row_slot * parts) + 0u) * 805u) + 773u)] = 0u;
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 0u;
                             }
                         }
                     }
@@ -463,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     unsigned int k = part_keys[i];
                     if ((k != 0u)) {
                         float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
-                        float kw = ((kz == m_finite) ? (1.0f) : (kz / m_finite));
+                        float kw = ((kz == m_finite) ? (1.0f) : __fdividef(kz, m_finite));
                         s = (s + kw);
                         if ((k != 0u)) {
                             // built by kernels::select::count
@@ -515,8 +669,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int t_run = 0u;
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e7 = (t_lo + tj);
-                            t_run = (t_run + ((sk_e7 < 464u) ? (part_hist[min(sk_e7, 463u)]) : 0u));
+                            const unsigned int sk_e12 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e12 < 464u) ? (part_hist[min(sk_e12, 463u)]) : 0u));
                         }
                         unsigned int t_start = 0u;
                         t_start = sk_block_scan(t_run);
@@ -530,8 +684,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         t_run = (t_above + t_start);
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e8 = (t_lo + tj);
-                            unsigned int t_c = ((sk_e8 < 464u) ? (part_hist[min(sk_e8, 463u)]) : 0u);
+                            const unsigned int sk_e13 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e13 < 464u) ? (part_hist[min(sk_e13, 463u)]) : 0u);
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 part_hist[507u] = ((t_lo + tj) + 1u);
                                 part_hist[508u] = (t_run - t_above);
@@ -644,8 +798,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             g_rank = (g_rank + 1u);
                         }
                         if (g_take) {
-                            partials[((slot * 805u) + (5u + (g_out * 2u)))] = gk;
-                            partials[(((slot * 805u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
+                            partials[((slot * 1317u) + (5u + (g_out * 2u)))] = gk;
+                            partials[(((slot * 1317u) + (5u + (g_out * 2u))) + 1u)] = (col_lo + gj);
                             g_out = (g_out + 1u);
                         }
                     }
@@ -654,11 +808,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 part_below = sk_block_max_u32(below);
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_k::read_part
-                    partials[((slot * 805u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 805u) + 1u)] = sk_bitcast<unsigned int>(part_s);
-                    partials[((slot * 805u) + 2u)] = (t_above + t_take);
-                    partials[((slot * 805u) + 3u)] = part_below;
-                    partials[((slot * 805u) + 4u)] = ((t_at > t_take) ? t_key : 0u);
+                    partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 1317u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                    partials[((slot * 1317u) + 2u)] = (t_above + t_take);
+                    partials[((slot * 1317u) + 3u)] = part_below;
+                    partials[((slot * 1317u) + 4u)] = ((t_at > t_take) ? t_key : 0u);
                 }
             }
         }

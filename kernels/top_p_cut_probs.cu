@@ -439,7 +439,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         } \
     } \
 }
-#define sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+#define sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
@@ -449,7 +449,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         /* built by kernels::filter_top_p::cut_part */ \
         unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf(((((float)(sk_bitcast<unsigned int>(cz) >> 19u)) * (0.0625f)) * (16.0f)))); \
+        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
         if ((cg < cut_lo)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
@@ -468,9 +468,9 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 384u)) { \
-                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck; \
-                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col; \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
@@ -513,12 +513,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
             const unsigned int sk_e0 = (row * 12u);
             bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
+            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
                 {
-                    float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
-                    float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
-                    float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
-                    float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
+                    float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
+                    float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
+                    float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
+                    unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
+                    float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u));
+                    float cut_grid_inv = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
+                    float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                     bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
@@ -562,16 +565,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                         const unsigned int sk_e4 = (col_hi - col_lo);
                         float zx3 = x[(base + (col_lo + ((li3 < sk_e4) ? li3 : (sk_e4 - 1u))))];
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                            sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                            sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                            sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                            sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }
                     }
                     unsigned int part_n_above = 0u;
@@ -599,11 +602,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     sk_block_argmax_f64(best64, best64_i, part_best64, part_best64_i);
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 805u) + 792u)] = sk_bitcast<unsigned int>(part_best);
-                        partials[((((row_slot * parts) + part) * 805u) + 793u)] = part_best_i;
-                        partials[((((row_slot * parts) + part) * 805u) + 794u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 805u) + 794u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 796u)] = part_best64_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1304u)] = sk_bitcast<unsigned int>(part_best);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1305u)] = part_best_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
                     }
                     float part_bestr = (0.0f);
                     unsigned int part_bestr_i = 0u;
@@ -613,29 +616,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     sk_block_argmax_f64(bestr64, bestr64_i, part_bestr64, part_bestr64_i);
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 805u) + 797u)] = sk_bitcast<unsigned int>(part_bestr);
-                        partials[((((row_slot * parts) + part) * 805u) + 798u)] = part_bestr_i;
-                        partials[((((row_slot * parts) + part) * 805u) + 799u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 805u) + 799u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 801u)] = part_bestr64_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1309u)] = sk_bitcast<unsigned int>(part_bestr);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1310u)] = part_bestr_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1311u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
                     }
                     __syncthreads();
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 805u) + 778u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 805u) + 779u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 805u) + 780u)] = ((unsigned int)(part_m_above & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 805u) + 780u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 782u)] = ((unsigned int)(part_m_range & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 784u)] = ((unsigned int)(part_m_below & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(cut_listing[0u], 384u);
-                        partials[((((row_slot * parts) + part) * 805u) + 787u)] = part_min_above_not;
-                        partials[((((row_slot * parts) + part) * 805u) + 788u)] = part_min_range_not;
-                        partials[((((row_slot * parts) + part) * 805u) + 789u)] = part_max_range;
-                        partials[((((row_slot * parts) + part) * 805u) + 790u)] = part_max_below;
-                        partials[((((row_slot * parts) + part) * 805u) + 791u)] = sk_bitcast<unsigned int>(part_w_below);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = ((unsigned int)(part_m_above & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = ((unsigned int)(part_m_range & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_below & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below);
                     }
                 }
             }

@@ -1240,7 +1240,7 @@ fn sk_tied_range(cut_seeded: bool, tov: f32, noisy: bool, row: u32, col: u32, pk
     *sk_io_best = best;
     *sk_io_best_i = best_i;
 }
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_grid_scale: f32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
     var min_above_not: u32 = *sk_io_min_above_not;
@@ -1268,7 +1268,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_
         // built by kernels::filter_top_p::cut_part
         var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - floor((cz * (16.0f))));
+        var cg: f32 = (grid_r - floor((cz * cut_grid_scale)));
         if ((cg < cut_lo)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
@@ -1287,9 +1287,9 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 384u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))], ck);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))], col);
+                if ((cut_at < 640u)) {
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
                 }
             } else {
                 m_below = (m_below + cmv);
@@ -1356,15 +1356,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((cut_here && top_p_cut)) {
                 {
                     var row_slot: u32 = slot;
-                    if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)]) == 1u)) {
+                    if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
                         // built by kernels::filter_top_p::cut_here
                         col_lo = min(((part * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
                         col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
                         {
-                            var cut_lo: f32 = f32(atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)]));
-                            var cut_hi: f32 = f32(atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 775u)]));
-                            var grid_r: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 776u)]));
-                            var cut_mx: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 777u)]));
+                            var cut_lo: f32 = f32(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
+                            var cut_hi: f32 = f32(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
+                            var grid_r: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]));
+                            var cut_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
+                            var cut_grid_scale: f32 = bitcast<f32>(((127u + cut_grid_shift) << 23u));
+                            var cut_grid_inv: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                            var cut_mx: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]));
                             var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                             var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                             var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
@@ -1412,16 +1415,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 let sk_e7: f32 = sk_load_x((base + (col_lo + select((sk_e8 - 1u), li3, (li3 < sk_e8)))));
                                 var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                                 if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                    sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                                 if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                    sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                                 if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                    sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                                 if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                    sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
                             }
                             var part_n_above: u32 = 0u;
@@ -1449,11 +1452,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sk_block_argmax_f64(sk_lid, best64, best64_i, &part_best64, &part_best64_i);
                             if ((sk_lid == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 792u)], bitcast<u32>(part_best));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 793u)], part_best_i);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 794u)], u32((bitcast<u64>(part_best64) & 4294967295lu)));
-                                atomicStore(&partials[(((((row_slot * parts) + part) * 805u) + 794u) + 1u)], u32((bitcast<u64>(part_best64) >> 32u)));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 796u)], part_best64_i);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1304u)], bitcast<u32>(part_best));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1305u)], part_best_i);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1306u)], u32((bitcast<u64>(part_best64) & 4294967295lu)));
+                                atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)], u32((bitcast<u64>(part_best64) >> 32u)));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1308u)], part_best64_i);
                             }
                             var part_bestr: f32 = (0.0f);
                             var part_bestr_i: u32 = 0u;
@@ -1463,29 +1466,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             sk_block_argmax_f64(sk_lid, bestr64, bestr64_i, &part_bestr64, &part_bestr64_i);
                             if ((sk_lid == 0u)) {
                                 // built by kernels::filter_top_p::store_winners
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 797u)], bitcast<u32>(part_bestr));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 798u)], part_bestr_i);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 799u)], u32((bitcast<u64>(part_bestr64) & 4294967295lu)));
-                                atomicStore(&partials[(((((row_slot * parts) + part) * 805u) + 799u) + 1u)], u32((bitcast<u64>(part_bestr64) >> 32u)));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 801u)], part_bestr64_i);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1309u)], bitcast<u32>(part_bestr));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1310u)], part_bestr_i);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1311u)], u32((bitcast<u64>(part_bestr64) & 4294967295lu)));
+                                atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)], u32((bitcast<u64>(part_bestr64) >> 32u)));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1313u)], part_bestr64_i);
                             }
                             workgroupBarrier();
                             if ((sk_lid == 0u)) {
                                 // built by kernels::filter_top_p::cut_part
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 778u)], part_n_above);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 779u)], part_n_range);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 780u)], u32((part_m_above & 4294967295lu)));
-                                atomicStore(&partials[(((((row_slot * parts) + part) * 805u) + 780u) + 1u)], u32((part_m_above >> 32u)));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 782u)], u32((part_m_range & 4294967295lu)));
-                                atomicStore(&partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)], u32((part_m_range >> 32u)));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 784u)], u32((part_m_below & 4294967295lu)));
-                                atomicStore(&partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)], u32((part_m_below >> 32u)));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 786u)], min(atomicLoad(&cut_listing[0u]), 384u));
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 787u)], part_min_above_not);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 788u)], part_min_range_not);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 789u)], part_max_range);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 790u)], part_max_below);
-                                atomicStore(&partials[((((row_slot * parts) + part) * 805u) + 791u)], bitcast<u32>(part_w_below));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1290u)], part_n_above);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1291u)], part_n_range);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1292u)], u32((part_m_above & 4294967295lu)));
+                                atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)], u32((part_m_above >> 32u)));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1294u)], u32((part_m_range & 4294967295lu)));
+                                atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)], u32((part_m_range >> 32u)));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1296u)], u32((part_m_below & 4294967295lu)));
+                                atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)], u32((part_m_below >> 32u)));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1298u)], min(atomicLoad(&cut_listing[0u]), 640u));
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1299u)], part_min_above_not);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1300u)], part_min_range_not);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1301u)], part_max_range);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1302u)], part_max_below);
+                                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1303u)], bitcast<u32>(part_w_below));
                             }
                         }
                         col_lo = 0u;
@@ -1497,7 +1500,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         if ((sk_lid == 0u)) {
                             // built by kernels::combine::last_part_on
                             var before: u32 = 0u;
-                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 1u);
+                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 1u);
                             arrived = (before + 1u);
                         }
                         var arrivals: u32 = 0u;
@@ -1507,7 +1510,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             storageBarrier();
                             merges = true;
                             if ((sk_lid == 0u)) {
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 0u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
                             }
                         }
                     }
@@ -1518,10 +1521,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (top_p_cut) {
                         {
                             var row_slot: u32 = slot;
-                            if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)]) == 1u)) {
+                            if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
                                 // built by kernels::filter_top_p::merge_cut
                                 reads_before = 2u;
-                                var cut_mx: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 805u) + 777u)]));
+                                var cut_mx: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]));
                                 var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                                 var r_n_above: u32 = 0u;
                                 var r_n_range: u32 = 0u;
@@ -1540,41 +1543,41 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var best64_i: u32 = 4294967295u;
                                 for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                     // built by kernels::filter_top_p::cut_row
-                                    var q_n_range: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 779u)]);
-                                    r_n_above = (r_n_above + atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 778u)]));
+                                    var q_n_range: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1291u)]);
+                                    r_n_above = (r_n_above + atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1290u)]));
                                     r_n_range = (r_n_range + q_n_range);
-                                    if ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 786u)]) < q_n_range)) {
+                                    if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    let sk_e25: u32 = ((((row_slot * parts) + p) * 805u) + 780u);
+                                    let sk_e25: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
                                     r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e25 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e25 + 0u)]))));
-                                    let sk_e26: u32 = ((((row_slot * parts) + p) * 805u) + 782u);
+                                    let sk_e26: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
                                     r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e26 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e26 + 0u)]))));
-                                    let sk_e27: u32 = ((((row_slot * parts) + p) * 805u) + 784u);
+                                    let sk_e27: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
                                     r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e27 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e27 + 0u)]))));
-                                    r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 787u)]));
-                                    r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 788u)]));
-                                    r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 789u)]));
-                                    r_max_below = max(r_max_below, atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 790u)]));
-                                    r_w_below = max(r_w_below, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 791u)])));
-                                    var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 793u)]);
+                                    r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
+                                    r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
+                                    r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
+                                    r_max_below = max(r_max_below, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1302u)]));
+                                    r_w_below = max(r_w_below, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1303u)])));
+                                    var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e28: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 792u)]));
+                                        let sk_e28: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                         if (((sk_e28 > best) || ((sk_e28 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 792u)]));
+                                            best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
                                         }
                                     }
-                                    var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 796u)]);
+                                    var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e30: u32 = ((((row_slot * parts) + p) * 805u) + 794u);
+                                        let sk_e30: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                                         let sk_e29: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e30 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e30 + 0u)]))));
                                         if (((sk_e29 > best64) || ((sk_e29 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            let sk_e31: u32 = ((((row_slot * parts) + p) * 805u) + 794u);
+                                            let sk_e31: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
                                             best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e31 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e31 + 0u)]))));
                                             best64_i = w_i64;
                                         }
@@ -1633,7 +1636,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var l_p: u32 = (l_c0 + sk_lid);
                                         var l_n: u32 = 0u;
                                         if ((l_p < parts)) {
-                                            l_n = atomicLoad(&partials[((((row_slot * parts) + l_p) * 805u) + 786u)]);
+                                            l_n = atomicLoad(&partials[((((row_slot * parts) + l_p) * 1317u) + 1298u)]);
                                         }
                                         var l_from: u32 = 0u;
                                         l_from = sk_block_scan(sk_lid, l_n);
@@ -1643,8 +1646,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         for (var li: u32 = 0u; li < l_n; li = li + 1u) {
                                             // built by kernels::filter_top_p::select_in_range
                                             var l_at: u32 = (l_start + li);
-                                            listed_cols[l_at] = atomicLoad(&partials[((((row_slot * parts) + l_p) * 805u) + (5u + (li * 2u)))]);
-                                            listed_cols[(l_at + 2048u)] = atomicLoad(&partials[(((((row_slot * parts) + l_p) * 805u) + (5u + (li * 2u))) + 1u)]);
+                                            listed_cols[l_at] = atomicLoad(&partials[((((row_slot * parts) + l_p) * 1317u) + (5u + (li * 2u)))]);
+                                            listed_cols[(l_at + 2048u)] = atomicLoad(&partials[(((((row_slot * parts) + l_p) * 1317u) + (5u + (li * 2u))) + 1u)]);
                                         }
                                         l_base = (l_base + l_chunk);
                                     }
@@ -1881,7 +1884,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     workgroupBarrier();
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_p::select_in_range
-                                        listed_cols[p] = atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 786u)]);
+                                        listed_cols[p] = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]);
                                     }
                                     workgroupBarrier();
                                     var in_a: bool = false;
@@ -1890,12 +1893,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var shift: u32 = (28u - (digit_pass * 4u));
                                         var cnt: array<u32, 16>;
                                         var mas: array<u64, 16>;
-                                        for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
-                                            var ri_p: u32 = (i / 384u);
+                                        for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
+                                            var ri_p: u32 = (i / 640u);
                                             var ri_key: u32 = 0u;
-                                            if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                                let sk_e40: u32 = (i / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e40) * 805u) + (5u + ((i - (sk_e40 * 384u)) * 2u)))]);
+                                            if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
+                                                let sk_e40: u32 = (i / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e40) * 1317u) + (5u + ((i - (sk_e40 * 640u)) * 2u)))]);
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -2012,18 +2015,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         atomicStore(&select_scratch[i], 0u);
                                     }
                                     workgroupBarrier();
-                                    for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                    for (var ti: u32 = sk_lid; ti < (parts * 640u); ti = ti + BLOCK) {
                                         // built by kernels::select::within
-                                        var ri_p: u32 = (ti / 384u);
+                                        var ri_p: u32 = (ti / 640u);
                                         var ri_key: u32 = 0u;
-                                        if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                        if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            let sk_e43: u32 = (ti / 384u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 805u) + (5u + ((ti - (sk_e43 * 384u)) * 2u)))]);
+                                            let sk_e43: u32 = (ti / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 1317u) + (5u + ((ti - (sk_e43 * 640u)) * 2u)))]);
                                         }
                                         var tk_key: u32 = ri_key;
-                                        let sk_e44: u32 = (ti / 384u);
-                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 805u) + (6u + ((ti - (sk_e44 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                        let sk_e44: u32 = (ti / 640u);
+                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 1317u) + (6u + ((ti - (sk_e44 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                         if ((tk != 0u)) {
                                             var t_in: u32 = (t_top - tk);
                                             var t_d: u32 = t_in;
@@ -2051,18 +2054,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     atomicStore(&select_scratch[i], 0u);
                                                 }
                                                 workgroupBarrier();
-                                                for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                                for (var ti: u32 = sk_lid; ti < (parts * 640u); ti = ti + BLOCK) {
                                                     // built by kernels::select::within
-                                                    var ri_p: u32 = (ti / 384u);
+                                                    var ri_p: u32 = (ti / 640u);
                                                     var ri_key: u32 = 0u;
-                                                    if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                                    if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e45: u32 = (ti / 384u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 805u) + (5u + ((ti - (sk_e45 * 384u)) * 2u)))]);
+                                                        let sk_e45: u32 = (ti / 640u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 1317u) + (5u + ((ti - (sk_e45 * 640u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e46: u32 = (ti / 384u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 805u) + (6u + ((ti - (sk_e46 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    let sk_e46: u32 = (ti / 640u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 1317u) + (6u + ((ti - (sk_e46 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2103,18 +2106,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if ((t_need > 0u)) {
                                         // built by kernels::select::decide
-                                        for (var ti: u32 = sk_lid; ti < (parts * 384u); ti = ti + BLOCK) {
+                                        for (var ti: u32 = sk_lid; ti < (parts * 640u); ti = ti + BLOCK) {
                                             // built by kernels::select::within
-                                            var ri_p: u32 = (ti / 384u);
+                                            var ri_p: u32 = (ti / 640u);
                                             var ri_key: u32 = 0u;
-                                            if (((ti - (ri_p * 384u)) < listed_cols[ri_p])) {
+                                            if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                let sk_e49: u32 = (ti / 384u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 805u) + (5u + ((ti - (sk_e49 * 384u)) * 2u)))]);
+                                                let sk_e49: u32 = (ti / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((ti - (sk_e49 * 640u)) * 2u)))]);
                                             }
                                             var tk_key: u32 = ri_key;
-                                            let sk_e50: u32 = (ti / 384u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 805u) + (6u + ((ti - (sk_e50 * 384u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            let sk_e50: u32 = (ti / 640u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 1317u) + (6u + ((ti - (sk_e50 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2131,17 +2134,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     workgroupBarrier();
                                     var t_take: u32 = min(t_at, (ties - t_above));
                                     var tie_col_max: u32 = (t_key ^ 4294967295u);
-                                    for (var i: u32 = sk_lid; i < (parts * 384u); i = i + BLOCK) {
+                                    for (var i: u32 = sk_lid; i < (parts * 640u); i = i + BLOCK) {
                                         // built by kernels::filter_top_p::select_in_range
-                                        var ri_p: u32 = (i / 384u);
+                                        var ri_p: u32 = (i / 640u);
                                         var ri_key: u32 = 0u;
-                                        if (((i - (ri_p * 384u)) < listed_cols[ri_p])) {
-                                            let sk_e51: u32 = (i / 384u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 805u) + (5u + ((i - (sk_e51 * 384u)) * 2u)))]);
+                                        if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
+                                            let sk_e51: u32 = (i / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((i - (sk_e51 * 640u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e52: u32 = (i / 384u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 805u) + (6u + ((i - (sk_e52 * 384u)) * 2u)))]);
+                                        let sk_e52: u32 = (i / 640u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((i - (sk_e52 * 640u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -2165,7 +2168,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_p: u32 = (t_c0 + sk_lid);
                                         var t_n: u32 = 0u;
                                         if ((t_p < parts)) {
-                                            t_n = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 779u)]);
+                                            t_n = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1291u)]);
                                         }
                                         var t_from: u32 = 0u;
                                         t_from = sk_block_scan(sk_lid, t_n);
@@ -2175,24 +2178,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         if ((t_n > 0u)) {
                                             // built by kernels::filter_top_p::tied_range
                                             if (((t_start + t_n) <= t_kept)) {
-                                                var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 798u)]);
+                                                var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e57: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                    let sk_e57: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                     if (((sk_e57 > best) || ((sk_e57 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 797u)]));
+                                                        best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
                                                     }
                                                 }
-                                                var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 805u) + 801u)]);
+                                                var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e59: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                    let sk_e59: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                                                     let sk_e58: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e59 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e59 + 0u)]))));
                                                     if (((sk_e58 > best64) || ((sk_e58 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e60: u32 = ((((row_slot * parts) + t_p) * 805u) + 799u);
+                                                        let sk_e60: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
                                                         best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e60 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e60 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
@@ -2284,16 +2287,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var m: f32 = bitcast<f32>(4286578688u);
                             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                 // built by kernels::filter_top_k::row_max
-                                m = max(m, bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 805u) + 0u)])));
+                                m = max(m, bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)])));
                             }
                             var row_m: f32 = (0.0f);
                             row_m = sk_block_max_f32(sk_lid, m);
                             var s: f32 = (0.0f);
                             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                 // built by kernels::filter_top_k::merge_row
-                                var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 805u) + 0u)]));
+                                var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)]));
                                 if ((mp_p > bitcast<f32>(4286578688u))) {
-                                    s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 805u) + 1u)])) * select(select(sk_exp((mp_p - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                 }
                             }
                             var row_s: f32 = (0.0f);
@@ -2313,9 +2316,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ip: u32 = (ti / want);
                                     var is: u32 = (ti - (ip * want));
                                     var ik: u32 = 0u;
-                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + 2u)]))) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                     }
                                     var tk: u32 = ik;
                                     if ((tk != 0u)) {
@@ -2350,9 +2353,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var ip: u32 = (ti / want);
                                                 var is: u32 = (ti - (ip * want));
                                                 var ik: u32 = 0u;
-                                                if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                                if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + 2u)]))) {
                                                     // built by kernels::filter_top_k::merge_row
-                                                    ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                                    ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                                 }
                                                 var tk: u32 = ik;
                                                 if ((tk != 0u)) {
@@ -2400,9 +2403,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ip: u32 = (ti / want);
                                         var is: u32 = (ti - (ip * want));
                                         var ik: u32 = 0u;
-                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + 2u)]))) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                         }
                                         var tk: u32 = ik;
                                         if ((tk != 0u)) {
@@ -2430,9 +2433,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ip: u32 = (gi / want);
                                     var is: u32 = (gi - (ip * want));
                                     var ik: u32 = 0u;
-                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + 2u)]))) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                     }
                                     var gk: u32 = ik;
                                     if ((gk != 0u)) {
@@ -2455,9 +2458,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var ip: u32 = (gj / want);
                                     var is: u32 = (gj - (ip * want));
                                     var ik: u32 = 0u;
-                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                    if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + 2u)]))) {
                                         // built by kernels::filter_top_k::merge_row
-                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                        ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                     }
                                     var gk: u32 = ik;
                                     if ((gk != 0u)) {
@@ -2468,7 +2471,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
                                             let sk_e68: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e68) * 805u) + (6u + ((gj - (sk_e68 * want)) * 2u)))]);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e68) * 1317u) + (6u + ((gj - (sk_e68 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2723,9 +2726,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ip: u32 = (pos / want);
                                         var is: u32 = (pos - (ip * want));
                                         var ik: u32 = 0u;
-                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 805u) + 2u)]))) {
+                                        if ((is < atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + 2u)]))) {
                                             // built by kernels::filter_top_k::merge_row
-                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 805u) + (5u + (is * 2u)))]);
+                                            ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                         }
                                         var lk: u32 = ik;
                                         if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
@@ -2734,11 +2737,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::count_shared_boundary
-                                        var rk3: u32 = atomicLoad(&partials[((((slot * parts) + p) * 805u) + 3u)]);
+                                        var rk3: u32 = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 3u)]);
                                         if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
-                                        var rk4: u32 = atomicLoad(&partials[((((slot * parts) + p) * 805u) + 4u)]);
+                                        var rk4: u32 = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 4u)]);
                                         if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
@@ -2810,7 +2813,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::min_p_over_parts
-                                        let sk_e130: u32 = (((slot * parts) + p) * 805u);
+                                        let sk_e130: u32 = (((slot * parts) + p) * 1317u);
                                         var mo_lk: u32 = max(atomicLoad(&partials[(sk_e130 + 3u)]), atomicLoad(&partials[(sk_e130 + 4u)]));
                                         let sk_e133: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
                                         let sk_e131: f32 = select((0.0f), (1.0f), (sk_e133 == bitcast<f32>(2139095040u)));
@@ -2838,12 +2841,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
-                                            if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + 2u)]))) {
-                                                let sk_e137: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u)))]);
+                                            if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]))) {
+                                                let sk_e137: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
                                                 var mo_z: f32 = bitcast<f32>(select((sk_e137 ^ 4294967295u), (sk_e137 ^ 2147483648u), ((sk_e137 & 2147483648u) != 0u)));
                                                 let sk_e138: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                                 if (((sk_e138 > (0.0f)) && (sk_e138 >= mp))) {
-                                                    var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 805u) + (5u + (mo_s * 2u))) + 1u)]);
+                                                    var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
                                                     } else {

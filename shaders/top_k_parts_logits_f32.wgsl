@@ -23,7 +23,7 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
-var<workgroup> part_hist: array<atomic<u32>, 512>;
+var<workgroup> part_hist: array<atomic<u32>, 1024>;
 
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
@@ -190,7 +190,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&part_hist[i], 0u);
                 }
@@ -202,21 +202,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
-                var grid_r: f32 = (-floor((-(part_m * (16.0f)))));
+                var grid_r: f32 = (-floor(((-part_m) * (16.0f))));
+                var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
                 var s: f32 = (0.0f);
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_k::sum_part
                     var k: u32 = part_keys[i];
                     if ((k != 0u)) {
                         var kz: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
-                        var kw: f32 = select(select(sk_exp((kz - part_m)), (0.0f), (part_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (kz == bitcast<f32>(2139095040u))), (part_m == bitcast<f32>(2139095040u)));
+                        var kw: f32 = exp((kz - m_finite));
                         s = (s + kw);
                         var hg: f32 = (grid_r - floor((kz * (16.0f))));
-                        if (((kw > (0.0f)) && (hg < (512.0f)))) {
+                        if ((hg < (512.0f))) {
                             // built by kernels::filter_top_p::histogram_part
+                            var hgu: u32 = u32(hg);
                             var hist_old: u32 = 0u;
-                            let sk_e5: f32 = (((grid_r - hg) + (1.0f)) * (0.0625f));
-                            hist_old = atomicAdd(&part_hist[u32(hg)], u32(((select(select(sk_exp((kz - sk_e5)), (0.0f), (sk_e5 == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (kz == bitcast<f32>(2139095040u))), (sk_e5 == bitcast<f32>(2139095040u))) * (524288.0f)) + (0.5f))));
+                            hist_old = atomicAdd(&part_hist[hgu], u32(((exp((kz - (((grid_r - hg) + (1.0f)) * (0.0625f)))) * (524288.0f)) + (0.5f))));
+                            var hist_n_old: u32 = 0u;
+                            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
                         }
                     }
                 }
@@ -225,36 +228,46 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 805u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 805u) + 1u)], bitcast<u32>(part_s));
-                    atomicStore(&partials[((slot * 805u) + 2u)], 0u);
-                    atomicStore(&partials[((slot * 805u) + 3u)], 0u);
-                    atomicStore(&partials[((slot * 805u) + 4u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
+                    atomicStore(&partials[((slot * 1317u) + 1u)], bitcast<u32>(part_s));
+                    atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
                 }
                 for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 805u) + (5u + i))], atomicLoad(&part_hist[i]));
+                    atomicStore(&partials[((slot * 1317u) + (5u + i))], atomicLoad(&part_hist[i]));
+                }
+                for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
+                    // built by kernels::filter_top_p::copy_counts
+                    let sk_e5: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e5)]) | (atomicLoad(&part_hist[(513u + sk_e5)]) << 16u)));
                 }
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&part_hist[i], 0u);
                 }
                 workgroupBarrier();
+                var grid_rf: f32 = (-floor(((-part_m) * (32768.0f))));
+                let sk_e6: u32 = bitcast<u32>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
+                var grid_f_low: u32 = select((sk_e6 | 2147483648u), (sk_e6 ^ 4294967295u), ((sk_e6 & 2147483648u) != 0u));
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk: u32 = part_keys[i];
-                    var hg: f32 = (grid_r - floor((bitcast<f32>(select((hk ^ 4294967295u), (hk ^ 2147483648u), ((hk & 2147483648u) != 0u))) * (16.0f))));
-                    if (((hk != 0u) && (hg < (512.0f)))) {
-                        var hgu: u32 = u32(hg);
-                        var hist_n_old: u32 = 0u;
-                        hist_n_old = atomicAdd(&part_hist[(hgu >> 1u)], (1u << ((hgu & 1u) * 16u)));
+                    if ((hk >= grid_f_low)) {
+                        var hfg: f32 = (grid_rf - floor((bitcast<f32>(select((hk ^ 4294967295u), (hk ^ 2147483648u), ((hk & 2147483648u) != 0u))) * (32768.0f))));
+                        if ((hfg < (1024.0f))) {
+                            var hist_f_old: u32 = 0u;
+                            hist_f_old = atomicAdd(&part_hist[u32(hfg)], 1u);
+                        }
                     }
                 }
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 805u) + (517u + i))], atomicLoad(&part_hist[i]));
+                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                    // built by kernels::filter_top_p::copy_counts
+                    let sk_e7: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e7)]) | (atomicLoad(&part_hist[(1u + sk_e7)]) << 16u)));
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -275,131 +288,271 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var m: f32 = bitcast<f32>(4286578688u);
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_top_k::row_max
-                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)])));
+                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
                         }
                         var row_m: f32 = (0.0f);
                         row_m = sk_block_max_f32(sk_lid, m);
                         if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
-                            var grid_r: f32 = (-floor((-(row_m * (16.0f)))));
-                            var e_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
-                            var e_lo: u32 = min((sk_lid * e_per), 512u);
-                            var e_hi: u32 = min((e_lo + e_per), 512u);
-                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
-                                part_keys[g] = bitcast<u32>((0.0f));
-                                part_keys[(512u + g)] = 0u;
-                                part_keys[(1024u + g)] = 0u;
-                            }
                             var e_total: f32 = (0.0f);
                             for (var p: u32 = 0u; p < parts; p = p + 1u) {
-                                var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 0u)]));
+                                var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
                                 if ((e_mp > bitcast<f32>(4286578688u))) {
-                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + 1u)])) * select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
-                                    var e_shift: f32 = (grid_r - (-floor((-(e_mp * (16.0f))))));
-                                    for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
-                                        var e_at: f32 = (f32(g) - e_shift);
-                                        if (((e_at >= (0.0f)) && (e_at < (512.0f)))) {
-                                            var e_atu: u32 = u32(e_at);
-                                            part_keys[g] = bitcast<u32>((bitcast<f32>(part_keys[g]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + e_atu))]))));
-                                            var e_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 805u) + (5u + (512u + (e_atu >> 1u))))]) >> ((e_atu & 1u) * 16u)) & 65535u);
-                                            let sk_e6: u32 = (512u + g);
-                                            part_keys[sk_e6] = (part_keys[sk_e6] + e_n);
-                                            let sk_e7: u32 = (1024u + g);
-                                            part_keys[sk_e7] = max(part_keys[sk_e7], e_n);
+                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((e_mp - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (e_mp == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                }
+                            }
+                            var e_unit: f32 = ((3500000000.0f) / e_total);
+                            workgroupBarrier();
+                            var ec_r: f32 = (-floor(((-row_m) * (16.0f))));
+                            var ec_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
+                            var ec_g0: u32 = min((sk_lid * ec_per), 512u);
+                            var ec_g1: u32 = min((ec_g0 + ec_per), 512u);
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                part_keys[g] = 0u;
+                                part_keys[(512u + g)] = 0u;
+                                part_keys[(1024u + g)] = bitcast<u32>((0.0f));
+                            }
+                            for (var p: u32 = 0u; p < parts; p = p + 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                var ec_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                                if ((ec_mp > bitcast<f32>(4286578688u))) {
+                                    var ec_shift: f32 = (ec_r - (-floor(((-ec_mp) * (16.0f)))));
+                                    for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
+                                        var ec_at: f32 = (f32(g) - ec_shift);
+                                        if (((ec_at >= (0.0f)) && (ec_at < (512.0f)))) {
+                                            var ec_atu: u32 = u32(ec_at);
+                                            var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
+                                            part_keys[g] = (part_keys[g] + ec_n);
+                                            let sk_e8: u32 = (512u + g);
+                                            part_keys[sk_e8] = max(part_keys[sk_e8], ec_n);
+                                            let sk_e9: u32 = (1024u + g);
+                                            part_keys[sk_e9] = bitcast<u32>((bitcast<f32>(part_keys[sk_e9]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
                             }
-                            var e_unit: f32 = ((3500000000.0f) / e_total);
-                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
-                                let sk_e8: f32 = (((grid_r - f32(g)) + (1.0f)) * (0.0625f));
-                                part_keys[g] = u32((((bitcast<f32>(part_keys[g]) * (1.9073486e-6f)) * select(select(sk_exp((sk_e8 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e8 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                var ec_k: f32 = ((ec_r - f32(g)) + (1.0f));
+                                var ec_edge: f32 = (ec_k * (0.0625f));
+                                let sk_e10: u32 = (1024u + g);
+                                part_keys[sk_e10] = u32((((bitcast<f32>(part_keys[sk_e10]) * (1.9073486e-6f)) * select(select(sk_exp((ec_edge - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (ec_edge == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                             }
-                            var e_m_own: u32 = 0u;
-                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                            var ec_m_own: u32 = 0u;
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                e_m_own = (e_m_own + part_keys[(0u + g)]);
+                                ec_m_own = (ec_m_own + part_keys[(1024u + g)]);
                             }
-                            var e_m_before: u32 = 0u;
-                            e_m_before = sk_block_scan(sk_lid, e_m_own);
-                            var e_m_total: u32 = 0u;
-                            e_m_total = sk_block_sum_u32(sk_lid, e_m_own);
-                            var e_lim: u32 = u32((pp * (3500000000.0f)));
-                            var e_m_cum: u32 = e_m_before;
-                            var e_m_first: u32 = 0u;
-                            var e_m_near_start: u32 = 0u;
-                            var e_m_near_end: u32 = 0u;
-                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                            var ec_m_before: u32 = 0u;
+                            ec_m_before = sk_block_scan(sk_lid, ec_m_own);
+                            var ec_m_total: u32 = 0u;
+                            ec_m_total = sk_block_sum_u32(sk_lid, ec_m_own);
+                            var ec_lim: u32 = u32((pp * (3500000000.0f)));
+                            var ec_m_cum: u32 = ec_m_before;
+                            var ec_m_first: u32 = 0u;
+                            var ec_m_near_start: u32 = 0u;
+                            var ec_m_near_end: u32 = 0u;
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                var e_m_x: u32 = part_keys[(0u + g)];
-                                if ((((pp < (1.0f)) && (e_m_cum <= e_lim)) && ((e_m_cum + e_m_x) > e_lim))) {
-                                    e_m_first = max(e_m_first, (512u - g));
-                                    e_m_near_start = select(0u, 1u, ((e_lim - e_m_cum) <= 53405u));
-                                    e_m_near_end = select(0u, 1u, (((e_m_cum + e_m_x) - e_lim) <= 53405u));
+                                var ec_m_x: u32 = part_keys[(1024u + g)];
+                                if ((((pp < (1.0f)) && (ec_m_cum <= ec_lim)) && ((ec_m_cum + ec_m_x) > ec_lim))) {
+                                    ec_m_first = max(ec_m_first, (512u - g));
+                                    ec_m_near_start = select(0u, 1u, ((ec_lim - ec_m_cum) <= 53405u));
+                                    ec_m_near_end = select(0u, 1u, (((ec_m_cum + ec_m_x) - ec_lim) <= 53405u));
                                 }
-                                e_m_cum = (e_m_cum + e_m_x);
+                                ec_m_cum = (ec_m_cum + ec_m_x);
                             }
-                            var e_m_bin: u32 = 0u;
-                            e_m_bin = sk_block_max_u32(sk_lid, e_m_first);
-                            var e_m_bin_start: u32 = 0u;
-                            e_m_bin_start = sk_block_max_u32(sk_lid, e_m_near_start);
-                            var e_m_bin_end: u32 = 0u;
-                            e_m_bin_end = sk_block_max_u32(sk_lid, e_m_near_end);
-                            var e_n_own: u32 = 0u;
-                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                            var ec_m_bin: u32 = 0u;
+                            ec_m_bin = sk_block_max_u32(sk_lid, ec_m_first);
+                            var ec_m_bin_start: u32 = 0u;
+                            ec_m_bin_start = sk_block_max_u32(sk_lid, ec_m_near_start);
+                            var ec_m_bin_end: u32 = 0u;
+                            ec_m_bin_end = sk_block_max_u32(sk_lid, ec_m_near_end);
+                            var ec_n_own: u32 = 0u;
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                e_n_own = (e_n_own + part_keys[(512u + g)]);
+                                ec_n_own = (ec_n_own + part_keys[(0u + g)]);
                             }
-                            var e_n_before: u32 = 0u;
-                            e_n_before = sk_block_scan(sk_lid, e_n_own);
-                            var e_n_total: u32 = 0u;
-                            e_n_total = sk_block_sum_u32(sk_lid, e_n_own);
-                            var e_n_cum: u32 = e_n_before;
-                            var e_n_first: u32 = 0u;
-                            var e_n_near_start: u32 = 0u;
-                            var e_n_near_end: u32 = 0u;
-                            for (var g: u32 = e_lo; g < e_hi; g = g + 1u) {
+                            var ec_n_before: u32 = 0u;
+                            ec_n_before = sk_block_scan(sk_lid, ec_n_own);
+                            var ec_n_total: u32 = 0u;
+                            ec_n_total = sk_block_sum_u32(sk_lid, ec_n_own);
+                            var ec_n_cum: u32 = ec_n_before;
+                            var ec_n_first: u32 = 0u;
+                            var ec_n_near_start: u32 = 0u;
+                            var ec_n_near_end: u32 = 0u;
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
-                                var e_n_x: u32 = part_keys[(512u + g)];
-                                let sk_e9: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (e_n_cum <= sk_e9)) && ((e_n_cum + e_n_x) > sk_e9))) {
-                                    e_n_first = max(e_n_first, (512u - g));
-                                    e_n_near_start = select(0u, 1u, (((kk - 1u) - e_n_cum) <= 0u));
-                                    e_n_near_end = select(0u, 1u, (((e_n_cum + e_n_x) - (kk - 1u)) <= 0u));
+                                var ec_n_x: u32 = part_keys[(0u + g)];
+                                let sk_e11: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e11)) && ((ec_n_cum + ec_n_x) > sk_e11))) {
+                                    ec_n_first = max(ec_n_first, (512u - g));
+                                    ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
+                                    ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
                                 }
-                                e_n_cum = (e_n_cum + e_n_x);
+                                ec_n_cum = (ec_n_cum + ec_n_x);
                             }
-                            var e_n_bin: u32 = 0u;
-                            e_n_bin = sk_block_max_u32(sk_lid, e_n_first);
-                            var e_n_bin_start: u32 = 0u;
-                            e_n_bin_start = sk_block_max_u32(sk_lid, e_n_near_start);
-                            var e_n_bin_end: u32 = 0u;
-                            e_n_bin_end = sk_block_max_u32(sk_lid, e_n_near_end);
-                            let sk_e10: u32 = max(e_m_bin, e_n_bin);
-                            var e_cut: u32 = (512u - select(1u, sk_e10, (sk_e10 > 0u)));
-                            var e_above: u32 = select(1u, e_m_bin_start, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
-                            var e_below: u32 = select(1u, e_m_bin_end, ((e_m_bin > 0u) && (e_m_bin >= e_n_bin)));
-                            var e_one: u32 = part_keys[(1024u + e_cut)];
-                            var e_wide: u32 = 0u;
-                            for (var g: u32 = (e_cut - min(e_cut, e_above)); g < (min((e_cut + e_below), 511u) + 1u); g = g + 1u) {
-                                e_wide = (e_wide + part_keys[(1024u + g)]);
+                            var ec_n_bin: u32 = 0u;
+                            ec_n_bin = sk_block_max_u32(sk_lid, ec_n_first);
+                            var ec_n_bin_start: u32 = 0u;
+                            ec_n_bin_start = sk_block_max_u32(sk_lid, ec_n_near_start);
+                            var ec_n_bin_end: u32 = 0u;
+                            ec_n_bin_end = sk_block_max_u32(sk_lid, ec_n_near_end);
+                            var ec_first: u32 = max(ec_m_bin, ec_n_bin);
+                            var ec_cut: u32 = (512u - select(1u, ec_first, (ec_first > 0u)));
+                            var ec_above: u32 = select(1u, ec_m_bin_start, ((ec_m_bin > 0u) && (ec_m_bin >= ec_n_bin)));
+                            var ec_below: u32 = select(1u, ec_m_bin_end, ((ec_m_bin > 0u) && (ec_m_bin >= ec_n_bin)));
+                            var ec_one: u32 = part_keys[(512u + ec_cut)];
+                            var ec_wide: u32 = 0u;
+                            for (var g: u32 = (ec_cut - min(ec_cut, ec_above)); g < (min((ec_cut + ec_below), 511u) + 1u); g = g + 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                ec_wide = (ec_wide + part_keys[(512u + g)]);
                             }
-                            if ((((e_m_bin > 0u) && (e_m_bin >= e_n_bin)) && ((e_wide > 384u) && (e_one <= 384u)))) {
-                                e_above = 0u;
-                                e_below = 0u;
+                            if ((((ec_m_bin > 0u) && (ec_m_bin >= ec_n_bin)) && ((ec_wide > 640u) && (ec_one <= 640u)))) {
+                                // built by kernels::filter_top_p::place_cut
+                                ec_above = 0u;
+                                ec_below = 0u;
+                            }
+                            var ec_first_bin: u32 = (ec_cut - min(ec_cut, ec_above));
+                            var ec_last_bin: u32 = (ec_cut + ec_below);
+                            var e_shift: u32 = 4u;
+                            var e_lo: u32 = ec_first_bin;
+                            var e_hi: u32 = ec_last_bin;
+                            var e_r: f32 = ec_r;
+                            if ((ec_cut <= 2u)) {
+                                workgroupBarrier();
+                                var ef_r: f32 = (-floor(((-row_m) * (32768.0f))));
+                                var ef_per: u32 = (((1024u + BLOCK) - 1u) / BLOCK);
+                                var ef_g0: u32 = min((sk_lid * ef_per), 1024u);
+                                var ef_g1: u32 = min((ef_g0 + ef_per), 1024u);
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    part_keys[g] = 0u;
+                                    part_keys[(1024u + g)] = 0u;
+                                    part_keys[(2048u + g)] = bitcast<u32>((0.0f));
+                                }
+                                for (var p: u32 = 0u; p < parts; p = p + 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    var ef_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                                    if ((ef_mp > bitcast<f32>(4286578688u))) {
+                                        var ef_shift: f32 = (ef_r - (-floor(((-ef_mp) * (32768.0f)))));
+                                        for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                            var ef_at: f32 = (f32(g) - ef_shift);
+                                            if (((ef_at >= (0.0f)) && (ef_at < (1024.0f)))) {
+                                                var ef_atu: u32 = u32(ef_at);
+                                                var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
+                                                part_keys[g] = (part_keys[g] + ef_n);
+                                                let sk_e12: u32 = (1024u + g);
+                                                part_keys[sk_e12] = max(part_keys[sk_e12], ef_n);
+                                            }
+                                        }
+                                    }
+                                }
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
+                                    var ef_edge: f32 = (ef_k * (3.0517578e-5f));
+                                    let sk_e13: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select(select(sk_exp((sk_e13 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e13 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                                }
+                                var ef_m_own: u32 = 0u;
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    ef_m_own = (ef_m_own + part_keys[(2048u + g)]);
+                                }
+                                var ef_m_before: u32 = 0u;
+                                ef_m_before = sk_block_scan(sk_lid, ef_m_own);
+                                var ef_m_total: u32 = 0u;
+                                ef_m_total = sk_block_sum_u32(sk_lid, ef_m_own);
+                                var ef_lim: u32 = u32((pp * (3500000000.0f)));
+                                var ef_m_cum: u32 = ef_m_before;
+                                var ef_m_first: u32 = 0u;
+                                var ef_m_near_start: u32 = 0u;
+                                var ef_m_near_end: u32 = 0u;
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    var ef_m_x: u32 = part_keys[(2048u + g)];
+                                    if ((((pp < (1.0f)) && (ef_m_cum <= ef_lim)) && ((ef_m_cum + ef_m_x) > ef_lim))) {
+                                        ef_m_first = max(ef_m_first, (1024u - g));
+                                        ef_m_near_start = select(0u, 1u, ((ef_lim - ef_m_cum) <= 213623u));
+                                        ef_m_near_end = select(0u, 1u, (((ef_m_cum + ef_m_x) - ef_lim) <= 213623u));
+                                    }
+                                    ef_m_cum = (ef_m_cum + ef_m_x);
+                                }
+                                var ef_m_bin: u32 = 0u;
+                                ef_m_bin = sk_block_max_u32(sk_lid, ef_m_first);
+                                var ef_m_bin_start: u32 = 0u;
+                                ef_m_bin_start = sk_block_max_u32(sk_lid, ef_m_near_start);
+                                var ef_m_bin_end: u32 = 0u;
+                                ef_m_bin_end = sk_block_max_u32(sk_lid, ef_m_near_end);
+                                var ef_n_own: u32 = 0u;
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    ef_n_own = (ef_n_own + part_keys[(0u + g)]);
+                                }
+                                var ef_n_before: u32 = 0u;
+                                ef_n_before = sk_block_scan(sk_lid, ef_n_own);
+                                var ef_n_total: u32 = 0u;
+                                ef_n_total = sk_block_sum_u32(sk_lid, ef_n_own);
+                                var ef_n_cum: u32 = ef_n_before;
+                                var ef_n_first: u32 = 0u;
+                                var ef_n_near_start: u32 = 0u;
+                                var ef_n_near_end: u32 = 0u;
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::crossing
+                                    var ef_n_x: u32 = part_keys[(0u + g)];
+                                    let sk_e14: u32 = (kk - 1u);
+                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e14)) && ((ef_n_cum + ef_n_x) > sk_e14))) {
+                                        ef_n_first = max(ef_n_first, (1024u - g));
+                                        ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
+                                        ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));
+                                    }
+                                    ef_n_cum = (ef_n_cum + ef_n_x);
+                                }
+                                var ef_n_bin: u32 = 0u;
+                                ef_n_bin = sk_block_max_u32(sk_lid, ef_n_first);
+                                var ef_n_bin_start: u32 = 0u;
+                                ef_n_bin_start = sk_block_max_u32(sk_lid, ef_n_near_start);
+                                var ef_n_bin_end: u32 = 0u;
+                                ef_n_bin_end = sk_block_max_u32(sk_lid, ef_n_near_end);
+                                var ef_first: u32 = max(ef_m_bin, ef_n_bin);
+                                var ef_cut: u32 = (1024u - select(1u, ef_first, (ef_first > 0u)));
+                                var ef_above: u32 = select(1u, ef_m_bin_start, ((ef_m_bin > 0u) && (ef_m_bin >= ef_n_bin)));
+                                var ef_below: u32 = select(1u, ef_m_bin_end, ((ef_m_bin > 0u) && (ef_m_bin >= ef_n_bin)));
+                                var ef_one: u32 = part_keys[(1024u + ef_cut)];
+                                var ef_wide: u32 = 0u;
+                                for (var g: u32 = (ef_cut - min(ef_cut, ef_above)); g < (min((ef_cut + ef_below), 1023u) + 1u); g = g + 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    ef_wide = (ef_wide + part_keys[(1024u + g)]);
+                                }
+                                if ((((ef_m_bin > 0u) && (ef_m_bin >= ef_n_bin)) && ((ef_wide > 640u) && (ef_one <= 640u)))) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    ef_above = 0u;
+                                    ef_below = 0u;
+                                }
+                                var ef_first_bin: u32 = (ef_cut - min(ef_cut, ef_above));
+                                var ef_last_bin: u32 = (ef_cut + ef_below);
+                                if ((ef_first > 0u)) {
+                                    e_shift = 15u;
+                                    e_lo = ef_first_bin;
+                                    e_hi = ef_last_bin;
+                                    e_r = ef_r;
+                                }
                             }
                             if ((sk_lid == 0u)) {
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 1u);
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 774u)], (e_cut - min(e_cut, e_above)));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 775u)], (e_cut + e_below));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 776u)], bitcast<u32>(grid_r));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 777u)], bitcast<u32>(row_m));
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 802u)], 0u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 1u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], e_lo);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], e_hi);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>(e_r));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], e_shift);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(row_m));
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
                             }
                         } else {
                             // built by kernels::filter_top_p::estimate_cut
                             if ((sk_lid == 0u)) {
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 805u) + 773u)], 0u);
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 0u);
                             }
                         }
                     }
@@ -480,8 +633,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var t_run: u32 = 0u;
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e15: u32 = (t_lo + tj);
-                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e15, 463u)]), (sk_e15 < 464u)));
+                            let sk_e19: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e19, 463u)]), (sk_e19 < 464u)));
                         }
                         var t_start: u32 = 0u;
                         t_start = sk_block_scan(sk_lid, t_run);
@@ -495,8 +648,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         t_run = (t_above + t_start);
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e16: u32 = (t_lo + tj);
-                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e16, 463u)]), (sk_e16 < 464u));
+                            let sk_e20: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e20, 463u)]), (sk_e20 < 464u));
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                                 atomicStore(&part_hist[508u], (t_run - t_above));
@@ -609,8 +762,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             g_rank = (g_rank + 1u);
                         }
                         if (g_take) {
-                            atomicStore(&partials[((slot * 805u) + (5u + (g_out * 2u)))], gk);
-                            atomicStore(&partials[(((slot * 805u) + (5u + (g_out * 2u))) + 1u)], (col_lo + gj));
+                            atomicStore(&partials[((slot * 1317u) + (5u + (g_out * 2u)))], gk);
+                            atomicStore(&partials[(((slot * 1317u) + (5u + (g_out * 2u))) + 1u)], (col_lo + gj));
                             g_out = (g_out + 1u);
                         }
                     }
@@ -619,11 +772,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 part_below = sk_block_max_u32(sk_lid, below);
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_top_k::read_part
-                    atomicStore(&partials[((slot * 805u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 805u) + 1u)], bitcast<u32>(part_s));
-                    atomicStore(&partials[((slot * 805u) + 2u)], (t_above + t_take));
-                    atomicStore(&partials[((slot * 805u) + 3u)], part_below);
-                    atomicStore(&partials[((slot * 805u) + 4u)], select(0u, t_key, (t_at > t_take)));
+                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
+                    atomicStore(&partials[((slot * 1317u) + 1u)], bitcast<u32>(part_s));
+                    atomicStore(&partials[((slot * 1317u) + 2u)], (t_above + t_take));
+                    atomicStore(&partials[((slot * 1317u) + 3u)], part_below);
+                    atomicStore(&partials[((slot * 1317u) + 4u)], select(0u, t_key, (t_at > t_take)));
                 }
             }
         }

@@ -465,7 +465,7 @@ fn sk_cut_part(cut_seeded: bool, cov: f32, noisy: bool, row: u32, col: u32, pk_o
     *sk_io_best = best;
     *sk_io_best_i = best_i;
 }
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_grid_scale: f32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
     var min_above_not: u32 = *sk_io_min_above_not;
@@ -493,7 +493,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r:
         // built by kernels::filter_top_p::cut_part
         var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - floor((cz * (16.0f))));
+        var cg: f32 = (grid_r - floor((cz * cut_grid_scale)));
         if ((cg < cut_lo)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
@@ -512,9 +512,9 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r:
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 384u)) {
-                    partials[((((row_slot * parts) + part) * 805u) + (5u + (cut_at * 2u)))] = ck;
-                    partials[((((row_slot * parts) + part) * 805u) + (6u + (cut_at * 2u)))] = col;
+                if ((cut_at < 640u)) {
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck;
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
                 }
             } else {
                 m_below = (m_below + cmv);
@@ -575,12 +575,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             let sk_e0: u32 = (row * 12u);
             var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 805u) + 773u)] == 1u))) {
+            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
                 {
-                    var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 805u) + 774u)]);
-                    var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 805u) + 775u)]);
-                    var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 805u) + 776u)]);
-                    var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 805u) + 777u)]);
+                    var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]);
+                    var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]);
+                    var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
+                    var cut_grid_shift: u32 = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
+                    var cut_grid_scale: f32 = bitcast<f32>(((127u + cut_grid_shift) << 23u));
+                    var cut_grid_inv: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                    var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                     var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
@@ -628,16 +631,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e7: f32 = sk_load_x((base + (col_lo + select((sk_e8 - 1u), li3, (li3 < sk_e8)))));
                         var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            sk_read_step(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            sk_read_step(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            sk_read_step(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }
                     }
                     var part_n_above: u32 = 0u;
@@ -665,11 +668,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_block_argmax_f64(sk_lid, best64, best64_i, &part_best64, &part_best64_i);
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 805u) + 792u)] = bitcast<u32>(part_best);
-                        partials[((((row_slot * parts) + part) * 805u) + 793u)] = part_best_i;
-                        partials[((((row_slot * parts) + part) * 805u) + 794u)] = u32((bitcast<u64>(part_best64) & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 805u) + 794u) + 1u)] = u32((bitcast<u64>(part_best64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 796u)] = part_best64_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1304u)] = bitcast<u32>(part_best);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1305u)] = part_best_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = u32((bitcast<u64>(part_best64) & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = u32((bitcast<u64>(part_best64) >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
                     }
                     var part_bestr: f32 = (0.0f);
                     var part_bestr_i: u32 = 0u;
@@ -679,29 +682,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_block_argmax_f64(sk_lid, bestr64, bestr64_i, &part_bestr64, &part_bestr64_i);
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 805u) + 797u)] = bitcast<u32>(part_bestr);
-                        partials[((((row_slot * parts) + part) * 805u) + 798u)] = part_bestr_i;
-                        partials[((((row_slot * parts) + part) * 805u) + 799u)] = u32((bitcast<u64>(part_bestr64) & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 805u) + 799u) + 1u)] = u32((bitcast<u64>(part_bestr64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 801u)] = part_bestr64_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1309u)] = bitcast<u32>(part_bestr);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1310u)] = part_bestr_i;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1311u)] = u32((bitcast<u64>(part_bestr64) & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)] = u32((bitcast<u64>(part_bestr64) >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
                     }
                     workgroupBarrier();
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 805u) + 778u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 805u) + 779u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 805u) + 780u)] = u32((part_m_above & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 805u) + 780u) + 1u)] = u32((part_m_above >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 782u)] = u32((part_m_range & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 805u) + 782u) + 1u)] = u32((part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 784u)] = u32((part_m_below & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 805u) + 784u) + 1u)] = u32((part_m_below >> 32u));
-                        partials[((((row_slot * parts) + part) * 805u) + 786u)] = min(atomicLoad(&cut_listing[0u]), 384u);
-                        partials[((((row_slot * parts) + part) * 805u) + 787u)] = part_min_above_not;
-                        partials[((((row_slot * parts) + part) * 805u) + 788u)] = part_min_range_not;
-                        partials[((((row_slot * parts) + part) * 805u) + 789u)] = part_max_range;
-                        partials[((((row_slot * parts) + part) * 805u) + 790u)] = part_max_below;
-                        partials[((((row_slot * parts) + part) * 805u) + 791u)] = bitcast<u32>(part_w_below);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = u32((part_m_above & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = u32((part_m_above >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = u32((part_m_range & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = u32((part_m_range >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = u32((part_m_below & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = u32((part_m_below >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(atomicLoad(&cut_listing[0u]), 640u);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = bitcast<u32>(part_w_below);
                     }
                 }
             }

@@ -71,7 +71,7 @@ pub const SLOT_WORDS: usize = 110;
 /// `TOP_K_PART_COLS` columns, each writing `TOP_K_SLOT_WORDS` u32 of `partials`.
 pub const TOP_K_CAP: u32 = 256;
 pub const TOP_K_PART_COLS: usize = 4096;
-pub const TOP_K_SLOT_WORDS: usize = 805;
+pub const TOP_K_SLOT_WORDS: usize = 1317;
 
 /// The most buffers any kernel binds: launches list their bindings in arrays this long.
 pub const MAX_BUFFERS: usize = 8;
@@ -802,7 +802,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 21504,
+        workgroup_bytes: 23552,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsF16,
@@ -815,7 +815,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 21504,
+        workgroup_bytes: 23552,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsBf16,
@@ -828,7 +828,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 21504,
+        workgroup_bytes: 23552,
     },
     KernelSource {
         id: KernelId::TopKPartsProbs,
@@ -841,7 +841,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 21504,
+        workgroup_bytes: 23552,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF32,

@@ -993,6 +993,43 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
     }
 }
 
+/// Flat rows, as the benchmark's (Gumbel noise of 1e-3: at T 0.8 the whole row lies within
+/// 0.017 of its maximum, in one or two bins of 1/16 of the top-p histogram's coarse grid), of
+/// 151936 columns: top-p 0.9 and 0.95 alone, a top-k of 1000 alone and joint with top-p 0.9, at
+/// T 0.6, 0.8 and 1.0, are read twice (the cut, placed on the histogram's fine grid of 2^-15
+/// over the top 1/32) and get the CPU oracle's token. Without the fine grid the top-p rows and
+/// the joint ones fell back to the filter kernel's body after the two reads (the range held the
+/// whole row, more than the parts list).
+pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
+    let mut rng = Rng::new(1003);
+    let vocab = 151936;
+    type Setting = fn(f32, u64) -> RowParams;
+    let settings: [Setting; 4] = [
+        |t, s| RowParams::new(t, s, 3).with_top_p(0.9),
+        |t, s| RowParams::new(t, s, 3).with_top_p(0.95),
+        |t, s| RowParams::new(t, s, 3).with_top_k(1000),
+        |t, s| RowParams::new(t, s, 3).with_top_k(1000).with_top_p(0.9),
+    ];
+    let rows: Vec<RowParams> = [0.6, 0.8, 1.0]
+        .iter()
+        .flat_map(|&t| settings.iter().map(move |row| (t, row)))
+        .enumerate()
+        .map(|(r, (t, row))| row(t, r as u64))
+        .collect();
+    let shape = Shape::dense(rows.len(), vocab);
+    let x: Vec<f32> = (0..shape.elements()).map(|_| (-1e-3 * (-rng.unit().max(1e-300).ln()).ln()) as f32).collect();
+    let (tokens, _, _, reads) = sample_all(b, shape, &x, &rows);
+    let mut want = vec![0u32; rows.len()];
+    sampling_kernels::CpuBackend
+        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
+        .unwrap();
+    for (r, row) in rows.iter().enumerate() {
+        assert!(row.takes_top_p_cut(vocab), "row {r} ({row:?}) does not take the cut");
+        assert_eq!(tokens[r], want[r], "row {r} ({row:?}): the CPU oracle gives {}", want[r]);
+        assert_eq!(reads[r], 2, "row {r} ({row:?}) read {} times, not the cut's 2", reads[r]);
+    }
+}
+
 /// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
 /// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
 /// has its own launch where they do not (12 such rows: 96 parts, more than a wgpu adapter's 64
@@ -1066,6 +1103,7 @@ device_suites!(
     dense_cut_ranges_read_twice,
     joint_cuts_near_the_estimate_read_twice,
     model_like_rows_rarely_fall_back,
+    flat_rows_take_the_cut_in_two_reads,
     long_min_p_sets_read_once,
     rows_sample_alike_alone_and_in_a_batch
 );

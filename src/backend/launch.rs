@@ -267,8 +267,10 @@ fn top_k_parts(vocab: usize) -> u32 {
     vocab.div_ceil(TOP_K_PART_COLS).max(1) as u32
 }
 
-/// The most scratch the one-read path takes (64 MiB, within every adapter's 128 MiB binding).
-const ONE_READ_MAX_WORDS: usize = 1 << 24;
+/// The most scratch the one-read path takes: 128 MiB, the storage binding every wgpu adapter
+/// allows (WebGPU's least `maxStorageBufferBindingSize`). 256 rows of 256,000 columns take 85 MiB
+/// since a top-p part's record holds its fine grid's counts (1,317 words a part).
+const ONE_READ_MAX_WORDS: usize = 1 << 25;
 
 /// The scratch words of the one-read path over `rows` rows of `vocab` columns (a record per
 /// part, sized for the largest top-k), or `None` where that exceeds [`ONE_READ_MAX_WORDS`]:

@@ -208,11 +208,16 @@ pub enum Intrinsic {
     /// [0.5, 2], 3 ulp elsewhere), so it may only screen values whose exact version is computed
     /// with `kernels/math.rs` before it decides anything (the screened race in `race.rs`).
     ApproxLog,
-    /// The target's fast `e^x` of an f32: `__expf` on CUDA (the hardware's `ex2.approx` of
-    /// `x log2 e`), `exp` in WGSL. Only as accurate as Vulkan promises (3 + 2|x| ulp), so it
+    /// The target's fast `e^x` of an f32: on CUDA the hardware's `ex2.approx.ftz` of `x log2 e`
+    /// (as `__expf`, results below 2^-126 flushed to 0), `exp` in WGSL. Only as accurate as Vulkan promises (3 + 2|x| ulp), so it
     /// may only feed an estimate whose use is checked against a bound that counts that error
     /// (a part's sum of weights, `filter_top_k.rs`).
     ApproxExp,
+    /// The target's fast `a / b` of f32s: `__fdividef` on CUDA (a reciprocal and a product,
+    /// within 2 ulp for `b` below 2^126), `/` in WGSL (within 2.5 ulp). Where a division is
+    /// correctly rounded (CUDA's `/`), its slow path for rare operands costs as much again, so
+    /// an estimate (a probability's weight in a part's sum) takes this one.
+    ApproxDiv,
     /// The index of the highest set bit of a nonzero u32 (`31 - __clz` on CUDA,
     /// `firstLeadingBit` in WGSL): an exact integer, where a conversion to f32 would round as
     /// the target pleases.
@@ -544,6 +549,9 @@ pub fn approx_log(a: Expr) -> Expr {
 }
 pub fn approx_exp(a: Expr) -> Expr {
     Expr::Intrinsic(Intrinsic::ApproxExp, vec![a])
+}
+pub fn approx_div(a: Expr, b: Expr) -> Expr {
+    Expr::Intrinsic(Intrinsic::ApproxDiv, vec![a, b])
 }
 pub fn high_bit(a: Expr) -> Expr {
     Expr::Intrinsic(Intrinsic::HighBit, vec![a])
@@ -933,6 +941,14 @@ impl<'k> Scope<'k> {
                     return Err(format!("{op:?} takes 1 argument"));
                 }
                 expect(Ty::F32, &args[0])?;
+                Ty::F32
+            }
+            Expr::Intrinsic(Intrinsic::ApproxDiv, args) => {
+                if args.len() != 2 {
+                    return Err("approx_div takes 2 arguments".into());
+                }
+                expect(Ty::F32, &args[0])?;
+                expect(Ty::F32, &args[1])?;
                 Ty::F32
             }
             Expr::Intrinsic(Intrinsic::HighBit, args) => {

@@ -492,29 +492,33 @@ pub(crate) mod tests {
         assert!(matches!(prepare(&with(read_only, "c")), Err(IrError::Type { .. })));
     }
 
-    /// The highest set bit and the fast exponential type-check (u32 and f32, one argument) and
-    /// are spelled as each target has them: `firstLeadingBit` and `exp` in WGSL; in CUDA a
-    /// `bfind` helper, written once and only where used, and `__expf`.
+    /// The highest set bit, the fast exponential and the fast division type-check (u32 and
+    /// f32, one argument; two f32) and are spelled as each target has them: `firstLeadingBit`,
+    /// `exp` and `/` in WGSL; in CUDA helpers of `bfind` and of `ex2.approx.ftz`, each written
+    /// once and only where used, and `__fdividef`.
     #[test]
     fn bit_and_fast_exp_intrinsics_lower_on_both_targets() {
         let with = |bit: Expr, e: Expr| {
             let mut b = Block::new();
-            b.store("y", u(0), high_bit(bit).cast(Ty::F32) + approx_exp(e));
+            let quotient = approx_div(e.clone(), e.clone() + f(1.0));
+            b.store("y", u(0), high_bit(bit).cast(Ty::F32) + approx_exp(e) + quotient);
             kernel(b.stmts)
         };
         let k = prepare(&with(load("x", u(0)).bitcast(Ty::U32), load("x", u(1)))).unwrap();
         let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
-        for want in ["firstLeadingBit(", "exp("] {
+        for want in ["firstLeadingBit(", "exp(", " / ("] {
             assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
         }
         let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
         assert_eq!(cuda.matches("asm(\"bfind.u32").count(), 1, "{cuda}");
-        for want in ["sk_high_bit(", "__expf("] {
+        assert_eq!(cuda.matches("asm(\"ex2.approx.ftz.f32").count(), 1, "{cuda}");
+        for want in ["sk_high_bit(", "sk_fast_exp(", "__fdividef("] {
             assert!(cuda.contains(want), "CUDA lacks `{want}`:\n{cuda}");
         }
         let mut plain = Block::new();
         plain.store("y", u(0), load("x", u(0)));
-        assert!(!crate::cuda::emit(&prepare(&kernel(plain.stmts)).unwrap(), 64, "test").unwrap().contains("bfind"));
+        let plain = crate::cuda::emit(&prepare(&kernel(plain.stmts)).unwrap(), 64, "test").unwrap();
+        assert!(!plain.contains("bfind") && !plain.contains("ex2.approx"), "{plain}");
         assert!(matches!(prepare(&with(load("x", u(0)), load("x", u(1)))), Err(IrError::Type { .. })));
         assert!(matches!(prepare(&with(u(1), u(1))), Err(IrError::Type { .. })));
     }

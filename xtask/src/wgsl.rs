@@ -165,6 +165,7 @@ impl CLike for Emitter<'_> {
             }
             Expr::Intrinsic(Intrinsic::ApproxLog, args) => format!("log({})", x(&args[0])?),
             Expr::Intrinsic(Intrinsic::ApproxExp, args) => format!("exp({})", x(&args[0])?),
+            Expr::Intrinsic(Intrinsic::ApproxDiv, args) => format!("({} / {})", x(&args[0])?, x(&args[1])?),
             Expr::Intrinsic(Intrinsic::HighBit, args) => format!("firstLeadingBit({})", x(&args[0])?),
             Expr::Select(c, a, b) => format!("select({}, {}, {})", x(b)?, x(a)?, x(c)?),
             Expr::Call(name, args) => {

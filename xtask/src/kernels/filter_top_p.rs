@@ -44,21 +44,30 @@ use super::filter_top_k::{
     finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word, sum_part,
     AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
-use super::filter_values as values;
+use super::filter_values::{self as values, Grid};
 use super::filters::{
     add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_buffers, functions, key_value,
     listed_row, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST,
     LIST_CAP, NONE,
 };
+use super::math::is_finite;
 use super::select::{select_top, Items};
 use crate::ir::*;
 use crate::tuning::Workgroup;
 
-/// Bins of a part's histogram, each `1 / BIN_SCALE` of `z` wide: 32 units below the part's
-/// maximum, past which a row's tokens weigh under `e^-32` each (so at `top_p < 1 - 2^-24` the
-/// cut never lies there in a row of fewer than 2^24 tokens).
+/// Bins of a part's coarse histogram, each `1/16` of `z` wide (from probabilities, of an
+/// octave): 32 units below the part's maximum, past which a row's tokens weigh under `e^-32`
+/// each (so at `top_p < 1 - 2^-24` the cut never lies there in a row of fewer than 2^24 tokens).
 pub const BINS: u32 = 512;
-const BIN_SCALE: f32 = 16.0;
+/// Bins of a part's fine histogram, each `2^-15` wide: the top `1/32` below the part's maximum,
+/// where a flat row puts all of its tokens (the benchmark's, noise of 1e-3 at T 0.8: the whole
+/// row within 0.017, one or two coarse bins, about 850 tokens a fine bin at the cut).
+pub const FINE_BINS: u32 = 1024;
+/// The two grids of a top-p row's histograms (see the module's step 1).
+const COARSE: Level =
+    Level { bins: BINS, shift: 4, masses: true, counts_at: BINS, margin: ESTIMATE_MARGIN, name: "ec" };
+const FINE: Level =
+    Level { bins: FINE_BINS, shift: 15, masses: false, counts_at: BINS + BINS / 2, margin: FINE_MARGIN, name: "ef" };
 /// What the row's mass weighs in the cut's estimate, in u32: room under 2^32 for the bins'
 /// rounding (each within 2^-19 of its tokens) and for what the parts' float sums miss.
 const ESTIMATE_UNITS: f32 = 3.5e9;
@@ -72,13 +81,17 @@ const ESTIMATE_UNITS: f32 = 3.5e9;
 /// misplaced (lavapipe). An estimate off by more only costs the filter kernel's passes: the
 /// merge checks where the cut lies.
 const ESTIMATE_MARGIN: f32 = 1.0 / 65536.0;
+/// The same on the fine grid, whose bins carry counts only: each weighed at its middle, within
+/// `2^-16` (relative) of its tokens' mass, so the sum from the top is off by at most that share
+/// of it, besides the coarse grid's 5e-6: three times the two together.
+const FINE_MARGIN: f32 = 1.0 / 16384.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
-// The estimate sums the bins' masses, counts and most counts in a part in the keys' array.
-const _: () = assert!(3 * BINS <= super::filter_top_k::PART_COLS);
-/// Words of a part's histogram: the bins' masses, then their counts, two u16 a word (a part's
-/// bin holds at most `PART_COLS` = 4096 tokens).
-pub const HIST_WORDS: u32 = BINS + BINS / 2;
+/// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array.
+const _: () = assert!(3 * BINS <= super::filter_top_k::PART_COLS && 3 * FINE_BINS <= super::filter_top_k::PART_COLS);
+/// Words of a part's histograms in its slot: the coarse bins' masses, then their counts and the
+/// fine bins', two u16 a word (a part's bin holds at most `PART_COLS` = 4096 tokens).
+pub const HIST_WORDS: u32 = BINS + (BINS + FINE_BINS) / 2;
 const _: () = assert!(super::filter_top_k::PART_COLS < 1 << 16);
 /// Bins listed either side of the estimated cut's.
 const RANGE: u32 = 1;
@@ -125,10 +138,12 @@ mod tail {
     /// In the row's state: its parts counted in so far where the merge launch is also the
     /// cut's (`FLAG_CUT_HERE`); the estimate sets it to 0, the last part back to 0.
     pub const ARRIVED: u32 = 29;
+    /// In the row's state: the shift of the grid its bins are on (`Grid`, coarse or fine).
+    pub const SHIFT: u32 = 30;
 }
 /// Words of a winners' record (see `tail::BEST`).
 const WIN_WORDS: u32 = 5;
-const _: () = assert!(tail::RBEST + WIN_WORDS <= tail::ARRIVED && tail::ARRIVED < TAIL_WORDS);
+const _: () = assert!(tail::RBEST + WIN_WORDS <= tail::ARRIVED && tail::SHIFT < TAIL_WORDS);
 const _: () = assert!(tail::BEST + WIN_WORDS <= tail::RBEST);
 
 /// The first word of a slot's tail.
@@ -139,30 +154,32 @@ fn tail_word(row_slot: Expr, p: Expr, k: u32) -> Expr {
     slot_word(row_slot, p, u(TAIL + k))
 }
 
-/// The workgroup array of [`histogram_part`].
+/// The workgroup array of [`histogram_part`]: the coarse bins' masses and counts (u32), then
+/// the fine bins' counts in the same words.
 pub(super) fn histogram_shared() -> SharedDecl {
-    SharedDecl::atomic(HIST, BINS)
+    SharedDecl::atomic(HIST, (2 * BINS).max(FINE_BINS))
 }
 
-fn ceil(x: Expr) -> Expr {
-    -floor(-x)
+/// One grid of a top-p row's histograms.
+struct Level {
+    /// Its bins, counted down from the grid's origin at a part's (or the row's) maximum.
+    bins: u32,
+    /// Its bins are `2^-shift` wide ([`Grid`]).
+    shift: u32,
+    /// Whether the parts weigh its bins (else the estimate weighs a bin's count at its middle).
+    masses: bool,
+    /// Where its counts lie in a part's histograms (two u16 a word), from the masses' start.
+    counts_at: u32,
+    /// The estimate's margin on it (see [`ESTIMATE_MARGIN`]).
+    margin: f32,
+    /// The prefix of the estimate's variables for it.
+    name: &'static str,
 }
 
-/// The origin of the grid whose largest value is `m`: `ceil(m S)` of its [`values::bin_value`].
-fn grid_origin(input: Input, m: Expr) -> Expr {
-    ceil(values::bin_value(input, m) * f(BIN_SCALE))
-}
-
-/// The bin of the binned value `z` ([`values::bin_value`]) on the grid of origin `r`
-/// ([`grid_origin`]), as an f32 integer: monotone in `z`, and the same for every part up to a
-/// whole shift of the origin.
-fn grid_bin(r: Expr, z: Expr) -> Expr {
-    r - floor(z * f(BIN_SCALE))
-}
-
-/// The `k` of [`values::bin_edge`] for bin `g` on the grid of origin `r`.
-fn edge_index(r: Expr, g: Expr) -> Expr {
-    r - g + f(1.0)
+impl Level {
+    fn grid(&self) -> Grid {
+        Grid::fixed(self.shift)
+    }
 }
 
 /// The first read of a part of a top-p row (`top_p_cut`): its columns into workgroup memory,
@@ -172,155 +189,125 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     // The workgroup's previous part may still be copying its histogram out.
     b.barrier();
-    b.for_("i", lid.clone(), u(BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
+    b.for_("i", lid.clone(), u(2 * BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     let m = load_part(b, input, n.clone());
-    let r = b.let_("grid_r", Ty::F32, grid_origin(input, m.clone()));
-    let s = sum_part(b, (input, n.clone(), m.clone()), values::weight, &|b, _, v, w| {
-        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, v.clone())));
-        b.if_(w.clone().gt(f(0.0)).and(g.clone().lt(f(BINS as f32))), |b| {
+    let coarse = COARSE.grid();
+    let r = b.let_("grid_r", Ty::F32, coarse.origin(input, m.clone()));
+    // The sum and the bins' masses only estimate (the merge sums exact masses in the cut's
+    // read), so they take the target's fast exponential or division. A part whose maximum is
+    // not finite leaves its row to the fallback, so its sum may weigh at 0 instead.
+    let at = b.let_("m_finite", Ty::F32, select(is_finite(m.clone()), m.clone(), f(0.0)));
+    let s = sum_part(b, (input, n.clone(), at), values::estimate_weight, &|b, _, v, _| {
+        // The coarse grid's masses and counts together (the fine grid's counts after).
+        let g = b.let_("hg", Ty::F32, r.clone() - coarse.index(input, v.clone()));
+        b.if_(g.clone().lt(f(BINS as f32)), |b| {
             // Against the bin's upper edge, not the part's maximum: a tail of thousands of
             // tokens under 2^-19 of the maximum each would round to a unit or to nothing.
-            let edge = values::bin_edge(input, edge_index(r.clone(), g.clone()));
-            let we = values::weight(input, v, edge);
+            let edge = coarse.edge(input, r.clone() - g.clone() + f(1.0));
+            let we = values::estimate_weight(input, v.clone(), edge);
             let mass = (we * f((1u32 << HIST_BITS) as f32) + f(0.5)).cast(Ty::U32);
-            b.atomic_add(HIST, g.cast(Ty::U32), mass, "hist_old");
+            let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
+            b.atomic_add(HIST, g.clone(), mass, "hist_old");
+            b.atomic_add(HIST, u(BINS) + g, u(1), "hist_n_old");
         });
     });
     b.barrier();
     b.if_(lid.clone().eq_(u(0)), |b| {
-        b.store(SCRATCH, own_word(u(0)), m.bitcast(Ty::U32));
+        b.store(SCRATCH, own_word(u(0)), m.clone().bitcast(Ty::U32));
         b.store(SCRATCH, own_word(u(1)), s.bitcast(Ty::U32));
         for k in 2..HEAD_WORDS {
             b.store(SCRATCH, own_word(u(k)), u(0));
         }
     });
-    let copy_out = |b: &mut Block, words: u32, at: u32| {
-        b.for_("i", lid.clone(), u(words), bs.clone(), |b, i| {
-            b.store(SCRATCH, own_word(u(HEAD_WORDS + at) + i.clone()), load_shared(HIST, i))
-        });
-    };
-    copy_out(b, BINS, 0);
-    // The counts, in the same array after the masses are out (a second pass over the keys on
-    // chip, so the workgroup memory stays what three blocks of a T4 SM hold). A column of a
-    // bin weighs at least `e^-32` at the part's maximum, so the bins count what they weigh.
+    b.for_("i", lid.clone(), u(BINS), bs.clone(), |b, i| {
+        b.store(SCRATCH, own_word(u(HEAD_WORDS) + i.clone()), load_shared(HIST, i))
+    });
+    copy_counts(b, BINS, COARSE.counts_at, BINS);
+    // The fine grid's counts, in the same array after the coarse grid's are out (a second pass
+    // over the keys on chip, so the workgroup memory stays what three blocks of a T4 SM hold).
+    // Its bins hold the keys from its lowest bin's lower edge (a compare of keys, which are
+    // monotone in the value): a model-like row's few, a flat row's all.
     b.barrier();
-    b.for_("i", lid.clone(), u(BINS / 2), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
+    b.for_("i", lid.clone(), u(FINE_BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
     b.barrier();
+    let fine = FINE.grid();
+    let rf = b.let_("grid_rf", Ty::F32, fine.origin(input, m));
+    let lowest = b.let_("grid_f_low", Ty::U32, order_key(fine.edge(input, rf.clone() - f((FINE_BINS - 1) as f32))));
     b.for_("i", lid.clone(), n, bs.clone(), |b, i| {
         let k = b.let_("hk", Ty::U32, load_shared(KEYS, i));
-        let g = b.let_("hg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, key_value(k.clone()))));
-        b.if_(k.ne_(u(0)).and(g.clone().lt(f(BINS as f32))), |b| {
-            let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
-            b.atomic_add(HIST, g.clone() >> u(1), u(1) << ((g & u(1)) * u(16)), "hist_n_old");
+        b.if_(k.clone().ge(lowest.clone()), |b| {
+            let g = b.let_("hfg", Ty::F32, rf.clone() - fine.index(input, key_value(k)));
+            b.if_(g.clone().lt(f(FINE_BINS as f32)), |b| {
+                b.atomic_add(HIST, g.cast(Ty::U32), u(1), "hist_f_old");
+            });
         });
     });
     b.barrier();
-    copy_out(b, BINS / 2, BINS);
+    copy_counts(b, 0, FINE.counts_at, FINE_BINS);
     super::combine::last_part(b, |b| b.scope(|b| estimate_cut(b, input)));
 }
 
+/// Copies `bins` counts (u32) from word `from` of the workgroup array of [`histogram_part`] into
+/// the part's histograms at word `to`, two u16 a word.
+fn copy_counts(b: &mut Block, from: u32, to: u32, bins: u32) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    b.for_("i", lid, u(bins / 2), bs, |b, i| {
+        let pair = load_shared(HIST, u(from) + i.clone() * u(2))
+            | (load_shared(HIST, u(from + 1) + i.clone() * u(2)) << u(16));
+        b.store(SCRATCH, own_word(u(HEAD_WORDS + to) + i), pair)
+    });
+}
+
 /// The estimate of a top-p row's cut, by its last part in the parts launch (see the module's
-/// step 1), from every part's histogram, summed in the part's workgroup array of keys: the
+/// step 1), from every part's histograms, summed in the part's workgroup array of keys: the
 /// bin where the mass from the top crosses `top_p` of the row's, or where the count reaches
-/// the top-k (exact integers; a top-k above `CAP` takes this path too), whichever comes first.
+/// the top-k (exact integers; a top-k above `CAP` takes this path too), whichever comes first,
+/// on the fine grid where it lies there (the top 1/32 below the maximum), else on the coarse.
 /// The row's state for the cut launch; where the maximum is not finite, `GO` 0 (the cut launch
 /// leaves the row, and the merge runs the filter kernel's body on it).
 fn estimate_cut(b: &mut Block, input: Input) {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let lid = builtin(Builtin::LocalId);
     let state = |k: u32| tail_word(var("row_slot"), u(0), k);
     let (mx, finite) = row_max(b, var("row_slot"), load);
     b.if_else(
         finite,
         |b| {
-            let r = b.let_("grid_r", Ty::F32, grid_origin(input, mx.clone()));
-            let per = b.let_("e_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs.clone());
-            let g0 = b.let_("e_lo", Ty::U32, (lid.clone() * per.clone()).min(u(BINS)));
-            let g1 = b.let_("e_hi", Ty::U32, (g0.clone() + per).min(u(BINS)));
-            // Masses (f32) at `g`, counts at `BINS + g`, the most of any one part at `2 BINS + g`.
-            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
-                b.store_shared(KEYS, g.clone(), f(0.0).bitcast(Ty::U32));
-                b.store_shared(KEYS, u(BINS) + g.clone(), u(0));
-                b.store_shared(KEYS, u(2 * BINS) + g, u(0));
-            });
             // The row's mass from the parts' float sums (every invocation alike): the bins miss
             // the weights past their 32 units and those that round to nothing.
             let total = b.let_("e_total", Ty::F32, f(0.0));
             b.for_("p", u(0), var("parts"), u(1), |b, p| {
                 let mp = b.let_("e_mp", Ty::F32, part_m(var("row_slot"), p.clone(), load));
                 b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
-                    let sum = load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(1))).bitcast(Ty::F32);
-                    b.set("e_total", total.clone() + sum * values::weight(input, mp.clone(), mx.clone()));
-                    let shift = b.let_("e_shift", Ty::F32, r.clone() - grid_origin(input, mp.clone()));
-                    b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
-                        let at = b.let_("e_at", Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
-                        b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(BINS as f32))), |b| {
-                            let at = b.let_("e_atu", Ty::U32, at.cast(Ty::U32));
-                            let hist =
-                                |k: Expr| load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + k));
-                            let e = load_shared(KEYS, g.clone()).bitcast(Ty::F32) + hist(at.clone()).cast(Ty::F32);
-                            b.store_shared(KEYS, g.clone(), e.bitcast(Ty::U32));
-                            let n = (hist(u(BINS) + (at.clone() >> u(1))) >> ((at & u(1)) * u(16))) & u(0xffff);
-                            let n = b.let_("e_n", Ty::U32, n);
-                            b.store_shared(
-                                KEYS,
-                                u(BINS) + g.clone(),
-                                load_shared(KEYS, u(BINS) + g.clone()) + n.clone(),
-                            );
-                            let most = u(2 * BINS) + g;
-                            b.store_shared(KEYS, most.clone(), load_shared(KEYS, most).max(n));
-                        });
-                    });
+                    let sum = load(SCRATCH, slot_word(var("row_slot"), p, u(1))).bitcast(Ty::F32);
+                    b.set("e_total", total.clone() + sum * values::weight(input, mp, mx.clone()));
                 });
             });
             // The estimate in u32, scaled so the row's mass is `ESTIMATE_UNITS`: by the mass,
             // not by the row's length, so a cut deep in a long tail (top-p 0.99 on Zipf rows at
             // T 0.6: bins of 4e-4 of the mass) keeps its bins apart.
             let unit = b.let_("e_unit", Ty::F32, f(ESTIMATE_UNITS) / total);
-            // Each bin's masses are at its upper edge, the same value in every part's grid.
-            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
-                let edge = values::bin_edge(input, edge_index(r.clone(), g.clone().cast(Ty::F32)));
-                let at_edge = load_shared(KEYS, g.clone()).bitcast(Ty::F32) * f(1.0 / (1u32 << HIST_BITS) as f32);
-                let v = (at_edge * values::weight(input, edge, mx.clone()) * unit.clone()).cast(Ty::U32);
-                b.store_shared(KEYS, g, v);
-            });
-            let range = (g0, g1);
-            let margin = u((ESTIMATE_UNITS * ESTIMATE_MARGIN) as u32);
-            let (by_mass, start, end) = crossing(b, "e_m", 0, range.clone(), var("pp").lt(f(1.0)), margin, &|b, _| {
-                b.let_("e_lim", Ty::U32, (var("pp") * f(ESTIMATE_UNITS)).cast(Ty::U32))
-            });
-            // The bin of the top-k's last token: the count before it at most `kk - 1`.
-            let by_count =
-                crossing(b, "e_n", BINS, range, var("kk").lt(param("vocab")), u(0), &|_, _| var("kk") - u(1)).0;
-            let first = by_mass.clone().max(by_count.clone());
-            let bin = b.let_("e_cut", Ty::U32, u(BINS) - select(first.clone().gt(u(0)), first, u(1)));
-            // Where the mass places the cut, the neighbour on a side is listed only where the
-            // limit lies within the estimate's margin of that side: one bin, not three, in most
-            // rows (top-p 0.99 on Zipf rows at T 1.0: 7,000 tokens where three bins held 20,000,
-            // more than the parts list).
-            let by_mass_first = by_mass.clone().gt(u(0)).and(by_mass.ge(by_count));
-            let above = b.let_("e_above", Ty::U32, select(by_mass_first.clone(), start, u(RANGE)));
-            let below = b.let_("e_below", Ty::U32, select(by_mass_first.clone(), end, u(RANGE)));
-            // A neighbour that would overflow a part's list where the bin alone would not is left
-            // out: the range would take the filter kernel's passes for certain, the bin alone only
-            // where the estimate lies on the wrong side of the edge. A part's count in the range
-            // is bounded by the sum of each bin's most in any part.
-            let most = |g: Expr| load_shared(KEYS, u(2 * BINS) + g);
-            let one = b.let_("e_one", Ty::U32, most(bin.clone()));
-            let lo = bin.clone() - bin.clone().min(above.clone());
-            let hi = (bin.clone() + below.clone()).min(u(BINS - 1));
-            b.let_("e_wide", Ty::U32, u(0));
-            b.for_("g", lo, hi + u(1), u(1), |b, g| b.set("e_wide", var("e_wide") + most(g)));
-            let spills = var("e_wide").gt(u(PART_LIST)).and(one.le(u(PART_LIST)));
-            b.if_(by_mass_first.and(spills), |b| {
-                b.set("e_above", u(0));
-                b.set("e_below", u(0));
+            let coarse = place_cut(b, input, &COARSE, (mx.clone(), unit.clone()));
+            b.let_("e_shift", Ty::U32, u(COARSE.shift));
+            b.let_("e_lo", Ty::U32, coarse.lo);
+            b.let_("e_hi", Ty::U32, coarse.hi);
+            b.let_("e_r", Ty::F32, coarse.r);
+            // The fine grid's 1/32 lies within the coarse bins 0 to 2.
+            b.if_(coarse.bin.le(u(2)), |b| {
+                let fine = place_cut(b, input, &FINE, (mx.clone(), unit));
+                b.if_(fine.found, |b| {
+                    b.set("e_shift", u(FINE.shift));
+                    b.set("e_lo", fine.lo);
+                    b.set("e_hi", fine.hi);
+                    b.set("e_r", fine.r);
+                });
             });
             b.if_(lid.clone().eq_(u(0)), |b| {
                 b.store(SCRATCH, state(tail::GO), u(1));
-                b.store(SCRATCH, state(tail::LO), bin.clone() - bin.clone().min(above));
-                b.store(SCRATCH, state(tail::HI), bin + below);
-                b.store(SCRATCH, state(tail::R), r.bitcast(Ty::U32));
+                b.store(SCRATCH, state(tail::LO), var("e_lo"));
+                b.store(SCRATCH, state(tail::HI), var("e_hi"));
+                b.store(SCRATCH, state(tail::R), var("e_r").bitcast(Ty::U32));
+                b.store(SCRATCH, state(tail::SHIFT), var("e_shift"));
                 b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
                 b.store(SCRATCH, state(tail::ARRIVED), u(0));
             });
@@ -329,14 +316,119 @@ fn estimate_cut(b: &mut Block, input: Input) {
     );
 }
 
-/// After [`estimate_cut`] summed the row's histogram into the part's workgroup array of keys,
-/// its bins' values (u32) at `at + g`, each invocation the bins `range.0..range.1`: where
-/// `gate` holds, the first bin whose values summed from the top pass `limit(total)`, as
-/// `BINS - bin` (0 for none; the largest over the workgroup is the first bin), returned with
-/// whether the limit lies within `margin` of that bin's start and of its end (1 or 0 each).
+/// Where [`place_cut`] puts a row's cut on one grid: the bin and the range listed around it
+/// (first and last bin), the grid's origin at the row's maximum, and whether the grid holds
+/// the crossing (else `bin` is the grid's last).
+struct Placed {
+    bin: Expr,
+    lo: Expr,
+    hi: Expr,
+    r: Expr,
+    found: Expr,
+}
+
+/// [`estimate_cut`] on one grid of the parts' histograms: each part's shifted by whole bins
+/// into the row's, weighed at the row's maximum `mx` in units of `unit` (the row's mass in
+/// [`ESTIMATE_UNITS`]), and the crossing of the mass or of the count.
+fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Expr)) -> Placed {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let v = |s: &str| format!("{}_{s}", level.name);
+    let (bins, grid) = (level.bins, level.grid());
+    // Another grid's placing may still read its neighbours' counts in the array.
+    b.barrier();
+    let r = b.let_(&v("r"), Ty::F32, grid.origin(input, mx.clone()));
+    let per = b.let_(&v("per"), Ty::U32, (u(bins) + bs.clone() - u(1)) / bs);
+    let g0 = b.let_(&v("g0"), Ty::U32, (lid * per.clone()).min(u(bins)));
+    let g1 = b.let_(&v("g1"), Ty::U32, (g0.clone() + per).min(u(bins)));
+    // Counts at `g`, the most of any one part at `bins + g`, masses at `2 bins + g` (f32 sums
+    // of the parts' fixed-point masses, then the estimate's u32 units).
+    let (count, most, mass) = (|g: Expr| g, move |g: Expr| u(bins) + g, move |g: Expr| u(2 * bins) + g);
+    b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
+        b.store_shared(KEYS, count(g.clone()), u(0));
+        b.store_shared(KEYS, most(g.clone()), u(0));
+        b.store_shared(KEYS, mass(g), f(0.0).bitcast(Ty::U32));
+    });
+    b.for_("p", u(0), var("parts"), u(1), |b, p| {
+        let mp = b.let_(&v("mp"), Ty::F32, part_m(var("row_slot"), p.clone(), load));
+        b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
+            let shift = b.let_(&v("shift"), Ty::F32, r.clone() - grid.origin(input, mp));
+            b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
+                let at = b.let_(&v("at"), Ty::F32, g.clone().cast(Ty::F32) - shift.clone());
+                b.if_(at.clone().ge(f(0.0)).and(at.clone().lt(f(bins as f32))), |b| {
+                    let at = b.let_(&v("atu"), Ty::U32, at.cast(Ty::U32));
+                    let hist = |k: Expr| load(SCRATCH, slot_word(var("row_slot"), p.clone(), u(HEAD_WORDS) + k));
+                    let words = hist(u(level.counts_at) + (at.clone() >> u(1)));
+                    let n = b.let_(&v("n"), Ty::U32, (words >> ((at.clone() & u(1)) * u(16))) & u(0xffff));
+                    b.store_shared(KEYS, count(g.clone()), load_shared(KEYS, count(g.clone())) + n.clone());
+                    b.store_shared(KEYS, most(g.clone()), load_shared(KEYS, most(g.clone())).max(n));
+                    if level.masses {
+                        let e = load_shared(KEYS, mass(g.clone())).bitcast(Ty::F32) + hist(at).cast(Ty::F32);
+                        b.store_shared(KEYS, mass(g), e.bitcast(Ty::U32));
+                    }
+                });
+            });
+        });
+    });
+    b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
+        let k = b.let_(&v("k"), Ty::F32, r.clone() - g.clone().cast(Ty::F32) + f(1.0));
+        let edge = b.let_(&v("edge"), Ty::F32, grid.edge(input, k.clone()));
+        let weighed = if level.masses {
+            // Each bin's masses are at its upper edge, the same value in every part's grid.
+            let at_edge = load_shared(KEYS, mass(g.clone())).bitcast(Ty::F32) * f(1.0 / (1u32 << HIST_BITS) as f32);
+            at_edge * values::weight(input, edge, mx.clone())
+        } else {
+            // A bin's tokens weigh within `2^-shift` of one another: its count at its middle.
+            let middle = (edge + grid.edge(input, k - f(1.0))) * f(0.5);
+            load_shared(KEYS, count(g.clone())).cast(Ty::F32) * values::weight(input, middle, mx.clone())
+        };
+        b.store_shared(KEYS, mass(g), (weighed * unit.clone()).cast(Ty::U32));
+    });
+    let range = (g0, g1);
+    let margin = u((ESTIMATE_UNITS * level.margin) as u32);
+    let (by_mass, start, end) =
+        crossing(b, (&v("m"), bins), 2 * bins, range.clone(), var("pp").lt(f(1.0)), margin, &|b, _| {
+            b.let_(&v("lim"), Ty::U32, (var("pp") * f(ESTIMATE_UNITS)).cast(Ty::U32))
+        });
+    // The bin of the top-k's last token: the count before it at most `kk - 1`.
+    let gate = var("kk").lt(param("vocab"));
+    let by_count = crossing(b, (&v("n"), bins), 0, range, gate, u(0), &|_, _| var("kk") - u(1)).0;
+    let first = b.let_(&v("first"), Ty::U32, by_mass.clone().max(by_count.clone()));
+    let bin = b.let_(&v("cut"), Ty::U32, u(bins) - select(first.clone().gt(u(0)), first.clone(), u(1)));
+    // Where the mass places the cut, the neighbour on a side is listed only where the limit
+    // lies within the estimate's margin of that side: one bin, not three, in most rows (top-p
+    // 0.99 on Zipf rows at T 1.0: 7,000 tokens where three bins held 20,000, more than the
+    // parts list).
+    let by_mass_first = by_mass.clone().gt(u(0)).and(by_mass.ge(by_count));
+    let above = b.let_(&v("above"), Ty::U32, select(by_mass_first.clone(), start, u(RANGE)));
+    let below = b.let_(&v("below"), Ty::U32, select(by_mass_first.clone(), end, u(RANGE)));
+    // A neighbour that would overflow a part's list where the bin alone would not is left out:
+    // the range would take the filter kernel's passes for certain, the bin alone only where the
+    // estimate lies on the wrong side of the edge. A part's count in the range is bounded by
+    // the sum of each bin's most in any part.
+    let one = b.let_(&v("one"), Ty::U32, load_shared(KEYS, most(bin.clone())));
+    let lo = bin.clone() - bin.clone().min(above.clone());
+    let hi = (bin.clone() + below.clone()).min(u(bins - 1));
+    b.let_(&v("wide"), Ty::U32, u(0));
+    b.for_("g", lo, hi + u(1), u(1), |b, g| b.set(&v("wide"), var(&v("wide")) + load_shared(KEYS, most(g))));
+    let spills = var(&v("wide")).gt(u(PART_LIST)).and(one.le(u(PART_LIST)));
+    b.if_(by_mass_first.and(spills), |b| {
+        b.set(&v("above"), u(0));
+        b.set(&v("below"), u(0));
+    });
+    let lo = b.let_(&v("first_bin"), Ty::U32, bin.clone() - bin.clone().min(above));
+    let hi = b.let_(&v("last_bin"), Ty::U32, bin.clone() + below);
+    Placed { bin, lo, hi, r, found: first.gt(u(0)) }
+}
+
+/// After [`place_cut`] summed the row's histogram into the part's workgroup array of keys,
+/// its bins' values (u32) at `at + g`, each invocation the bins `range.0..range.1` of the
+/// grid's `bins`: where `gate` holds, the first bin whose values summed from the top pass
+/// `limit(total)`, as `bins - bin` (0 for none; the largest over the workgroup is the first
+/// bin), returned with whether the limit lies within `margin` of that bin's start and of its
+/// end (1 or 0 each).
 fn crossing(
     b: &mut Block,
-    name: &str,
+    (name, bins): (&str, u32),
     at: u32,
     range: (Expr, Expr),
     gate: Expr,
@@ -359,7 +451,7 @@ fn crossing(
         let cum = var(&v("cum"));
         let passes = gate.clone().and(cum.clone().le(lim.clone())).and((cum.clone() + x.clone()).gt(lim.clone()));
         b.if_(passes, |b| {
-            b.set(&v("first"), var(&v("first")).max(u(BINS) - g));
+            b.set(&v("first"), var(&v("first")).max(u(bins) - g));
             b.set(&v("near_start"), select((lim.clone() - cum.clone()).le(margin.clone()), u(1), u(0)));
             b.set(&v("near_end"), select((cum.clone() + x - lim.clone()).le(margin.clone()), u(1), u(0)));
         });
@@ -407,6 +499,7 @@ fn cut_part(b: &mut Block, input: Input) {
     let lo = b.let_("cut_lo", Ty::F32, state(tail::LO).cast(Ty::F32));
     let hi = b.let_("cut_hi", Ty::F32, state(tail::HI).cast(Ty::F32));
     let r = b.let_("grid_r", Ty::F32, state(tail::R).bitcast(Ty::F32));
+    let grid = Grid::bound(b, state(tail::SHIFT), "cut_grid");
     let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
     let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
     let pkey = PhiloxKey::bound(b);
@@ -430,7 +523,7 @@ fn cut_part(b: &mut Block, input: Input) {
         b.if_(w.clone().gt(f(0.0)), |b| {
             let key = b.let_("ck", Ty::U32, order_key(ov.clone()));
             let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
-            let g = b.let_("cg", Ty::F32, grid_bin(r.clone(), values::bin_value(input, z.clone())));
+            let g = b.let_("cg", Ty::F32, r.clone() - grid.index(input, z.clone()));
             let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
             let race = |b: &mut Block, suffix: &str| {
                 b.if_(w.clone().ge(var("mp")), |b| {

@@ -100,11 +100,12 @@ pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
 
 /// [`weight`] where `m` is finite (no test of the limits, which a loop's compiler would
 /// unswitch into a copy of the loop for each), for a sum that is only an estimate: the target's
-/// fast exponential ([`approx_exp`], within 3 + 2|x| ulp), or `p / m`.
+/// fast exponential ([`approx_exp`], within 3 + 2|x| ulp), or its fast division ([`approx_div`],
+/// within 2.5 ulp).
 pub(super) fn estimate_weight(input: Input, v: Expr, m: Expr) -> Expr {
     match input {
         Input::Logits(_) => approx_exp(v - m),
-        Input::Probs => probs_weight(v, m),
+        Input::Probs => select(v.clone().eq_(m.clone()), f(1.0), approx_div(v, m)),
     }
 }
 
@@ -129,24 +130,58 @@ pub(super) fn order_weight(input: Input, ov: Expr, mx: Expr) -> Expr {
     }
 }
 
-/// The value the top-p histograms bin, monotone in `v`, in units of which a bin is
-/// `1 / BIN_SCALE` (16): `z`, or `p`'s exponent and first four bits of mantissa (a sixteenth of
-/// an octave a bin, as an exact integer over 16), so a bin is found without a logarithm.
-pub(super) fn bin_value(input: Input, v: Expr) -> Expr {
-    match input {
-        Input::Logits(_) => v,
-        Input::Probs => (v.bitcast(Ty::U32) >> u(19)).cast(Ty::F32) * f(1.0 / 16.0),
-    }
+/// A grid of the top-p histograms: bins `2^-shift` wide in `z`, or from probabilities
+/// `2^-shift` of an octave of `p` (its exponent and first `shift` bits of mantissa), so a bin is
+/// found without a logarithm and its edges are exact. `scale` is `2^shift` and `inv`
+/// `2^-shift`, as f32 (made from their bits, exact on every target).
+#[derive(Clone)]
+pub(super) struct Grid {
+    pub shift: Expr,
+    pub scale: Expr,
+    pub inv: Expr,
 }
 
-/// The value (`z` or `p`) at the upper edge of the bin whose [`bin_value`]s lie in
-/// `[(k - 1) / 16, k / 16)`, `k` an integer as f32: what a top-p histogram weighs the bin's
-/// tokens against, so that each weighs at least `e^(-1/16)` (from logits) or 16/17 (from
-/// probabilities) of its unit whatever its depth.
-pub(super) fn bin_edge(input: Input, k: Expr) -> Expr {
-    match input {
-        Input::Logits(_) => k * f(1.0 / 16.0),
-        Input::Probs => (k.cast(Ty::U32) << u(19)).bitcast(Ty::F32),
+impl Grid {
+    /// A grid whose shift is known when the kernel is written.
+    pub fn fixed(shift: u32) -> Grid {
+        let scale = (1u64 << shift) as f32;
+        Grid { shift: u(shift), scale: f(scale), inv: f(1.0 / scale) }
+    }
+
+    /// The grid of shift `shift` (a row's state), its powers of two bound once as `{name}_*`.
+    pub fn bound(b: &mut Block, shift: Expr, name: &str) -> Grid {
+        let shift = b.let_(&format!("{name}_shift"), Ty::U32, shift);
+        let bits = |e: Expr| (e << u(23)).bitcast(Ty::F32);
+        let scale = b.let_(&format!("{name}_scale"), Ty::F32, bits(u(127) + shift.clone()));
+        let inv = b.let_(&format!("{name}_inv"), Ty::F32, bits(u(127) - shift.clone()));
+        Grid { shift, scale, inv }
+    }
+
+    /// The index of the value `v` (`z` or `p`) on the grid, an integer as f32, monotone in `v`:
+    /// `floor(z 2^shift)`, or `p`'s bits shifted right by `23 - shift`.
+    pub fn index(&self, input: Input, v: Expr) -> Expr {
+        match input {
+            Input::Logits(_) => floor(v * self.scale.clone()),
+            Input::Probs => (v.bitcast(Ty::U32) >> (u(23) - self.shift.clone())).cast(Ty::F32),
+        }
+    }
+
+    /// The grid's origin for a largest value `m`: the smallest index at or above it, so `m`'s
+    /// bin, counted down from the origin ([`Grid::index`] subtracted from it), is 0 or 1.
+    pub fn origin(&self, input: Input, m: Expr) -> Expr {
+        match input {
+            Input::Logits(_) => -floor(-m * self.scale.clone()),
+            Input::Probs => self.index(input, m),
+        }
+    }
+
+    /// The value (`z` or `p`) at index `k`'s lower edge, `k` an integer as f32: the upper edge
+    /// of the values of index `k - 1`.
+    pub fn edge(&self, input: Input, k: Expr) -> Expr {
+        match input {
+            Input::Logits(_) => k * self.inv.clone(),
+            Input::Probs => (k.cast(Ty::U32) << (u(23) - self.shift.clone())).bitcast(Ty::F32),
+        }
     }
 }
 
