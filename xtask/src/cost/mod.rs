@@ -21,7 +21,7 @@ use crate::cuda_tools;
 use crate::ptx_report::{self, SMS};
 use crate::tuning::{self, Workgroup};
 use hardware::Hardware;
-use model::Kernel;
+use model::{Kernel, OnChipWork};
 use std::path::{Path, PathBuf};
 
 /// Bytes of one column of what a kernel's streaming loops read, from its name.
@@ -116,12 +116,17 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
                 ));
             }
             let onchip = f.onchip_loops();
-            if model::select_rule(&name).is_some() && !model::after_read(&loops, &onchip).any(|l| l.pass.is_some()) {
-                check.push(format!(
-                    "{name} {}: no select round found after its read (a key loop over workgroup memory inside a loop \
-                     with a barrier)",
-                    sm.arch
-                ));
+            if model::select_rule(&name).is_some() {
+                if !model::after_read(&loops, &onchip, OnChipWork::Select).iter().any(|l| l.pass.is_some()) {
+                    check.push(format!(
+                        "{name} {}: no select round found after its read (a key loop over workgroup memory inside a \
+                         loop with a barrier)",
+                        sm.arch
+                    ));
+                }
+                if model::after_read(&loops, &onchip, OnChipWork::Histogram).is_empty() {
+                    check.push(format!("{name} {}: no histogram loop found after a top-p part's read", sm.arch));
+                }
             }
             let (resident, occupancy) = ptx_report::occupancy(sm, block, &compiled.usage);
             kernels.push(Kernel {
@@ -155,7 +160,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     if check {
         let n: usize = counted.iter().map(|c| c.kernels.len()).sum();
         println!(
-            "cost --check: {n} kernel builds parsed, every row kernel's streaming loop and every select's round found"
+            "cost --check: {n} kernel builds parsed, every row kernel's streaming loop, every select's round and histogram found"
         );
         return Ok(());
     }

@@ -161,12 +161,44 @@ pub fn massed_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
-/// The loops over workgroup memory between a kernel's first streaming loop (the read of a
-/// top-k part) and its second (another row's part): a select launch's on-chip work.
-pub fn after_read<'a>(loops: &[Loop], onchip: &'a [OnChip]) -> impl Iterator<Item = &'a OnChip> {
-    let after = loops.first().map_or(0, |l| l.end);
-    let before = loops.get(1).map_or(u32::MAX, |l| l.start);
-    onchip.iter().filter(move |l| l.start > after && l.start < before)
+/// What a launch's parts do on chip after reading their columns (`top_k_parts_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnChipWork {
+    /// Nothing after the read (or nothing counted).
+    None,
+    /// A top-k row's select of its candidates ([`select_rule`]).
+    Select,
+    /// A top-p row's histograms (`filter_top_p.rs`, `histogram_part`): each loop once a column.
+    Histogram,
+}
+
+/// A top-p part's copies of its bins out visit bins, not columns: each copy at most the fine
+/// grid's 1024 counts over a part's 4096 columns, so a bin's word costs at most a quarter of a
+/// column's visit.
+const HISTOGRAM_COPY_SHARE: f64 =
+    crate::kernels::filter_top_p::FINE_BINS as f64 / crate::kernels::filter_top_k::PART_COLS as f64;
+
+/// The loops over workgroup memory after the read of `work`'s branch. The parts kernel reads
+/// its columns in its first two streaming loops, one a branch (a top-k row's part, which
+/// selects, and a top-p row's, which bins), laid out in whichever order ptxas chooses; the
+/// select's loops are those after the read with a pass loop among them, the histogram's those
+/// after the other, each up to the next streaming loop (another part's read, or a row's last
+/// part estimating the cut, which the rare-loop rule counts).
+pub fn after_read<'a>(loops: &[Loop], onchip: &'a [OnChip], work: OnChipWork) -> Vec<&'a OnChip> {
+    let region = |i: usize| -> Vec<&'a OnChip> {
+        let after = loops.get(i).map_or(0, |l| l.end);
+        let before = loops.get(i + 1).map_or(u32::MAX, |l| l.start);
+        onchip.iter().filter(|l| l.start > after && l.start < before).collect()
+    };
+    let (first, second) = (region(0), region(1));
+    let selects = |r: &[&OnChip]| r.iter().any(|l| l.pass.is_some());
+    match work {
+        OnChipWork::None => vec![],
+        OnChipWork::Select if selects(&first) || !selects(&second) => first,
+        OnChipWork::Select => second,
+        OnChipWork::Histogram if selects(&first) => second,
+        OnChipWork::Histogram => first,
+    }
 }
 
 /// Cycles an SM needs to issue `counts` instructions `n` times (threads x columns), by pipe: the
@@ -255,16 +287,28 @@ impl Kernel {
         })
     }
 
-    /// The instructions per column of a select launch's on-chip work ([`select_rule`]), with
-    /// `keys` columns a thread: the loops over workgroup memory between its first streaming loop
-    /// (the read of a top-k part) and its second (another row's part, which bins its columns).
-    /// A key loop inside a pass (a select's further round) runs at every pass, on its costliest
-    /// path for the share of its keys in play; the pass's own work is once a pass a thread, over
-    /// its keys. The other loops visit each column once, on their common path (`sass::OnChip`:
-    /// the costliest for a loop that sums floats, else the cheapest).
-    pub fn onchip_per_column(&self, keys: f64) -> Counts {
-        let Some((passes, matched, _)) = select_rule(&self.name) else { return Counts::default() };
-        self.onchip_with(passes, matched, keys)
+    /// The instructions per column of a launch's on-chip `work` after its read, with `keys`
+    /// columns a thread. A select ([`select_rule`]): a key loop inside a pass (a select's
+    /// further round) runs at every pass, on its costliest path for the share of its keys in
+    /// play; the pass's own work is once a pass a thread, over its keys; the other loops visit
+    /// each column once, on their common path (`sass::OnChip`: the costliest for a loop that sums
+    /// floats, else the cheapest). A histogram: each loop visits each column once, on its common
+    /// path, but a loop that stores to global memory (a copy of the bins out) visits bins, each
+    /// at [`HISTOGRAM_COPY_SHARE`] of a column.
+    pub fn onchip_per_column(&self, work: OnChipWork, keys: f64) -> Counts {
+        match work {
+            OnChipWork::None => Counts::default(),
+            OnChipWork::Select => match select_rule(&self.name) {
+                Some((passes, matched, _)) => self.onchip_with(passes, matched, keys),
+                None => Counts::default(),
+            },
+            OnChipWork::Histogram => {
+                after_read(&self.loops, &self.onchip, work).iter().fold(Counts::default(), |acc, l| {
+                    let copy = if l.common.get(Pipe::Stg) > 0.0 { HISTOGRAM_COPY_SHARE } else { 1.0 };
+                    acc.plus(&l.common.scaled(copy / l.common.shared_loads.max(1.0)))
+                })
+            }
+        }
     }
 
     /// [`Kernel::onchip_per_column`] with the pass loops run `passes` times, but a pass loop
@@ -273,7 +317,7 @@ impl Kernel {
     fn onchip_with(&self, passes: f64, matched: f64, keys: f64) -> Counts {
         let mut total = Counts::default();
         let mut pass_counted = false;
-        for l in after_read(&self.loops, &self.onchip) {
+        for l in after_read(&self.loops, &self.onchip, OnChipWork::Select) {
             let visits = l.common.shared_loads.max(1.0);
             let per = match &l.pass {
                 Some(pass) => {
@@ -304,7 +348,7 @@ pub enum Bound {
     L2,
     Latency,
     Issue(Pipe),
-    /// The on-chip work after a select launch's read.
+    /// The on-chip work after a parts launch's read.
     OnChip,
     Launch,
 }
@@ -317,7 +361,7 @@ impl Bound {
             Bound::Latency => "load latency".into(),
             Bound::Issue(Pipe::Other) => "issue".into(),
             Bound::Issue(p) => format!("{} pipe", p.name()),
-            Bound::OnChip => "on-chip select".into(),
+            Bound::OnChip => "on-chip work".into(),
             Bound::Launch => "launches".into(),
         }
     }
@@ -393,10 +437,10 @@ pub fn launch(hw: &Hardware, k: &Kernel, l: &Launch, total_input: f64, cache: Ca
     let iterations = quads * 4.0 / cols_per_iter;
     let (whole, part) = (iterations.floor(), iterations - iterations.floor());
     let last = if part > 0.0 { (issue * part).max(wait(part)) } else { 0.0 };
-    // A select launch's on-chip work after its read: the blocks' instructions over each pipe's
+    // A parts launch's on-chip work after its read: the blocks' instructions over each pipe's
     // lanes and over the schedulers' issue rate (its loads from workgroup memory wait little
     // beside the blocks resident with it).
-    let onchip = if l.select { k.onchip_per_column(l.columns as f64 / k.block as f64) } else { Counts::default() };
+    let onchip = k.onchip_per_column(l.onchip, l.columns as f64 / k.block as f64);
     let (onchip_cycles, _) = issue_cycles(hw, &onchip, conc as f64 * l.columns as f64, hw.lanes(Pipe::Ldg));
     // Each round also waits for its first loads and its last stores (two DRAM round trips).
     let streaming = whole * issue.max(wait(1.0)) + last;
@@ -520,7 +564,7 @@ mod tests {
             rereads,
             side: false,
             loops_of: None,
-            select: false,
+            onchip: OnChipWork::None,
         }
     }
 
@@ -557,7 +601,7 @@ mod tests {
         let per = k.onchip_with(passes, matched, 16.0).total();
         assert!(select_rule(&k.name).is_some(), "a parts kernel selects");
         assert!((per - want).abs() < 1e-9, "{per} {want}");
-        let parts = Launch { groups: 32 * 38, columns: 4096, select: true, ..read(false, 0.0, 32) };
+        let parts = Launch { groups: 32 * 38, columns: 4096, onchip: OnChipWork::Select, ..read(false, 0.0, 32) };
         k.onchip.retain(|l| l.pass.is_none());
         k.onchip.push(OnChip {
             start: 0x30,
@@ -566,11 +610,65 @@ mod tests {
             pass: None,
         });
         let with = launch(&H200, &k, &parts, 32.0 * 151936.0 * 4.0, Cache::Warm);
-        let without = launch(&H200, &k, &Launch { select: false, ..parts.clone() }, 32.0 * 151936.0 * 4.0, Cache::Warm);
+        let without = launch(
+            &H200,
+            &k,
+            &Launch { onchip: OnChipWork::None, ..parts.clone() },
+            32.0 * 151936.0 * 4.0,
+            Cache::Warm,
+        );
         // 1216 blocks on 132 SMs: 10 on the busiest, 4 at once, 3 rounds.
         let onchip_us = 3.0 * 4.0 * 4096.0 * (want - listed) / (4.0 * 32.0) / (H200.clock_ghz.value * 1e3);
         assert!(with.us >= onchip_us && with.us > without.us, "{with:?} {without:?} {onchip_us}");
         assert_eq!(with.bound, Bound::OnChip);
+    }
+
+    /// The parts kernel's two reads lie in either order: the select's loops are those after the
+    /// read with a pass loop among them, the histogram's those after the other, each loop a
+    /// column once but a copy of the bins out (a global store) at a quarter of one. The oracle is
+    /// the sum written out.
+    #[test]
+    fn a_histogram_launch_counts_the_loops_after_its_own_read() {
+        let mut k = streaming();
+        k.name = "top_k_parts_logits_f32".into();
+        let read = k.loops[0].clone();
+        k.loops = [(0x100, 0x110), (0x1000, 0x1010), (0x2000, 0x2010)]
+            .map(|(start, end)| Loop { start, end, ..read.clone() })
+            .to_vec();
+        let counts = |int: f64, loads: f64, stores: f64| {
+            let mut c = Counts { shared_loads: loads, ..Counts::default() };
+            c.by_pipe[Pipe::Int as usize] = int;
+            c.by_pipe[Pipe::Stg as usize] = stores;
+            c
+        };
+        let plain = |start: u32, c: Counts| OnChip { start, common: c, longest: c, pass: None };
+        k.onchip = vec![
+            // After the first read: a top-p part's sum (36 a key) and its copy of 16 words.
+            plain(0x200, counts(36.0, 1.0, 0.0)),
+            plain(0x300, counts(64.0, 16.0, 16.0)),
+            // After the second: a select's round and its gather.
+            OnChip { start: 0x1100, pass: Some(counts(291.0, 0.0, 0.0)), ..plain(0x1100, counts(10.0, 1.0, 0.0)) },
+            plain(0x1200, counts(40.0, 4.0, 0.0)),
+            // A row's last part's estimate, after the third: neither.
+            plain(0x2100, counts(99.0, 1.0, 0.0)),
+        ];
+        let want = 36.0 + HISTOGRAM_COPY_SHARE * (64.0 + 16.0) / 16.0;
+        let starts = |k: &Kernel, w| after_read(&k.loops, &k.onchip, w).iter().map(|l| l.start).collect::<Vec<_>>();
+        let histogram = k.onchip_per_column(OnChipWork::Histogram, 16.0).total();
+        assert!((histogram - want).abs() < 1e-9, "{histogram} {want}");
+        assert_eq!(starts(&k, OnChipWork::Select), [0x1100, 0x1200]);
+        assert_eq!(starts(&k, OnChipWork::None), Vec::<u32>::new());
+        // The other order: the select's loops after the first read, the histogram's after the second.
+        for l in &mut k.onchip {
+            l.start = match l.start {
+                0x200..0x1000 => l.start + 0xf00,
+                0x1000..0x2000 => l.start - 0xf00,
+                s => s,
+            };
+        }
+        let histogram = k.onchip_per_column(OnChipWork::Histogram, 16.0).total();
+        assert!((histogram - want).abs() < 1e-9, "{histogram} {want}");
+        assert_eq!(starts(&k, OnChipWork::Select), [0x200, 0x300]);
     }
 
     /// A cold call's second read of an input that still fits L2 with what the call wrote costs

@@ -4,6 +4,8 @@
 //! H200 run measured (filtered rows were not split then, `sample` had no seeded or filter launch
 //! after it, and a second launch combined a split row's parts).
 
+use super::model::OnChipWork;
+
 /// Which host's launch plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Era {
@@ -138,9 +140,10 @@ pub struct Launch {
     /// launch that also does the top-p cut (`FLAG_CUT_HERE`) reads as the cut kernel does, in
     /// the merge's workgroups (its block and occupancy).
     pub loops_of: Option<String>,
-    /// The launch's parts select their candidates on chip (the one-read path's top-k rows,
-    /// `top_k_parts_*`): the model adds the kernel's on-chip loops ([`crate::cost::sass::OnChip`]).
-    pub select: bool,
+    /// What the launch's parts do on chip after their read (`top_k_parts_*`: the one-read
+    /// path's top-k rows select their candidates, top-p rows bin their columns): the model adds
+    /// the kernel's loops of it ([`crate::cost::sass::OnChip`]).
+    pub onchip: OnChipWork,
 }
 
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
@@ -192,7 +195,7 @@ pub fn launches(
         rereads: false,
         side: false,
         loops_of: None,
-        select: false,
+        onchip: OnChipWork::None,
     };
     let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
@@ -206,7 +209,7 @@ pub fn launches(
         rereads: false,
         side: false,
         loops_of: None,
-        select: false,
+        onchip: OnChipWork::None,
     };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
@@ -224,7 +227,7 @@ pub fn launches(
                 rereads: false,
                 side: false,
                 loops_of: None,
-                select: false,
+                onchip: OnChipWork::None,
             });
         }
         v
@@ -239,7 +242,7 @@ pub fn launches(
         rereads: false,
         side: false,
         loops_of: None,
-        select: false,
+        onchip: OnChipWork::None,
     };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
@@ -268,7 +271,12 @@ pub fn launches(
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
         let cut = !idle_rows && TOP_P_CUT.contains(&name);
-        let parts = Launch { select: decided, ..parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut) };
+        let onchip = match (decided, cut) {
+            (true, _) => OnChipWork::Select,
+            (_, true) => OnChipWork::Histogram,
+            _ => OnChipWork::None,
+        };
+        let parts = Launch { onchip, ..parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut) };
         let merge = format!("top_k_merge_{input}");
         let cut_launch = Launch { rereads: true, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
         if batch * p <= cut_here_groups {
@@ -320,7 +328,7 @@ pub fn launches(
                         rereads: stage == 1,
                         side: false,
                         loops_of: None,
-                        select: false,
+                        onchip: OnChipWork::None,
                     })
                     .collect(),
             }
@@ -372,7 +380,7 @@ pub fn launches(
                 rereads,
                 side: true,
                 loops_of: None,
-                select: false,
+                onchip: OnChipWork::None,
             };
             if top_p > 0 {
                 let (merge, cut) = (format!("top_k_merge_logits_{dtype}"), format!("top_p_cut_logits_{dtype}"));

@@ -26,7 +26,7 @@ struct Row {
     bound: Bound,
     /// The same call with L2 flushed before it (the benchmark's cold cells).
     cold_us: f64,
-    /// Instructions per column of its select launch's on-chip work (0 without one).
+    /// Instructions per column of its parts launch's on-chip work (0 without one).
     onchip: f64,
 }
 
@@ -60,11 +60,8 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         .map(|(p, m)| (&p.0, m.busy_sms))
         .expect("a call has a launch");
     let passes: u32 = pairs.iter().filter(|(l, _)| l.kernel == main.kernel).map(|(l, _)| l.passes).sum();
-    let onchip = pairs
-        .iter()
-        .filter(|(l, _)| l.select)
-        .map(|(l, k)| k.onchip_per_column(l.columns as f64 / k.block as f64).total())
-        .sum();
+    let onchip =
+        pairs.iter().map(|(l, k)| k.onchip_per_column(l.onchip, l.columns as f64 / k.block as f64).total()).sum();
     Ok(Row {
         launches: pairs.len(),
         read: launches.iter().map(|l| l.read).sum(),
