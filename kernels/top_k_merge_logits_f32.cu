@@ -844,8 +844,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e188 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e188 + 8u)], rows[(sk_e188 + 9u)], rows[(sk_e188 + 10u)], col))); \
+        const unsigned int sk_e189 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e189 + 8u)], rows[(sk_e189 + 9u)], rows[(sk_e189 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
@@ -919,8 +919,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)(rz - row_m)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e126 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e126 + 8u)], rows[(sk_e126 + 9u)], rows[(sk_e126 + 10u)], r))); \
+        const unsigned int sk_e127 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], r))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -932,8 +932,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     /* built by kernels::filters::select_step */ \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e33 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e33 ? tn64 : (((lim - sel_m) / (sk_e33 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e34 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e34 ? tn64 : (((lim - sel_m) / (sk_e34 ? 1ull : tie_v)) + 1ull)))); \
     lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
     sel_key = 0u; \
     sel_mask = 0u; \
@@ -944,8 +944,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 #define sk_choose_bin(t_lo, tj, t_want, t_above, t_run) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e36 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e36 < 464u) ? (select_scratch[min(sk_e36, 463u)]) : 0u); \
+    const unsigned int sk_e37 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e37 < 464u) ? (select_scratch[min(sk_e37, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         select_scratch[507u] = ((t_lo + tj) + 1u); \
         select_scratch[508u] = (t_run - t_above); \
@@ -1072,8 +1072,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 #define sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
     /* built by kernels::filter_top_k::race_one */ \
     uint4 w4 = sk_philox(make_uint4(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e128 = (rc & 3u); \
-    float score = (rz + sk_gumbel(((sk_e128 == 3u) ? ((w4).w) : ((sk_e128 == 2u) ? ((w4).z) : ((sk_e128 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    const unsigned int sk_e129 = (rc & 3u); \
+    float score = (rz + sk_gumbel(((sk_e129 == 3u) ? ((w4).w) : ((sk_e129 == 2u) ? ((w4).z) : ((sk_e129 == 1u) ? ((w4).y) : ((w4).x)))))); \
     if (((score > best) || ((score == best) && (rc < best_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best = score; \
@@ -1085,8 +1085,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)rov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e38 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e38 + 8u)], rows[(sk_e38 + 9u)], rows[(sk_e38 + 10u)], rcol))); \
+        const unsigned int sk_e39 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e39 + 8u)], rows[(sk_e39 + 9u)], rows[(sk_e39 + 10u)], rcol))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -1096,8 +1096,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 #define sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
     /* built by kernels::filter_top_p::select_in_range */ \
-    const float sk_e37 = x[(base + rcol)]; \
-    float rz_x = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37); \
+    const float sk_e38 = x[(base + rcol)]; \
+    float rz_x = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38); \
     float rz = (rz_x / temp); \
     if (cut_seeded) { \
         sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \
@@ -1188,9 +1188,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
             const unsigned int sk_e0 = (row * 12u);
             bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            const unsigned int sk_e1 = (row * 12u);
+            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
             unsigned int reads_before = (one_read ? 1u : 0u);
             bool merges = (part == 0u);
-            if ((cut_here && top_p_cut)) {
+            if ((cut_here && (top_p_cut || min_p_cut))) {
                 {
                     unsigned int row_slot = slot;
                     if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
@@ -1236,21 +1238,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                 // built by kernels::filter_values::for_each_read
                                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                const unsigned int sk_e2 = (col_hi - col_lo);
-                                const float sk_e1 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
-                                float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                                const unsigned int sk_e3 = (col_hi - col_lo);
+                                const float sk_e2 = x[(base + (col_lo + ((li0 < sk_e3) ? li0 : (sk_e3 - 1u))))];
+                                float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                const unsigned int sk_e4 = (col_hi - col_lo);
-                                const float sk_e3 = x[(base + (col_lo + ((li1 < sk_e4) ? li1 : (sk_e4 - 1u))))];
-                                float zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                                const unsigned int sk_e5 = (col_hi - col_lo);
+                                const float sk_e4 = x[(base + (col_lo + ((li1 < sk_e5) ? li1 : (sk_e5 - 1u))))];
+                                float zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                const unsigned int sk_e6 = (col_hi - col_lo);
-                                const float sk_e5 = x[(base + (col_lo + ((li2 < sk_e6) ? li2 : (sk_e6 - 1u))))];
-                                float zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                                const unsigned int sk_e7 = (col_hi - col_lo);
+                                const float sk_e6 = x[(base + (col_lo + ((li2 < sk_e7) ? li2 : (sk_e7 - 1u))))];
+                                float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                const unsigned int sk_e8 = (col_hi - col_lo);
-                                const float sk_e7 = x[(base + (col_lo + ((li3 < sk_e8) ? li3 : (sk_e8 - 1u))))];
-                                float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                                const unsigned int sk_e9 = (col_hi - col_lo);
+                                const float sk_e8 = x[(base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))))];
+                                float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                                 if ((li0 < (col_hi - col_lo))) {
                                     sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                                 }
@@ -1353,6 +1355,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     }
                 }
             }
+            if (min_p_cut) {
+                top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
+            }
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
@@ -1386,12 +1391,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    const unsigned int sk_e25 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e25 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e25 + 0u)]))));
-                                    const unsigned int sk_e26 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 0u)]))));
-                                    const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
+                                    const unsigned int sk_e26 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 0u)]))));
+                                    const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
+                                    const unsigned int sk_e28 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1400,8 +1405,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const float sk_e28 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e28 > best) || ((sk_e28 == best) && (w_i < best_i)))) {
+                                        const float sk_e29 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e29 > best) || ((sk_e29 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1410,12 +1415,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const unsigned int sk_e30 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        const double sk_e29 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e30 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e30 + 0u)]))));
-                                        if (((sk_e29 > best64) || ((sk_e29 == best64) && (w_i64 < best64_i)))) {
+                                        const unsigned int sk_e31 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        const double sk_e30 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 0u)]))));
+                                        if (((sk_e30 > best64) || ((sk_e30 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            const unsigned int sk_e31 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 0u)]))));
+                                            const unsigned int sk_e32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1442,8 +1447,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned long long cut_lim = sk_fraction(pp, cut_row_mass);
                                 bool cut_listed = (short_all == 0u);
                                 bool cut_fits = (cut_listed && (n_range_all <= 2048u));
-                                const unsigned int sk_e32 = (min_above_not_all ^ 4294967295u);
-                                bool cut_sound = (((((sk_e32 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e32 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && (((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || (max_below_all == 0u)) || (w_below_all < mp)));
+                                bool cut_below_ends = ((max_below_all == 0u) || (w_below_all < mp));
+                                const unsigned int sk_e33 = (min_above_not_all ^ 4294967295u);
+                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e33 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e33 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
                                 bool cut_sorted = (cut_sound && cut_fits);
                                 bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1464,7 +1470,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                 unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                 unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
-                                if (cut_sorted) {
+                                if ((cut_sorted && (n_range_all > 0u))) {
                                     // built by kernels::filter_top_p::cut_row
                                     __syncthreads();
                                     unsigned int l_base = 0u;
@@ -1633,8 +1639,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e34 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e34 ? tn64 : (((lim - sel_m) / (sk_e34 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e35 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e35 ? tn64 : (((lim - sel_m) / (sk_e35 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1687,8 +1693,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e35 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e35 < 464u) ? (select_scratch[min(sk_e35, 463u)]) : 0u));
+                                                const unsigned int sk_e36 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e36 < 464u) ? (select_scratch[min(sk_e36, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1794,8 +1800,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                             unsigned int ri_p = (i / 640u);
                                             unsigned int ri_key = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e40 = (i / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e40) * 1317u) + (5u + ((i - (sk_e40 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e41 = (i / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 1317u) + (5u + ((i - (sk_e41 * 640u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1904,8 +1910,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e42 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e42 ? tn64 : (((lim - sel_m) / (sk_e42 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e43 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e43 ? tn64 : (((lim - sel_m) / (sk_e43 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1918,12 +1924,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e43 = (ti / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 1317u) + (5u + ((ti - (sk_e43 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e44 = (ti / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 1317u) + (5u + ((ti - (sk_e44 * 640u)) * 2u)))]);
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e44 = (ti / 640u);
-                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 1317u) + (6u + ((ti - (sk_e44 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e45 = (ti / 640u);
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 1317u) + (6u + ((ti - (sk_e45 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                         if ((tk != 0u)) {
                                             unsigned int t_in = (t_top - tk);
                                             unsigned int t_d = t_in;
@@ -1957,12 +1963,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e45 = (ti / 640u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 1317u) + (5u + ((ti - (sk_e45 * 640u)) * 2u)))]);
+                                                        const unsigned int sk_e46 = (ti / 640u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 1317u) + (5u + ((ti - (sk_e46 * 640u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e46 = (ti / 640u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 1317u) + (6u + ((ti - (sk_e46 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e47 = (ti / 640u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 1317u) + (6u + ((ti - (sk_e47 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -1974,8 +1980,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e47 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e47 < 464u) ? (select_scratch[min(sk_e47, 463u)]) : 0u));
+                                                const unsigned int sk_e48 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e48 < 464u) ? (select_scratch[min(sk_e48, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -2009,12 +2015,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                             unsigned int ri_key = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e49 = (ti / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((ti - (sk_e49 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e50 = (ti / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 1317u) + (5u + ((ti - (sk_e50 * 640u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e50 = (ti / 640u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 1317u) + (6u + ((ti - (sk_e50 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            const unsigned int sk_e51 = (ti / 640u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 1317u) + (6u + ((ti - (sk_e51 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2036,12 +2042,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int ri_p = (i / 640u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e51 = (i / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((i - (sk_e51 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e52 = (i / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (5u + ((i - (sk_e52 * 640u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e52 = (i / 640u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((i - (sk_e52 * 640u)) * 2u)))]);
+                                        const unsigned int sk_e53 = (i / 640u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 1317u) + (6u + ((i - (sk_e53 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2054,8 +2060,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e56 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e56 ? tn64 : (((lim - sel_m) / (sk_e56 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e57 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e57 ? tn64 : (((lim - sel_m) / (sk_e57 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
@@ -2078,8 +2084,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e57 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e57 > best) || ((sk_e57 == best) && (w_i < best_i)))) {
+                                                    const float sk_e58 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e58 > best) || ((sk_e58 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2088,12 +2094,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e59 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    const double sk_e58 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e59 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e59 + 0u)]))));
-                                                    if (((sk_e58 > best64) || ((sk_e58 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    const double sk_e59 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
+                                                    if (((sk_e59 > best64) || ((sk_e59 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e60 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
+                                                        const unsigned int sk_e61 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2119,8 +2125,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols));
                                         unsigned int t_mine = 0u;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e61 = x[(base + col)];
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e61) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e61);
+                                            const float sk_e62 = x[(base + col)];
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2131,8 +2137,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         t_rank0 = sk_block_scan(t_mine);
                                         unsigned int t_rank = t_rank0;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e62 = x[(base + col)];
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e62) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e62);
+                                            const float sk_e63 = x[(base + col)];
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2164,8 +2170,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e65 = x[(base + ow_at)];
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e65) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e65);
+                                        const float sk_e66 = x[(base + ow_at)];
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
@@ -2266,8 +2272,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int t_run = 0u;
                                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                             // built by kernels::select::choose_bin
-                                            const unsigned int sk_e66 = (t_lo + tj);
-                                            t_run = (t_run + ((sk_e66 < 464u) ? (select_scratch[min(sk_e66, 463u)]) : 0u));
+                                            const unsigned int sk_e67 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e67 < 464u) ? (select_scratch[min(sk_e67, 463u)]) : 0u));
                                         }
                                         unsigned int t_start = 0u;
                                         t_start = sk_block_scan(t_run);
@@ -2367,8 +2373,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e68 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e68) * 1317u) + (6u + ((gj - (sk_e68 * want)) * 2u)))];
+                                            const unsigned int sk_e69 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e69) * 1317u) + (6u + ((gj - (sk_e69 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2376,8 +2382,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e69 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e69 & 2147483648u) != 0u) ? (sk_e69 ^ 2147483648u) : (sk_e69 ^ 4294967295u)));
+                                    const unsigned int sk_e70 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e70 & 2147483648u) != 0u) ? (sk_e70 ^ 2147483648u) : (sk_e70 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -2414,9 +2420,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e71 = listed_cols[(1285u + r)];
-                                    const float sk_e70 = sk_bitcast<float>((((sk_e71 & 2147483648u) != 0u) ? (sk_e71 ^ 2147483648u) : (sk_e71 ^ 4294967295u)));
-                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e70 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e70 - row_m))));
+                                    const unsigned int sk_e72 = listed_cols[(1285u + r)];
+                                    const float sk_e71 = sk_bitcast<float>((((sk_e72 & 2147483648u) != 0u) ? (sk_e72 ^ 2147483648u) : (sk_e72 ^ 4294967295u)));
+                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e71 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e71 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2436,148 +2442,148 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e73 = (col_hi - col_lo);
-                                        const float sk_e72 = x[(base + (col_lo + ((li0 < sk_e73) ? li0 : (sk_e73 - 1u))))];
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                                        const unsigned int sk_e74 = (col_hi - col_lo);
+                                        const float sk_e73 = x[(base + (col_lo + ((li0 < sk_e74) ? li0 : (sk_e74 - 1u))))];
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e73) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e73);
                                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e75 = (col_hi - col_lo);
-                                        const float sk_e74 = x[(base + (col_lo + ((li1 < sk_e75) ? li1 : (sk_e75 - 1u))))];
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
+                                        const unsigned int sk_e76 = (col_hi - col_lo);
+                                        const float sk_e75 = x[(base + (col_lo + ((li1 < sk_e76) ? li1 : (sk_e76 - 1u))))];
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e75) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e75);
                                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e77 = (col_hi - col_lo);
-                                        const float sk_e76 = x[(base + (col_lo + ((li2 < sk_e77) ? li2 : (sk_e77 - 1u))))];
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76);
+                                        const unsigned int sk_e78 = (col_hi - col_lo);
+                                        const float sk_e77 = x[(base + (col_lo + ((li2 < sk_e78) ? li2 : (sk_e78 - 1u))))];
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e77) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e77);
                                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e79 = (col_hi - col_lo);
-                                        const float sk_e78 = x[(base + (col_lo + ((li3 < sk_e79) ? li3 : (sk_e79 - 1u))))];
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e78) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e78);
+                                        const unsigned int sk_e80 = (col_hi - col_lo);
+                                        const float sk_e79 = x[(base + (col_lo + ((li3 < sk_e80) ? li3 : (sk_e80 - 1u))))];
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e79) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e79);
                                         unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e81 = (col_hi - col_lo);
-                                        const float sk_e80 = x[(base + (col_lo + ((li4 < sk_e81) ? li4 : (sk_e81 - 1u))))];
-                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e80) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e80);
+                                        const unsigned int sk_e82 = (col_hi - col_lo);
+                                        const float sk_e81 = x[(base + (col_lo + ((li4 < sk_e82) ? li4 : (sk_e82 - 1u))))];
+                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
                                         unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e83 = (col_hi - col_lo);
-                                        const float sk_e82 = x[(base + (col_lo + ((li5 < sk_e83) ? li5 : (sk_e83 - 1u))))];
-                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e82) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e82);
+                                        const unsigned int sk_e84 = (col_hi - col_lo);
+                                        const float sk_e83 = x[(base + (col_lo + ((li5 < sk_e84) ? li5 : (sk_e84 - 1u))))];
+                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
                                         unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
-                                        const unsigned int sk_e85 = (col_hi - col_lo);
-                                        const float sk_e84 = x[(base + (col_lo + ((li6 < sk_e85) ? li6 : (sk_e85 - 1u))))];
-                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e84) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e84);
+                                        const unsigned int sk_e86 = (col_hi - col_lo);
+                                        const float sk_e85 = x[(base + (col_lo + ((li6 < sk_e86) ? li6 : (sk_e86 - 1u))))];
+                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
                                         unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
-                                        const unsigned int sk_e87 = (col_hi - col_lo);
-                                        const float sk_e86 = x[(base + (col_lo + ((li7 < sk_e87) ? li7 : (sk_e87 - 1u))))];
-                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e86) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e86);
+                                        const unsigned int sk_e88 = (col_hi - col_lo);
+                                        const float sk_e87 = x[(base + (col_lo + ((li7 < sk_e88) ? li7 : (sk_e88 - 1u))))];
+                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87);
                                         unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
-                                        const unsigned int sk_e89 = (col_hi - col_lo);
-                                        const float sk_e88 = x[(base + (col_lo + ((li8 < sk_e89) ? li8 : (sk_e89 - 1u))))];
-                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
+                                        const unsigned int sk_e90 = (col_hi - col_lo);
+                                        const float sk_e89 = x[(base + (col_lo + ((li8 < sk_e90) ? li8 : (sk_e90 - 1u))))];
+                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
                                         unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
-                                        const unsigned int sk_e91 = (col_hi - col_lo);
-                                        const float sk_e90 = x[(base + (col_lo + ((li9 < sk_e91) ? li9 : (sk_e91 - 1u))))];
-                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e90) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e90);
+                                        const unsigned int sk_e92 = (col_hi - col_lo);
+                                        const float sk_e91 = x[(base + (col_lo + ((li9 < sk_e92) ? li9 : (sk_e92 - 1u))))];
+                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
                                         unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
-                                        const unsigned int sk_e93 = (col_hi - col_lo);
-                                        const float sk_e92 = x[(base + (col_lo + ((li10 < sk_e93) ? li10 : (sk_e93 - 1u))))];
-                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e92) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e92);
+                                        const unsigned int sk_e94 = (col_hi - col_lo);
+                                        const float sk_e93 = x[(base + (col_lo + ((li10 < sk_e94) ? li10 : (sk_e94 - 1u))))];
+                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93);
                                         unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
-                                        const unsigned int sk_e95 = (col_hi - col_lo);
-                                        const float sk_e94 = x[(base + (col_lo + ((li11 < sk_e95) ? li11 : (sk_e95 - 1u))))];
-                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e94) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e94);
+                                        const unsigned int sk_e96 = (col_hi - col_lo);
+                                        const float sk_e95 = x[(base + (col_lo + ((li11 < sk_e96) ? li11 : (sk_e96 - 1u))))];
+                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
                                         unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
-                                        const unsigned int sk_e97 = (col_hi - col_lo);
-                                        const float sk_e96 = x[(base + (col_lo + ((li12 < sk_e97) ? li12 : (sk_e97 - 1u))))];
-                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
+                                        const unsigned int sk_e98 = (col_hi - col_lo);
+                                        const float sk_e97 = x[(base + (col_lo + ((li12 < sk_e98) ? li12 : (sk_e98 - 1u))))];
+                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
                                         unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
-                                        const unsigned int sk_e99 = (col_hi - col_lo);
-                                        const float sk_e98 = x[(base + (col_lo + ((li13 < sk_e99) ? li13 : (sk_e99 - 1u))))];
-                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98);
+                                        const unsigned int sk_e100 = (col_hi - col_lo);
+                                        const float sk_e99 = x[(base + (col_lo + ((li13 < sk_e100) ? li13 : (sk_e100 - 1u))))];
+                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
                                         unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
-                                        const unsigned int sk_e101 = (col_hi - col_lo);
-                                        const float sk_e100 = x[(base + (col_lo + ((li14 < sk_e101) ? li14 : (sk_e101 - 1u))))];
-                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100);
+                                        const unsigned int sk_e102 = (col_hi - col_lo);
+                                        const float sk_e101 = x[(base + (col_lo + ((li14 < sk_e102) ? li14 : (sk_e102 - 1u))))];
+                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
                                         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
-                                        const unsigned int sk_e103 = (col_hi - col_lo);
-                                        const float sk_e102 = x[(base + (col_lo + ((li15 < sk_e103) ? li15 : (sk_e103 - 1u))))];
-                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e102) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e102);
+                                        const unsigned int sk_e104 = (col_hi - col_lo);
+                                        const float sk_e103 = x[(base + (col_lo + ((li15 < sk_e104) ? li15 : (sk_e104 - 1u))))];
+                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e104 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e104 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e104 - row_m))))));
+                                            const float sk_e105 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e105 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))))));
+                                            const float sk_e106 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e106 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e106 - row_m))))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e106 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e106 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e106 - row_m))))));
+                                            const float sk_e107 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e107 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e107 - row_m))))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e107 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e107 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e107 - row_m))))));
+                                            const float sk_e108 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e108 - row_m))))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e108 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e108 - row_m))))));
+                                            const float sk_e109 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e109 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e109 - row_m))))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e109 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e109 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e109 - row_m))))));
+                                            const float sk_e110 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e110 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e110 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e110 - row_m))))));
+                                            const float sk_e111 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e111 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e111 - row_m))))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e111 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e111 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e111 - row_m))))));
+                                            const float sk_e112 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e112 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e112 - row_m))))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e112 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e112 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e112 - row_m))))));
+                                            const float sk_e113 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e113 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e113 - row_m))))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e113 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e113 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e113 - row_m))))));
+                                            const float sk_e114 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e114 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e114 - row_m))))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e114 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e114 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e114 - row_m))))));
+                                            const float sk_e115 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e115 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e115 - row_m))))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e115 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e115 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e115 - row_m))))));
+                                            const float sk_e116 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m))))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e116 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m))))));
+                                            const float sk_e117 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e117 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e117 - row_m))))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e117 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e117 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e117 - row_m))))));
+                                            const float sk_e118 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e118 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e118 - row_m))))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e118 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e118 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e118 - row_m))))));
+                                            const float sk_e119 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e119 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e119 - row_m))))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e119 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e119 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e119 - row_m))))));
+                                            const float sk_e120 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2585,9 +2591,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e121 = listed_cols[(1285u + r)];
-                                        const float sk_e120 = sk_bitcast<float>((((sk_e121 & 2147483648u) != 0u) ? (sk_e121 ^ 2147483648u) : (sk_e121 ^ 4294967295u)));
-                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))));
+                                        const unsigned int sk_e122 = listed_cols[(1285u + r)];
+                                        const float sk_e121 = sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u)));
+                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e121 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e121 - row_m))));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2602,10 +2608,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                                const unsigned int sk_e122 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = ((sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u))) - row_m) > (zt - row_m));
-                                const unsigned int sk_e123 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e123] & 2147483648u) != 0u) ? (listed_cols[sk_e123] ^ 2147483648u) : (listed_cols[sk_e123] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                                const unsigned int sk_e123 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = ((sk_bitcast<float>((((sk_e123 & 2147483648u) != 0u) ? (sk_e123 ^ 2147483648u) : (sk_e123 ^ 4294967295u))) - row_m) > (zt - row_m));
+                                const unsigned int sk_e124 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e124] & 2147483648u) != 0u) ? (listed_cols[sk_e124] ^ 2147483648u) : (listed_cols[sk_e124] ^ 4294967295u))) - row_m) > (zt - row_m)));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2654,16 +2660,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e124 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e124 + 1u)] == 1u) && (rows[(sk_e124 + 6u)] == 1u));
+                                    const unsigned int sk_e125 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e125 + 1u)] == 1u) && (rows[(sk_e125 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e125 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e125 & 2147483648u) != 0u) ? (sk_e125 ^ 2147483648u) : (sk_e125 ^ 4294967295u)));
+                                        const unsigned int sk_e126 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e126 & 2147483648u) != 0u) ? (sk_e126 ^ 2147483648u) : (sk_e126 ^ 4294967295u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2692,8 +2698,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e129 = x[(base + ow_at)];
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e129) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e129);
+                                        const float sk_e130 = x[(base + ow_at)];
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e130) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e130);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2709,22 +2715,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 if ((undecided && capped)) {
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                                        // built by kernels::filter_top_k::min_p_over_parts
-                                        const unsigned int sk_e130 = (((slot * parts) + p) * 1317u);
-                                        unsigned int mo_lk = max(partials[(sk_e130 + 3u)], partials[(sk_e130 + 4u)]);
-                                        const float sk_e133 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e131 = ((sk_e133 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                                        const float sk_e132 = (sk_e133 - row_m);
-                                        const bool sk_e134 = (row_m == sk_bitcast<float>(4286578688u));
-                                        const bool sk_e135 = (row_m == sk_bitcast<float>(2139095040u));
-                                        if (((mo_lk != 0u) && (((sk_e135 ? sk_e131 : (sk_e134 ? (0.0f) : sk_exp(sk_e132))) > (0.0f)) && ((sk_e135 ? sk_e131 : (sk_e134 ? (0.0f) : sk_exp(sk_e132))) >= mp)))) {
+                                        // built by kernels::filter_top_k::left_out_kept
+                                        const unsigned int sk_e131 = (((slot * parts) + p) * 1317u);
+                                        unsigned int mo_lk = max(partials[(sk_e131 + 3u)], partials[(sk_e131 + 4u)]);
+                                        const float sk_e134 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e132 = ((sk_e134 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                                        const float sk_e133 = (sk_e134 - row_m);
+                                        const bool sk_e135 = (row_m == sk_bitcast<float>(4286578688u));
+                                        const bool sk_e136 = (row_m == sk_bitcast<float>(2139095040u));
+                                        if (((mo_lk != 0u) && (((sk_e136 ? sk_e132 : (sk_e135 ? (0.0f) : sk_exp(sk_e133))) > (0.0f)) && ((sk_e136 ? sk_e132 : (sk_e135 ? (0.0f) : sk_exp(sk_e133))) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e136 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e136 + 1u)] == 1u) && (rows[(sk_e136 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e137 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e137 + 1u)] == 1u) && (rows[(sk_e137 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2739,10 +2745,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
-                                                const unsigned int sk_e137 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e137 & 2147483648u) != 0u) ? (sk_e137 ^ 2147483648u) : (sk_e137 ^ 4294967295u)));
-                                                const float sk_e138 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
-                                                if (((sk_e138 > (0.0f)) && (sk_e138 >= mp))) {
+                                                const unsigned int sk_e138 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e138 & 2147483648u) != 0u) ? (sk_e138 ^ 2147483648u) : (sk_e138 ^ 4294967295u)));
+                                                const float sk_e139 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
+                                                if (((sk_e139 > (0.0f)) && (sk_e139 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i);
@@ -2770,8 +2776,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                         if (((flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            const float sk_e141 = x[(base + ow_at)];
-                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e141) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e141);
+                                            const float sk_e142 = x[(base + ow_at)];
+                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
                                             float ow_v = (ow_v_x / temp);
                                             if ((threadIdx.x == 0u)) {
                                                 logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2799,17 +2805,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e142 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e142) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e142);
+                            const float sk_e143 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            float zx0 = (((sk_bitcast<unsigned int>(sk_e143) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e143);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e143 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e143) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e143);
+                            const float sk_e144 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            float zx1 = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e144 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e144) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e144);
+                            const float sk_e145 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            float zx2 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e145 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e145) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e145);
+                            const float sk_e146 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            float zx3 = (((sk_bitcast<unsigned int>(sk_e146) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e146);
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 unsigned int col = (col_lo + li0);
@@ -2853,8 +2859,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e146 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e146 : (sk_e146 - sel_a));
+                        const unsigned int sk_e147 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e147 : (sk_e147 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2870,17 +2876,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const float sk_e147 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e147) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e147);
+                                    const float sk_e148 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
                                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const float sk_e148 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148);
+                                    const float sk_e149 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
                                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const float sk_e149 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e149) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e149);
+                                    const float sk_e150 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const float sk_e150 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
+                                    const float sk_e151 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                                     }
@@ -2904,8 +2910,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e151 = x[(base + col)];
-                                float lx = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
+                                const float sk_e152 = x[(base + col)];
+                                float lx = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -2929,8 +2935,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e152 = x[(base + col)];
-                                float lx = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
+                                const float sk_e153 = x[(base + col)];
+                                float lx = (((sk_bitcast<unsigned int>(sk_e153) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e153);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -2970,8 +2976,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e153 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e153 == (sel_n + min(sel_tn, 64u))) || (!((sk_e153 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e154 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e154 == (sel_n + min(sel_tn, 64u))) || (!((sk_e154 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3021,8 +3027,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::filters::sweep_list
                                     unsigned int col = listed_cols[at];
-                                    const float sk_e154 = x[(base + col)];
-                                    float lx = (((sk_bitcast<unsigned int>(sk_e154) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e154);
+                                    const float sk_e155 = x[(base + col)];
+                                    float lx = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155);
                                     float zv = (lx / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3051,17 +3057,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e155 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155);
+                                            const float sk_e156 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e156 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
+                                            const float sk_e157 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e157 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
+                                            const float sk_e158 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e158 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
+                                            const float sk_e159 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3079,17 +3085,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                            const float sk_e159 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
+                                            const float sk_e160 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
                                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                            const float sk_e160 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
+                                            const float sk_e161 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
                                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                            const float sk_e161 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
+                                            const float sk_e162 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162);
                                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                            const float sk_e162 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162);
+                                            const float sk_e163 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3222,8 +3228,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e164 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e164 ? tn64 : (((lim - sel_m) / (sk_e164 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e165 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e165 ? tn64 : (((lim - sel_m) / (sk_e165 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3247,17 +3253,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e165 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e165) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e165);
+                                            const float sk_e166 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e166 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
+                                            const float sk_e167 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e167 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
+                                            const float sk_e168 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e168 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
+                                            const float sk_e169 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                             }
@@ -3282,8 +3288,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e169 = (row * 12u);
-                    if ((((rows[(sk_e169 + 1u)] == 1u) && (rows[(sk_e169 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e170 = (row * 12u);
+                    if ((((rows[(sk_e170 + 1u)] == 1u) && (rows[(sk_e170 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3300,17 +3306,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e170 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170);
+                                    const float sk_e171 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e171 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
+                                    const float sk_e172 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e172 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e172) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e172);
+                                    const float sk_e173 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e173 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173);
+                                    const float sk_e174 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e174) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e174);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
@@ -3366,13 +3372,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e174 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e174 & 2147483648u) != 0u) ? (sk_e174 ^ 2147483648u) : (sk_e174 ^ 4294967295u)));
+                                const unsigned int sk_e175 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e175 & 2147483648u) != 0u) ? (sk_e175 ^ 2147483648u) : (sk_e175 ^ 4294967295u)));
                                 double s64 = ((double)rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e175 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e175 + 8u)], rows[(sk_e175 + 9u)], rows[(sk_e175 + 10u)], r)));
+                                    const unsigned int sk_e176 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e176 + 8u)], rows[(sk_e176 + 9u)], rows[(sk_e176 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3413,17 +3419,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e176 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e176) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e176);
+                                            const float sk_e177 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e177 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
+                                            const float sk_e178 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e178 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178);
+                                            const float sk_e179 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e179 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
+                                            const float sk_e180 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine);
                                             }
@@ -3454,17 +3460,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e180 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
+                                        const float sk_e181 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e181 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181);
+                                        const float sk_e182 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e182 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
+                                        const float sk_e183 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e183 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
+                                        const float sk_e184 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
                                         if ((li0 < sweep_n)) {
                                             sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
@@ -3507,17 +3513,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e184 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
+                                    const float sk_e185 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e185 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
+                                    const float sk_e186 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e186 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
+                                    const float sk_e187 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e187 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
+                                    const float sk_e188 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e188) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e188);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
@@ -3550,17 +3556,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e192 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e192) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e192);
+                                    const float sk_e193 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e193 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
+                                    const float sk_e194 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e194 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
+                                    const float sk_e195 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e195 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
+                                    const float sk_e196 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e196) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e196);
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3580,8 +3586,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e196 = sk_gumbel((w).x);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e196 : (zv + sk_e196)) : zv);
+                                            const float sk_e197 = sk_gumbel((w).x);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e197 : (zv + sk_e197)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3604,8 +3610,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e197 = sk_gumbel((w).y);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e197 : (zv + sk_e197)) : zv);
+                                            const float sk_e198 = sk_gumbel((w).y);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e198 : (zv + sk_e198)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3628,8 +3634,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e198 = sk_gumbel((w).z);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e198 : (zv + sk_e198)) : zv);
+                                            const float sk_e199 = sk_gumbel((w).z);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e199 : (zv + sk_e199)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3652,8 +3658,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e199 = sk_gumbel((w).w);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e199 : (zv + sk_e199)) : zv);
+                                            const float sk_e200 = sk_gumbel((w).w);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e200 : (zv + sk_e200)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3687,8 +3693,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_f32(
                         // built by kernels::abi::write_results_as
                         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e200 = x[(base + tok_at)];
-                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e200) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e201 = x[(base + tok_at)];
+                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -199,17 +199,17 @@ __device__ __forceinline__ float sk_exp(float x) {
 #define sk_for_each_read(i0, base, col_lo, n_cols, temp, m) { \
     /* built by kernels::filter_values::for_each_read */ \
     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-    const float sk_e1 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]; \
-    float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
+    const float sk_e2 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]; \
+    float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-    const float sk_e2 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]; \
-    float zx1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
+    const float sk_e3 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]; \
+    float zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-    const float sk_e3 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]; \
-    float zx2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
+    const float sk_e4 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]; \
+    float zx2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-    const float sk_e4 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]; \
-    float zx3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
+    const float sk_e5 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]; \
+    float zx3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
     if ((li0 < n_cols)) { \
         sk_read_step(zx0, temp, li0, m); \
     } \
@@ -254,6 +254,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
         const unsigned int sk_e0 = (row * 12u);
         bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
         bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+        const unsigned int sk_e1 = (row * 12u);
+        bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
         if ((((!((flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -308,8 +310,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e5 = (i * 2u);
-                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e5)] | (part_hist[(513u + sk_e5)] << 16u));
+                    const unsigned int sk_e6 = (i * 2u);
+                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e6)] | (part_hist[(513u + sk_e6)] << 16u));
                 }
                 __syncthreads();
                 for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
@@ -318,8 +320,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 __syncthreads();
                 float grid_rf = (-floorf(((-part_m) * (32768.0f))));
-                const unsigned int sk_e6 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                unsigned int grid_f_low = (((sk_e6 & 2147483648u) != 0u) ? (sk_e6 ^ 4294967295u) : (sk_e6 | 2147483648u));
+                const unsigned int sk_e7 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
+                unsigned int grid_f_low = (((sk_e7 & 2147483648u) != 0u) ? (sk_e7 ^ 4294967295u) : (sk_e7 | 2147483648u));
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk = part_keys[i];
@@ -334,8 +336,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 __syncthreads();
                 for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e7 = (i * 2u);
-                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e7)] | (part_hist[(1u + sk_e7)] << 16u));
+                    const unsigned int sk_e8 = (i * 2u);
+                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e8)] | (part_hist[(1u + sk_e8)] << 16u));
                 }
                 __threadfence();
                 __syncthreads();
@@ -392,10 +394,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                             unsigned int ec_atu = ((unsigned int)ec_at);
                                             unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            const unsigned int sk_e8 = (512u + g);
-                                            part_keys[sk_e8] = max(part_keys[sk_e8], ec_n);
-                                            const unsigned int sk_e9 = (1024u + g);
-                                            part_keys[sk_e9] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e9]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            const unsigned int sk_e9 = (512u + g);
+                                            part_keys[sk_e9] = max(part_keys[sk_e9], ec_n);
+                                            const unsigned int sk_e10 = (1024u + g);
+                                            part_keys[sk_e10] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e10]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -404,8 +406,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 // built by kernels::filter_top_p::place_cut
                                 float ec_k = ((ec_r - ((float)g)) + (1.0f));
                                 float ec_edge = (ec_k * (0.0625f));
-                                const unsigned int sk_e10 = (1024u + g);
-                                part_keys[sk_e10] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e10]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m))))) * e_unit));
+                                const unsigned int sk_e11 = (1024u + g);
+                                part_keys[sk_e11] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e11]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m))))) * e_unit));
                             }
                             unsigned int ec_m_own = 0u;
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
@@ -453,8 +455,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int ec_n_x = part_keys[(0u + g)];
-                                const unsigned int sk_e11 = (kk - 1u);
-                                if ((((kk < vocab) && (ec_n_cum <= sk_e11)) && ((ec_n_cum + ec_n_x) > sk_e11))) {
+                                const unsigned int sk_e12 = (kk - 1u);
+                                if ((((kk < vocab) && (ec_n_cum <= sk_e12)) && ((ec_n_cum + ec_n_x) > sk_e12))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u);
                                     ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -511,8 +513,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                                 unsigned int ef_atu = ((unsigned int)ef_at);
                                                 unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                const unsigned int sk_e12 = (1024u + g);
-                                                part_keys[sk_e12] = max(part_keys[sk_e12], ef_n);
+                                                const unsigned int sk_e13 = (1024u + g);
+                                                part_keys[sk_e13] = max(part_keys[sk_e13], ef_n);
                                             }
                                         }
                                     }
@@ -521,8 +523,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_k = ((ef_r - ((float)g)) + (1.0f));
                                     float ef_edge = (ef_k * (3.0517578e-5f));
-                                    const float sk_e13 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
-                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e13 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e13 - row_m))))) * e_unit));
+                                    const float sk_e14 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e14 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e14 - row_m))))) * e_unit));
                                 }
                                 unsigned int ef_m_own = 0u;
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
@@ -570,8 +572,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     unsigned int ef_n_x = part_keys[(0u + g)];
-                                    const unsigned int sk_e14 = (kk - 1u);
-                                    if ((((kk < vocab) && (ef_n_cum <= sk_e14)) && ((ef_n_cum + ef_n_x) > sk_e14))) {
+                                    const unsigned int sk_e15 = (kk - 1u);
+                                    if ((((kk < vocab) && (ef_n_cum <= sk_e15)) && ((ef_n_cum + ef_n_x) > sk_e15))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u);
                                         ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -701,8 +703,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int t_run = 0u;
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e19 = (t_lo + tj);
-                            t_run = (t_run + ((sk_e19 < 464u) ? (part_hist[min(sk_e19, 463u)]) : 0u));
+                            const unsigned int sk_e20 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e20 < 464u) ? (part_hist[min(sk_e20, 463u)]) : 0u));
                         }
                         unsigned int t_start = 0u;
                         t_start = sk_block_scan(t_run);
@@ -716,8 +718,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         t_run = (t_above + t_start);
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e20 = (t_lo + tj);
-                            unsigned int t_c = ((sk_e20 < 464u) ? (part_hist[min(sk_e20, 463u)]) : 0u);
+                            const unsigned int sk_e21 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e21 < 464u) ? (part_hist[min(sk_e21, 463u)]) : 0u);
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 part_hist[507u] = ((t_lo + tj) + 1u);
                                 part_hist[508u] = (t_run - t_above);
@@ -845,6 +847,64 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     partials[((slot * 1317u) + 2u)] = (t_above + t_take);
                     partials[((slot * 1317u) + 3u)] = part_below;
                     partials[((slot * 1317u) + 4u)] = ((t_at > t_take) ? t_key : 0u);
+                }
+            }
+            if (min_p_cut) {
+                __threadfence();
+                __syncthreads();
+                unsigned int arrived = 0u;
+                if ((threadIdx.x == 0u)) {
+                    // built by kernels::combine::last_part_on
+                    unsigned int before = 0u;
+                    before = atomicAdd(&counters[row_slot], 1u);
+                    arrived = (before + 1u);
+                }
+                unsigned int arrivals = 0u;
+                arrivals = sk_block_max_u32(arrived);
+                if ((arrivals == parts)) {
+                    // built by kernels::combine::last_part_on
+                    __threadfence();
+                    {
+                        // built by kernels::filter_top_k::parts_kernel
+                        float m = sk_bitcast<float>(4286578688u);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::row_max
+                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                        }
+                        float row_m = (0.0f);
+                        row_m = sk_block_max_f32(m);
+                        float mp_mx = row_m;
+                        bool mp_finite = ((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)));
+                        unsigned int mo_left = 0u;
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::left_out_kept
+                            const unsigned int sk_e22 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e22 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e22 + 4u)]));
+                            const float sk_e25 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e23 = ((sk_e25 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e24 = (sk_e25 - mp_mx);
+                            const bool sk_e26 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e27 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e27 ? sk_e23 : (sk_e26 ? (0.0f) : sk_exp(sk_e24))) > (0.0f)) && ((sk_e27 ? sk_e23 : (sk_e26 ? (0.0f) : sk_exp(sk_e24))) >= mp)))) {
+                                mo_left = 1u;
+                            }
+                        }
+                        unsigned int mo_uncovered = 0u;
+                        mo_uncovered = sk_block_max_u32(mo_left);
+                        if ((threadIdx.x == 0u)) {
+                            // built by kernels::filter_top_p::min_p_state
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : 0u);
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = 512u;
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = 511u;
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)] = sk_bitcast<unsigned int>((-floorf(((-mp_mx) * (16.0f)))));
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)] = 4u;
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)] = sk_bitcast<unsigned int>(mp_mx);
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)] = 0u;
+                        }
+                    }
+                    if ((threadIdx.x == 0u)) {
+                        counters[row_slot] = 0u;
+                    }
                 }
             }
         }

@@ -446,8 +446,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         double s64 = ((double)cov); \
         if (noisy) { \
             /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e9 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col))); \
+            const unsigned int sk_e10 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col))); \
         } \
         if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
@@ -457,8 +457,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } else { \
         /* built by kernels::filter_top_k::race_one */ \
         uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e10 = (col & 3u); \
-        float score = (cz + sk_gumbel(((sk_e10 == 3u) ? ((w4).w) : ((sk_e10 == 2u) ? ((w4).z) : ((sk_e10 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e11 = (col & 3u); \
+        float score = (cz + sk_gumbel(((sk_e11 == 3u) ? ((w4).w) : ((sk_e11 == 2u) ? ((w4).z) : ((sk_e11 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (col < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
             best = score; \
@@ -540,7 +540,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
             const unsigned int sk_e0 = (row * 12u);
             bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            const unsigned int sk_e1 = (row * 12u);
+            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
                 {
                     float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
                     float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
@@ -580,21 +582,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_logits_f32(
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const unsigned int sk_e2 = (col_hi - col_lo);
-                        const float sk_e1 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                        const unsigned int sk_e3 = (col_hi - col_lo);
+                        const float sk_e2 = x[(base + (col_lo + ((li0 < sk_e3) ? li0 : (sk_e3 - 1u))))];
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const unsigned int sk_e4 = (col_hi - col_lo);
-                        const float sk_e3 = x[(base + (col_lo + ((li1 < sk_e4) ? li1 : (sk_e4 - 1u))))];
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                        const unsigned int sk_e5 = (col_hi - col_lo);
+                        const float sk_e4 = x[(base + (col_lo + ((li1 < sk_e5) ? li1 : (sk_e5 - 1u))))];
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const unsigned int sk_e6 = (col_hi - col_lo);
-                        const float sk_e5 = x[(base + (col_lo + ((li2 < sk_e6) ? li2 : (sk_e6 - 1u))))];
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                        const unsigned int sk_e7 = (col_hi - col_lo);
+                        const float sk_e6 = x[(base + (col_lo + ((li2 < sk_e7) ? li2 : (sk_e7 - 1u))))];
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const unsigned int sk_e8 = (col_hi - col_lo);
-                        const float sk_e7 = x[(base + (col_lo + ((li3 < sk_e8) ? li3 : (sk_e8 - 1u))))];
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                        const unsigned int sk_e9 = (col_hi - col_lo);
+                        const float sk_e8 = x[(base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))))];
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                         if ((li0 < (col_hi - col_lo))) {
                             sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }

@@ -419,8 +419,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         double s64 = sk_log64(((double)cz)); \
         if (noisy) { \
             /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e5 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col))); \
+            const unsigned int sk_e6 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col))); \
         } \
         if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
@@ -430,8 +430,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } else { \
         /* built by kernels::filter_top_k::race_one */ \
         uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e6 = (col & 3u); \
-        float score = (cz / sk_exponential(((sk_e6 == 3u) ? ((w4).w) : ((sk_e6 == 2u) ? ((w4).z) : ((sk_e6 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e7 = (col & 3u); \
+        float score = (cz / sk_exponential(((sk_e7 == 3u) ? ((w4).w) : ((sk_e7 == 2u) ? ((w4).z) : ((sk_e7 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (col < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
             best = score; \
@@ -513,7 +513,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
             const unsigned int sk_e0 = (row * 12u);
             bool one_read = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             bool top_p_cut = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            const unsigned int sk_e1 = (row * 12u);
+            bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
                 {
                     float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
                     float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
@@ -553,17 +555,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const unsigned int sk_e1 = (col_hi - col_lo);
-                        float zx0 = x[(base + (col_lo + ((li0 < sk_e1) ? li0 : (sk_e1 - 1u))))];
-                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                         const unsigned int sk_e2 = (col_hi - col_lo);
-                        float zx1 = x[(base + (col_lo + ((li1 < sk_e2) ? li1 : (sk_e2 - 1u))))];
-                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                        float zx0 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
+                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                         const unsigned int sk_e3 = (col_hi - col_lo);
-                        float zx2 = x[(base + (col_lo + ((li2 < sk_e3) ? li2 : (sk_e3 - 1u))))];
-                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        float zx1 = x[(base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))];
+                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                         const unsigned int sk_e4 = (col_hi - col_lo);
-                        float zx3 = x[(base + (col_lo + ((li3 < sk_e4) ? li3 : (sk_e4 - 1u))))];
+                        float zx2 = x[(base + (col_lo + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))))];
+                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                        const unsigned int sk_e5 = (col_hi - col_lo);
+                        float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
                         if ((li0 < (col_hi - col_lo))) {
                             sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
                         }

@@ -866,8 +866,8 @@ fn sk_select_in_range(dk: u32, shift: u32, cut_mx: f32, cnt: ptr<function, array
     // built by kernels::filter_top_p::select_in_range
     var digit: u32 = ((dk >> shift) & 15u);
     (*cnt)[digit] += 1u;
-    let sk_e29: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
-    (*mas)[digit] += sk_fixed(select((sk_e29 / cut_mx), (1.0f), (sk_e29 == cut_mx)));
+    let sk_e30: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
+    (*mas)[digit] += sk_fixed(select((sk_e30 / cut_mx), (1.0f), (sk_e30 == cut_mx)));
 }
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
     var rk_seen: u32 = *sk_io_rk_seen;
@@ -913,8 +913,8 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = sk_log64(f64(zv));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e122: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], col)));
+        let sk_e123: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e123 + 8u)], rows[(sk_e123 + 9u)], rows[(sk_e123 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -1002,8 +1002,8 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     // built by kernels::filters::select_step
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e30: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e30)) + 1lu), tn64, sk_e30)));
+    let sk_e31: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e31)) + 1lu), tn64, sk_e31)));
     lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
     sel_key = 0u;
     sel_mask = 0u;
@@ -1022,8 +1022,8 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
 fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr<function, u32>) {
     var t_run: u32 = *sk_io_t_run;
     // built by kernels::select::choose_bin
-    let sk_e33: u32 = (t_lo + tj);
-    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e33, 463u)]), (sk_e33 < 464u));
+    let sk_e34: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e34, 463u)]), (sk_e34 < 464u));
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
         atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
         atomicStore(&select_scratch[508u], (t_run - t_above));
@@ -1076,8 +1076,8 @@ fn sk_race_one(tz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<funct
     var s64: f64 = sk_log64(f64(tz));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e58: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e58 + 8u)], rows[(sk_e58 + 9u)], rows[(sk_e58 + 10u)], col)));
+        let sk_e59: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col)));
     }
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1117,8 +1117,8 @@ fn sk_race_one_2(col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_s
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e59: u32 = (col & 3u);
-    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e59 == 1u)), w4[2], (sk_e59 == 2u)), w4[3], (sk_e59 == 3u))));
+    let sk_e60: u32 = (col & 3u);
+    var score: f32 = (tz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e60 == 1u)), w4[2], (sk_e60 == 2u)), w4[3], (sk_e60 == 3u))));
     if (((score > best) || ((score == best) && (col < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;
@@ -1310,9 +1310,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             let sk_e0: u32 = (row * 12u);
             var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+            let sk_e1: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
             var reads_before: u32 = select(0u, 1u, one_read);
             var merges: bool = (part == 0u);
-            if ((cut_here && top_p_cut)) {
+            if ((cut_here && (top_p_cut || min_p_cut))) {
                 {
                     var row_slot: u32 = slot;
                     if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
@@ -1358,17 +1360,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                                 // built by kernels::filter_values::for_each_read
                                 var li0: u32 = (i0 + (BLOCK * 0u));
-                                let sk_e1: u32 = (col_hi - col_lo);
-                                var zx0: f32 = x[(base + (col_lo + select((sk_e1 - 1u), li0, (li0 < sk_e1))))];
-                                var li1: u32 = (i0 + (BLOCK * 1u));
                                 let sk_e2: u32 = (col_hi - col_lo);
-                                var zx1: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li1, (li1 < sk_e2))))];
-                                var li2: u32 = (i0 + (BLOCK * 2u));
+                                var zx0: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2))))];
+                                var li1: u32 = (i0 + (BLOCK * 1u));
                                 let sk_e3: u32 = (col_hi - col_lo);
-                                var zx2: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li2, (li2 < sk_e3))))];
-                                var li3: u32 = (i0 + (BLOCK * 3u));
+                                var zx1: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3))))];
+                                var li2: u32 = (i0 + (BLOCK * 2u));
                                 let sk_e4: u32 = (col_hi - col_lo);
-                                var zx3: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li3, (li3 < sk_e4))))];
+                                var zx2: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li2, (li2 < sk_e4))))];
+                                var li3: u32 = (i0 + (BLOCK * 3u));
+                                let sk_e5: u32 = (col_hi - col_lo);
+                                var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
                                 if ((li0 < (col_hi - col_lo))) {
                                     sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                                 }
@@ -1471,6 +1473,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     }
                 }
             }
+            if (min_p_cut) {
+                top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
+            }
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
@@ -1504,12 +1509,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    let sk_e21: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e21 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e21 + 0u)]))));
-                                    let sk_e22: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e22 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e22 + 0u)]))));
-                                    let sk_e23: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e23 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e23 + 0u)]))));
+                                    let sk_e22: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e22 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e22 + 0u)]))));
+                                    let sk_e23: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e23 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e23 + 0u)]))));
+                                    let sk_e24: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e24 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e24 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1518,8 +1523,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e24: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e24 > best) || ((sk_e24 == best) && (w_i < best_i)))) {
+                                        let sk_e25: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e25 > best) || ((sk_e25 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1528,12 +1533,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e26: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        let sk_e25: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e26 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e26 + 0u)]))));
-                                        if (((sk_e25 > best64) || ((sk_e25 == best64) && (w_i64 < best64_i)))) {
+                                        let sk_e27: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        let sk_e26: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e27 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e27 + 0u)]))));
+                                        if (((sk_e26 > best64) || ((sk_e26 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            let sk_e27: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e27 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e27 + 0u)]))));
+                                            let sk_e28: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e28 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e28 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1560,8 +1565,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var cut_lim: u64 = sk_fraction(pp, cut_row_mass);
                                 var cut_listed: bool = (short_all == 0u);
                                 var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-                                let sk_e28: u32 = (min_above_not_all ^ 4294967295u);
-                                var cut_sound: bool = (((((sk_e28 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e28 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && (((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || (max_below_all == 0u)) || (w_below_all < mp)));
+                                var cut_below_ends: bool = ((max_below_all == 0u) || (w_below_all < mp));
+                                let sk_e29: u32 = (min_above_not_all ^ 4294967295u);
+                                var cut_sound: bool = select((((((sk_e29 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e29 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
                                 var cut_sorted: bool = (cut_sound && cut_fits);
                                 var cut_one_value: bool = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 var cut_tied: bool = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1582,7 +1588,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                 var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                 var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
-                                if (cut_sorted) {
+                                if ((cut_sorted && (n_range_all > 0u))) {
                                     // built by kernels::filter_top_p::cut_row
                                     workgroupBarrier();
                                     var l_base: u32 = 0u;
@@ -1721,8 +1727,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e31: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e31)) + 1lu), tn64, sk_e31)));
+                                    let sk_e32: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e32)) + 1lu), tn64, sk_e32)));
                                     var t_top: u32 = 4294967295u;
                                     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                         // built by kernels::select::clear
@@ -1775,8 +1781,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e32: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e32, 463u)]), (sk_e32 < 464u)));
+                                                let sk_e33: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e33, 463u)]), (sk_e33 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -1852,8 +1858,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_p: u32 = (i / 640u);
                                             var ri_key: u32 = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                let sk_e36: u32 = (i / 640u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e36) * 1317u) + (5u + ((i - (sk_e36 * 640u)) * 2u)))]);
+                                                let sk_e37: u32 = (i / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e37) * 1317u) + (5u + ((i - (sk_e37 * 640u)) * 2u)))]);
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1962,8 +1968,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e39: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e39)) + 1lu), tn64, sk_e39)));
+                                    let sk_e40: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e40)) + 1lu), tn64, sk_e40)));
                                     var t_top: u32 = 4294967295u;
                                     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                         // built by kernels::select::clear
@@ -1976,12 +1982,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            let sk_e40: u32 = (ti / 640u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e40) * 1317u) + (5u + ((ti - (sk_e40 * 640u)) * 2u)))]);
+                                            let sk_e41: u32 = (ti / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 1317u) + (5u + ((ti - (sk_e41 * 640u)) * 2u)))]);
                                         }
                                         var tk_key: u32 = ri_key;
-                                        let sk_e41: u32 = (ti / 640u);
-                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 1317u) + (6u + ((ti - (sk_e41 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                        let sk_e42: u32 = (ti / 640u);
+                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 1317u) + (6u + ((ti - (sk_e42 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                         if ((tk != 0u)) {
                                             var t_in: u32 = (t_top - tk);
                                             var t_d: u32 = t_in;
@@ -2015,12 +2021,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var ri_key: u32 = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e42: u32 = (ti / 640u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e42) * 1317u) + (5u + ((ti - (sk_e42 * 640u)) * 2u)))]);
+                                                        let sk_e43: u32 = (ti / 640u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 1317u) + (5u + ((ti - (sk_e43 * 640u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e43: u32 = (ti / 640u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e43) * 1317u) + (6u + ((ti - (sk_e43 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    let sk_e44: u32 = (ti / 640u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e44) * 1317u) + (6u + ((ti - (sk_e44 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2032,8 +2038,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e44: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e44, 463u)]), (sk_e44 < 464u)));
+                                                let sk_e45: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e45, 463u)]), (sk_e45 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -2067,12 +2073,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_key: u32 = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                let sk_e46: u32 = (ti / 640u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 1317u) + (5u + ((ti - (sk_e46 * 640u)) * 2u)))]);
+                                                let sk_e47: u32 = (ti / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((ti - (sk_e47 * 640u)) * 2u)))]);
                                             }
                                             var tk_key: u32 = ri_key;
-                                            let sk_e47: u32 = (ti / 640u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 1317u) + (6u + ((ti - (sk_e47 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            let sk_e48: u32 = (ti / 640u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 1317u) + (6u + ((ti - (sk_e48 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2094,12 +2100,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 640u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            let sk_e48: u32 = (i / 640u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 1317u) + (5u + ((i - (sk_e48 * 640u)) * 2u)))]);
+                                            let sk_e49: u32 = (i / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((i - (sk_e49 * 640u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e49: u32 = (i / 640u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 1317u) + (6u + ((i - (sk_e49 * 640u)) * 2u)))]);
+                                        let sk_e50: u32 = (i / 640u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e50) * 1317u) + (6u + ((i - (sk_e50 * 640u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
@@ -2112,10 +2118,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e52: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e52)) + 1lu), tn64, sk_e52)));
-                                    let sk_e53: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
-                                    var t_kept: u32 = select(0u, ties, (select((sk_e53 / cut_mx), (1.0f), (sk_e53 == cut_mx)) >= mp));
+                                    let sk_e53: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e53)) + 1lu), tn64, sk_e53)));
+                                    let sk_e54: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                    var t_kept: u32 = select(0u, ties, (select((sk_e54 / cut_mx), (1.0f), (sk_e54 == cut_mx)) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
                                     var t_base: u32 = 0u;
@@ -2137,8 +2143,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e54: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e54 > best) || ((sk_e54 == best) && (w_i < best_i)))) {
+                                                    let sk_e55: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e55 > best) || ((sk_e55 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2147,12 +2153,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e56: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    let sk_e55: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e56 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e56 + 0u)]))));
-                                                    if (((sk_e55 > best64) || ((sk_e55 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e57: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    let sk_e56: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e57 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e57 + 0u)]))));
+                                                    if (((sk_e56 > best64) || ((sk_e56 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e57: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e57 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e57 + 0u)]))));
+                                                        let sk_e58: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e58 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e58 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2321,8 +2327,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_run: u32 = 0u;
                                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                             // built by kernels::select::choose_bin
-                                            let sk_e60: u32 = (t_lo + tj);
-                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e60, 463u)]), (sk_e60 < 464u)));
+                                            let sk_e61: u32 = (t_lo + tj);
+                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e61, 463u)]), (sk_e61 < 464u)));
                                         }
                                         var t_start: u32 = 0u;
                                         t_start = sk_block_scan(sk_lid, t_run);
@@ -2422,8 +2428,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e62: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e62) * 1317u) + (6u + ((gj - (sk_e62 * want)) * 2u)))]);
+                                            let sk_e63: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e63) * 1317u) + (6u + ((gj - (sk_e63 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2431,8 +2437,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e63: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e63 ^ 4294967295u), (sk_e63 ^ 2147483648u), ((sk_e63 & 2147483648u) != 0u)));
+                                    let sk_e64: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e64 ^ 4294967295u), (sk_e64 ^ 2147483648u), ((sk_e64 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>(zi);
                                     listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2469,9 +2475,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e65: u32 = listed_cols[(1285u + r)];
-                                    let sk_e64: f32 = bitcast<f32>(select((sk_e65 ^ 4294967295u), (sk_e65 ^ 2147483648u), ((sk_e65 & 2147483648u) != 0u)));
-                                    var wr: f32 = select((sk_e64 / row_m), (1.0f), (sk_e64 == row_m));
+                                    let sk_e66: u32 = listed_cols[(1285u + r)];
+                                    let sk_e65: f32 = bitcast<f32>(select((sk_e66 ^ 4294967295u), (sk_e66 ^ 2147483648u), ((sk_e66 & 2147483648u) != 0u)));
+                                    var wr: f32 = select((sk_e65 / row_m), (1.0f), (sk_e65 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2491,132 +2497,132 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e66: u32 = (col_hi - col_lo);
-                                        var zx0: f32 = x[(base + (col_lo + select((sk_e66 - 1u), li0, (li0 < sk_e66))))];
-                                        var li1: u32 = (i0 + (BLOCK * 1u));
                                         let sk_e67: u32 = (col_hi - col_lo);
-                                        var zx1: f32 = x[(base + (col_lo + select((sk_e67 - 1u), li1, (li1 < sk_e67))))];
-                                        var li2: u32 = (i0 + (BLOCK * 2u));
+                                        var zx0: f32 = x[(base + (col_lo + select((sk_e67 - 1u), li0, (li0 < sk_e67))))];
+                                        var li1: u32 = (i0 + (BLOCK * 1u));
                                         let sk_e68: u32 = (col_hi - col_lo);
-                                        var zx2: f32 = x[(base + (col_lo + select((sk_e68 - 1u), li2, (li2 < sk_e68))))];
-                                        var li3: u32 = (i0 + (BLOCK * 3u));
+                                        var zx1: f32 = x[(base + (col_lo + select((sk_e68 - 1u), li1, (li1 < sk_e68))))];
+                                        var li2: u32 = (i0 + (BLOCK * 2u));
                                         let sk_e69: u32 = (col_hi - col_lo);
-                                        var zx3: f32 = x[(base + (col_lo + select((sk_e69 - 1u), li3, (li3 < sk_e69))))];
-                                        var li4: u32 = (i0 + (BLOCK * 4u));
+                                        var zx2: f32 = x[(base + (col_lo + select((sk_e69 - 1u), li2, (li2 < sk_e69))))];
+                                        var li3: u32 = (i0 + (BLOCK * 3u));
                                         let sk_e70: u32 = (col_hi - col_lo);
-                                        var zx4: f32 = x[(base + (col_lo + select((sk_e70 - 1u), li4, (li4 < sk_e70))))];
-                                        var li5: u32 = (i0 + (BLOCK * 5u));
+                                        var zx3: f32 = x[(base + (col_lo + select((sk_e70 - 1u), li3, (li3 < sk_e70))))];
+                                        var li4: u32 = (i0 + (BLOCK * 4u));
                                         let sk_e71: u32 = (col_hi - col_lo);
-                                        var zx5: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li5, (li5 < sk_e71))))];
-                                        var li6: u32 = (i0 + (BLOCK * 6u));
+                                        var zx4: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li4, (li4 < sk_e71))))];
+                                        var li5: u32 = (i0 + (BLOCK * 5u));
                                         let sk_e72: u32 = (col_hi - col_lo);
-                                        var zx6: f32 = x[(base + (col_lo + select((sk_e72 - 1u), li6, (li6 < sk_e72))))];
-                                        var li7: u32 = (i0 + (BLOCK * 7u));
+                                        var zx5: f32 = x[(base + (col_lo + select((sk_e72 - 1u), li5, (li5 < sk_e72))))];
+                                        var li6: u32 = (i0 + (BLOCK * 6u));
                                         let sk_e73: u32 = (col_hi - col_lo);
-                                        var zx7: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li7, (li7 < sk_e73))))];
-                                        var li8: u32 = (i0 + (BLOCK * 8u));
+                                        var zx6: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li6, (li6 < sk_e73))))];
+                                        var li7: u32 = (i0 + (BLOCK * 7u));
                                         let sk_e74: u32 = (col_hi - col_lo);
-                                        var zx8: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li8, (li8 < sk_e74))))];
-                                        var li9: u32 = (i0 + (BLOCK * 9u));
+                                        var zx7: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li7, (li7 < sk_e74))))];
+                                        var li8: u32 = (i0 + (BLOCK * 8u));
                                         let sk_e75: u32 = (col_hi - col_lo);
-                                        var zx9: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li9, (li9 < sk_e75))))];
-                                        var li10: u32 = (i0 + (BLOCK * 10u));
+                                        var zx8: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li8, (li8 < sk_e75))))];
+                                        var li9: u32 = (i0 + (BLOCK * 9u));
                                         let sk_e76: u32 = (col_hi - col_lo);
-                                        var zx10: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li10, (li10 < sk_e76))))];
-                                        var li11: u32 = (i0 + (BLOCK * 11u));
+                                        var zx9: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li9, (li9 < sk_e76))))];
+                                        var li10: u32 = (i0 + (BLOCK * 10u));
                                         let sk_e77: u32 = (col_hi - col_lo);
-                                        var zx11: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li11, (li11 < sk_e77))))];
-                                        var li12: u32 = (i0 + (BLOCK * 12u));
+                                        var zx10: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li10, (li10 < sk_e77))))];
+                                        var li11: u32 = (i0 + (BLOCK * 11u));
                                         let sk_e78: u32 = (col_hi - col_lo);
-                                        var zx12: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li12, (li12 < sk_e78))))];
-                                        var li13: u32 = (i0 + (BLOCK * 13u));
+                                        var zx11: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li11, (li11 < sk_e78))))];
+                                        var li12: u32 = (i0 + (BLOCK * 12u));
                                         let sk_e79: u32 = (col_hi - col_lo);
-                                        var zx13: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li13, (li13 < sk_e79))))];
-                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        var zx12: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li12, (li12 < sk_e79))))];
+                                        var li13: u32 = (i0 + (BLOCK * 13u));
                                         let sk_e80: u32 = (col_hi - col_lo);
-                                        var zx14: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li14, (li14 < sk_e80))))];
-                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        var zx13: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li13, (li13 < sk_e80))))];
+                                        var li14: u32 = (i0 + (BLOCK * 14u));
                                         let sk_e81: u32 = (col_hi - col_lo);
-                                        var zx15: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li15, (li15 < sk_e81))))];
+                                        var zx14: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li14, (li14 < sk_e81))))];
+                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        let sk_e82: u32 = (col_hi - col_lo);
+                                        var zx15: f32 = x[(base + (col_lo + select((sk_e82 - 1u), li15, (li15 < sk_e82))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e82: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e82 / row_m), (1.0f), (sk_e82 == row_m))));
+                                            let sk_e83: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e83 / row_m), (1.0f), (sk_e83 == row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e83: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e83 / row_m), (1.0f), (sk_e83 == row_m))));
+                                            let sk_e84: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e84 / row_m), (1.0f), (sk_e84 == row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e84: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e84 / row_m), (1.0f), (sk_e84 == row_m))));
+                                            let sk_e85: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e85 / row_m), (1.0f), (sk_e85 == row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e85: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e85 / row_m), (1.0f), (sk_e85 == row_m))));
+                                            let sk_e86: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e86 / row_m), (1.0f), (sk_e86 == row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e86: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e86 / row_m), (1.0f), (sk_e86 == row_m))));
+                                            let sk_e87: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e87: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
+                                            let sk_e88: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e88: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m))));
+                                            let sk_e89: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e89 / row_m), (1.0f), (sk_e89 == row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e89: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e89 / row_m), (1.0f), (sk_e89 == row_m))));
+                                            let sk_e90: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e90 / row_m), (1.0f), (sk_e90 == row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e90: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e90 / row_m), (1.0f), (sk_e90 == row_m))));
+                                            let sk_e91: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e91 / row_m), (1.0f), (sk_e91 == row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e91: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e91 / row_m), (1.0f), (sk_e91 == row_m))));
+                                            let sk_e92: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e92 / row_m), (1.0f), (sk_e92 == row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e92: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e92 / row_m), (1.0f), (sk_e92 == row_m))));
+                                            let sk_e93: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e93: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
+                                            let sk_e94: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e94: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
+                                            let sk_e95: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e95: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
+                                            let sk_e96: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e96: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
+                                            let sk_e97: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e97: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
+                                            let sk_e98: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2624,9 +2630,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e99: u32 = listed_cols[(1285u + r)];
-                                        let sk_e98: f32 = bitcast<f32>(select((sk_e99 ^ 4294967295u), (sk_e99 ^ 2147483648u), ((sk_e99 & 2147483648u) != 0u)));
-                                        var wr: f32 = select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m));
+                                        let sk_e100: u32 = listed_cols[(1285u + r)];
+                                        let sk_e99: f32 = bitcast<f32>(select((sk_e100 ^ 4294967295u), (sk_e100 ^ 2147483648u), ((sk_e100 & 2147483648u) != 0u)));
+                                        var wr: f32 = select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2641,10 +2647,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                                let sk_e100: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = (bitcast<f32>(select((sk_e100 ^ 4294967295u), (sk_e100 ^ 2147483648u), ((sk_e100 & 2147483648u) != 0u))) > zt);
-                                let sk_e101: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e101] ^ 4294967295u), (listed_cols[sk_e101] ^ 2147483648u), ((listed_cols[sk_e101] & 2147483648u) != 0u))) > zt));
+                                let sk_e101: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = (bitcast<f32>(select((sk_e101 ^ 4294967295u), (sk_e101 ^ 2147483648u), ((sk_e101 & 2147483648u) != 0u))) > zt);
+                                let sk_e102: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e102] ^ 4294967295u), (listed_cols[sk_e102] ^ 2147483648u), ((listed_cols[sk_e102] & 2147483648u) != 0u))) > zt));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2693,16 +2699,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e102: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e102 + 1u)] == 1u) && (rows[(sk_e102 + 6u)] == 1u));
+                                    let sk_e103: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e103 + 1u)] == 1u) && (rows[(sk_e103 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e103: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e103 ^ 4294967295u), (sk_e103 ^ 2147483648u), ((sk_e103 & 2147483648u) != 0u)));
+                                        let sk_e104: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e104 ^ 4294967295u), (sk_e104 ^ 2147483648u), ((sk_e104 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
                                             sk_race_one(rz, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2742,19 +2748,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 if ((undecided && capped)) {
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                        // built by kernels::filter_top_k::min_p_over_parts
-                                        let sk_e107: u32 = (((slot * parts) + p) * 1317u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e107 + 3u)]), atomicLoad(&partials[(sk_e107 + 4u)]));
-                                        let sk_e109: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e108: f32 = select((sk_e109 / row_m), (1.0f), (sk_e109 == row_m));
-                                        if (((mo_lk != 0u) && ((sk_e108 > (0.0f)) && (sk_e108 >= mp)))) {
+                                        // built by kernels::filter_top_k::left_out_kept
+                                        let sk_e108: u32 = (((slot * parts) + p) * 1317u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e108 + 3u)]), atomicLoad(&partials[(sk_e108 + 4u)]));
+                                        let sk_e110: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e109: f32 = select((sk_e110 / row_m), (1.0f), (sk_e110 == row_m));
+                                        if (((mo_lk != 0u) && ((sk_e109 > (0.0f)) && (sk_e109 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e110: u32 = (row * 12u);
-                                    if (((mo_uncovered == 0u) && (!((rows[(sk_e110 + 1u)] == 1u) && (rows[(sk_e110 + 6u)] == 1u))))) {
+                                    let sk_e111: u32 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2769,10 +2775,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]))) {
-                                                let sk_e111: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e111 ^ 4294967295u), (sk_e111 ^ 2147483648u), ((sk_e111 & 2147483648u) != 0u)));
-                                                let sk_e112: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                                                if (((sk_e112 > (0.0f)) && (sk_e112 >= mp))) {
+                                                let sk_e112: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e112 ^ 4294967295u), (sk_e112 ^ 2147483648u), ((sk_e112 & 2147483648u) != 0u)));
+                                                let sk_e113: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                                                if (((sk_e113 > (0.0f)) && (sk_e113 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_race_one(mo_z, noisy, row, mo_col, &best64, &best64_i);
@@ -2865,8 +2871,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e115: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e115 - sel_a), sk_e115, in_a);
+                        let sk_e116: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e116 - sel_a), sk_e116, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2976,8 +2982,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e116: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e116 == (sel_n + min(sel_tn, 64u))) || (!((sk_e116 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e117: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e117 == (sel_n + min(sel_tn, 64u))) || (!((sk_e117 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3189,8 +3195,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e118: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e118)) + 1lu), tn64, sk_e118)));
+                        let sk_e119: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e119)) + 1lu), tn64, sk_e119)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3245,8 +3251,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e119: u32 = (row * 12u);
-                    if ((((rows[(sk_e119 + 1u)] == 1u) && (rows[(sk_e119 + 6u)] == 1u)) && filtered)) {
+                    let sk_e120: u32 = (row * 12u);
+                    if ((((rows[(sk_e120 + 1u)] == 1u) && (rows[(sk_e120 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3325,13 +3331,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e120: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e120 ^ 4294967295u), (sk_e120 ^ 2147483648u), ((sk_e120 & 2147483648u) != 0u)));
+                                let sk_e121: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e121 ^ 4294967295u), (sk_e121 ^ 2147483648u), ((sk_e121 & 2147483648u) != 0u)));
                                 var s64: f64 = sk_log64(f64(rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e121: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e121 + 8u)], rows[(sk_e121 + 9u)], rows[(sk_e121 + 10u)], r)));
+                                    let sk_e122: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3625,8 +3631,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((sk_lid == 0u)) {
-                            let sk_e126: f32 = x[(base + tok_at)];
-                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e126), (sk_e126 > (0.0f))), valid);
+                            let sk_e127: f32 = x[(base + tok_at)];
+                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e127), (sk_e127 > (0.0f))), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

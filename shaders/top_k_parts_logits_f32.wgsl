@@ -130,17 +130,17 @@ fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, temp: f32, sk_
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::for_each_read
     var li0: u32 = (i0 + (BLOCK * 0u));
-    let sk_e1: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
-    var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+    var zx0: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
     var li1: u32 = (i0 + (BLOCK * 1u));
-    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
-    var zx1: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+    var zx1: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
     var li2: u32 = (i0 + (BLOCK * 2u));
-    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
-    var zx2: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+    let sk_e4: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+    var zx2: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
     var li3: u32 = (i0 + (BLOCK * 3u));
-    let sk_e4: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-    var zx3: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+    let sk_e5: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
+    var zx3: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
     if ((li0 < n_cols)) {
         sk_read_step(zx0, temp, li0, &m);
     }
@@ -186,6 +186,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         let sk_e0: u32 = (row * 12u);
         var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
         var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+        let sk_e1: u32 = (row * 12u);
+        var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -240,8 +242,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::copy_counts
-                    let sk_e5: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e5)]) | (atomicLoad(&part_hist[(513u + sk_e5)]) << 16u)));
+                    let sk_e6: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e6)]) | (atomicLoad(&part_hist[(513u + sk_e6)]) << 16u)));
                 }
                 workgroupBarrier();
                 for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
@@ -250,8 +252,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 workgroupBarrier();
                 var grid_rf: f32 = (-floor(((-part_m) * (32768.0f))));
-                let sk_e6: u32 = bitcast<u32>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                var grid_f_low: u32 = select((sk_e6 | 2147483648u), (sk_e6 ^ 4294967295u), ((sk_e6 & 2147483648u) != 0u));
+                let sk_e7: u32 = bitcast<u32>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
+                var grid_f_low: u32 = select((sk_e7 | 2147483648u), (sk_e7 ^ 4294967295u), ((sk_e7 & 2147483648u) != 0u));
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk: u32 = part_keys[i];
@@ -266,8 +268,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::copy_counts
-                    let sk_e7: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e7)]) | (atomicLoad(&part_hist[(1u + sk_e7)]) << 16u)));
+                    let sk_e8: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e8)]) | (atomicLoad(&part_hist[(1u + sk_e8)]) << 16u)));
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -324,10 +326,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ec_atu: u32 = u32(ec_at);
                                             var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            let sk_e8: u32 = (512u + g);
-                                            part_keys[sk_e8] = max(part_keys[sk_e8], ec_n);
-                                            let sk_e9: u32 = (1024u + g);
-                                            part_keys[sk_e9] = bitcast<u32>((bitcast<f32>(part_keys[sk_e9]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            let sk_e9: u32 = (512u + g);
+                                            part_keys[sk_e9] = max(part_keys[sk_e9], ec_n);
+                                            let sk_e10: u32 = (1024u + g);
+                                            part_keys[sk_e10] = bitcast<u32>((bitcast<f32>(part_keys[sk_e10]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -336,8 +338,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_p::place_cut
                                 var ec_k: f32 = ((ec_r - f32(g)) + (1.0f));
                                 var ec_edge: f32 = (ec_k * (0.0625f));
-                                let sk_e10: u32 = (1024u + g);
-                                part_keys[sk_e10] = u32((((bitcast<f32>(part_keys[sk_e10]) * (1.9073486e-6f)) * select(select(sk_exp((ec_edge - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (ec_edge == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                                let sk_e11: u32 = (1024u + g);
+                                part_keys[sk_e11] = u32((((bitcast<f32>(part_keys[sk_e11]) * (1.9073486e-6f)) * select(select(sk_exp((ec_edge - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (ec_edge == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                             }
                             var ec_m_own: u32 = 0u;
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -385,8 +387,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var ec_n_x: u32 = part_keys[(0u + g)];
-                                let sk_e11: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e11)) && ((ec_n_cum + ec_n_x) > sk_e11))) {
+                                let sk_e12: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e12)) && ((ec_n_cum + ec_n_x) > sk_e12))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                                     ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
@@ -443,8 +445,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var ef_atu: u32 = u32(ef_at);
                                                 var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                let sk_e12: u32 = (1024u + g);
-                                                part_keys[sk_e12] = max(part_keys[sk_e12], ef_n);
+                                                let sk_e13: u32 = (1024u + g);
+                                                part_keys[sk_e13] = max(part_keys[sk_e13], ef_n);
                                             }
                                         }
                                     }
@@ -453,8 +455,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
                                     var ef_edge: f32 = (ef_k * (3.0517578e-5f));
-                                    let sk_e13: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
-                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select(select(sk_exp((sk_e13 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e13 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                                    let sk_e14: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select(select(sk_exp((sk_e14 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e14 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                                 }
                                 var ef_m_own: u32 = 0u;
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -502,8 +504,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     var ef_n_x: u32 = part_keys[(0u + g)];
-                                    let sk_e14: u32 = (kk - 1u);
-                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e14)) && ((ef_n_cum + ef_n_x) > sk_e14))) {
+                                    let sk_e15: u32 = (kk - 1u);
+                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e15)) && ((ef_n_cum + ef_n_x) > sk_e15))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
                                         ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));
@@ -633,8 +635,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var t_run: u32 = 0u;
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e19: u32 = (t_lo + tj);
-                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e19, 463u)]), (sk_e19 < 464u)));
+                            let sk_e20: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e20, 463u)]), (sk_e20 < 464u)));
                         }
                         var t_start: u32 = 0u;
                         t_start = sk_block_scan(sk_lid, t_run);
@@ -648,8 +650,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         t_run = (t_above + t_start);
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e20: u32 = (t_lo + tj);
-                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e20, 463u)]), (sk_e20 < 464u));
+                            let sk_e21: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e21, 463u)]), (sk_e21 < 464u));
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                                 atomicStore(&part_hist[508u], (t_run - t_above));
@@ -777,6 +779,64 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&partials[((slot * 1317u) + 2u)], (t_above + t_take));
                     atomicStore(&partials[((slot * 1317u) + 3u)], part_below);
                     atomicStore(&partials[((slot * 1317u) + 4u)], select(0u, t_key, (t_at > t_take)));
+                }
+            }
+            if (min_p_cut) {
+                storageBarrier();
+                workgroupBarrier();
+                var arrived: u32 = 0u;
+                if ((sk_lid == 0u)) {
+                    // built by kernels::combine::last_part_on
+                    var before: u32 = 0u;
+                    before = atomicAdd(&counters[row_slot], 1u);
+                    arrived = (before + 1u);
+                }
+                var arrivals: u32 = 0u;
+                arrivals = sk_block_max_u32(sk_lid, arrived);
+                if ((arrivals == parts)) {
+                    // built by kernels::combine::last_part_on
+                    storageBarrier();
+                    {
+                        // built by kernels::filter_top_k::parts_kernel
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::row_max
+                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                        }
+                        var row_m: f32 = (0.0f);
+                        row_m = sk_block_max_f32(sk_lid, m);
+                        var mp_mx: f32 = row_m;
+                        var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
+                        var mo_left: u32 = 0u;
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::left_out_kept
+                            let sk_e22: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e22 + 3u)]), atomicLoad(&partials[(sk_e22 + 4u)]));
+                            let sk_e25: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e23: f32 = select((0.0f), (1.0f), (sk_e25 == bitcast<f32>(2139095040u)));
+                            let sk_e24: f32 = (sk_e25 - mp_mx);
+                            let sk_e26: bool = (mp_mx == bitcast<f32>(4286578688u));
+                            let sk_e27: bool = (mp_mx == bitcast<f32>(2139095040u));
+                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e24), (0.0f), sk_e26), sk_e23, sk_e27) > (0.0f)) && (select(select(sk_exp(sk_e24), (0.0f), sk_e26), sk_e23, sk_e27) >= mp)))) {
+                                mo_left = 1u;
+                            }
+                        }
+                        var mo_uncovered: u32 = 0u;
+                        mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
+                        if ((sk_lid == 0u)) {
+                            // built by kernels::filter_top_p::min_p_state
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(0u, 1u, (mp_finite && (mo_uncovered != 0u))));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>((-floor(((-mp_mx) * (16.0f))))));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], 4u);
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(mp_mx));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
+                        }
+                    }
+                    if ((sk_lid == 0u)) {
+                        atomicStore(&counters[row_slot], 0u);
+                    }
                 }
             }
         }

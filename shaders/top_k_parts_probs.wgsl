@@ -158,6 +158,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         let sk_e0: u32 = (row * 12u);
         var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
         var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
+        let sk_e1: u32 = (row * 12u);
+        var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
         if ((((!((params.flags & 8u) != 0u)) || filtered) && one_read)) {
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
@@ -189,8 +191,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filter_top_p::histogram_part
                             var hgu: u32 = u32(hg);
                             var hist_old: u32 = 0u;
-                            let sk_e1: f32 = bitcast<f32>((u32(((grid_r - hg) + (1.0f))) << (23u - 4u)));
-                            hist_old = atomicAdd(&part_hist[hgu], u32(((select((kz / sk_e1), (1.0f), (kz == sk_e1)) * (524288.0f)) + (0.5f))));
+                            let sk_e2: f32 = bitcast<f32>((u32(((grid_r - hg) + (1.0f))) << (23u - 4u)));
+                            hist_old = atomicAdd(&part_hist[hgu], u32(((select((kz / sk_e2), (1.0f), (kz == sk_e2)) * (524288.0f)) + (0.5f))));
                             var hist_n_old: u32 = 0u;
                             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
                         }
@@ -213,8 +215,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::copy_counts
-                    let sk_e2: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e2)]) | (atomicLoad(&part_hist[(513u + sk_e2)]) << 16u)));
+                    let sk_e3: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e3)]) | (atomicLoad(&part_hist[(513u + sk_e3)]) << 16u)));
                 }
                 workgroupBarrier();
                 for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
@@ -223,8 +225,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 workgroupBarrier();
                 var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 15u)));
-                let sk_e3: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 15u))));
-                var grid_f_low: u32 = select((sk_e3 | 2147483648u), (sk_e3 ^ 4294967295u), ((sk_e3 & 2147483648u) != 0u));
+                let sk_e4: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 15u))));
+                var grid_f_low: u32 = select((sk_e4 | 2147483648u), (sk_e4 ^ 4294967295u), ((sk_e4 & 2147483648u) != 0u));
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk: u32 = part_keys[i];
@@ -239,8 +241,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::copy_counts
-                    let sk_e4: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e4)]) | (atomicLoad(&part_hist[(1u + sk_e4)]) << 16u)));
+                    let sk_e5: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e5)]) | (atomicLoad(&part_hist[(1u + sk_e5)]) << 16u)));
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -297,10 +299,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ec_atu: u32 = u32(ec_at);
                                             var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            let sk_e5: u32 = (512u + g);
-                                            part_keys[sk_e5] = max(part_keys[sk_e5], ec_n);
-                                            let sk_e6: u32 = (1024u + g);
-                                            part_keys[sk_e6] = bitcast<u32>((bitcast<f32>(part_keys[sk_e6]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            let sk_e6: u32 = (512u + g);
+                                            part_keys[sk_e6] = max(part_keys[sk_e6], ec_n);
+                                            let sk_e7: u32 = (1024u + g);
+                                            part_keys[sk_e7] = bitcast<u32>((bitcast<f32>(part_keys[sk_e7]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -309,8 +311,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_p::place_cut
                                 var ec_k: f32 = ((ec_r - f32(g)) + (1.0f));
                                 var ec_edge: f32 = bitcast<f32>((u32(ec_k) << (23u - 4u)));
-                                let sk_e7: u32 = (1024u + g);
-                                part_keys[sk_e7] = u32((((bitcast<f32>(part_keys[sk_e7]) * (1.9073486e-6f)) * select((ec_edge / row_m), (1.0f), (ec_edge == row_m))) * e_unit));
+                                let sk_e8: u32 = (1024u + g);
+                                part_keys[sk_e8] = u32((((bitcast<f32>(part_keys[sk_e8]) * (1.9073486e-6f)) * select((ec_edge / row_m), (1.0f), (ec_edge == row_m))) * e_unit));
                             }
                             var ec_m_own: u32 = 0u;
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -358,8 +360,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var ec_n_x: u32 = part_keys[(0u + g)];
-                                let sk_e8: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e8)) && ((ec_n_cum + ec_n_x) > sk_e8))) {
+                                let sk_e9: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e9)) && ((ec_n_cum + ec_n_x) > sk_e9))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                                     ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
@@ -416,8 +418,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var ef_atu: u32 = u32(ef_at);
                                                 var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                let sk_e9: u32 = (1024u + g);
-                                                part_keys[sk_e9] = max(part_keys[sk_e9], ef_n);
+                                                let sk_e10: u32 = (1024u + g);
+                                                part_keys[sk_e10] = max(part_keys[sk_e10], ef_n);
                                             }
                                         }
                                     }
@@ -426,8 +428,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
                                     var ef_edge: f32 = bitcast<f32>((u32(ef_k) << (23u - 15u)));
-                                    let sk_e10: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 15u)))) * (0.5f));
-                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select((sk_e10 / row_m), (1.0f), (sk_e10 == row_m))) * e_unit));
+                                    let sk_e11: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 15u)))) * (0.5f));
+                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select((sk_e11 / row_m), (1.0f), (sk_e11 == row_m))) * e_unit));
                                 }
                                 var ef_m_own: u32 = 0u;
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -475,8 +477,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     var ef_n_x: u32 = part_keys[(0u + g)];
-                                    let sk_e11: u32 = (kk - 1u);
-                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e11)) && ((ef_n_cum + ef_n_x) > sk_e11))) {
+                                    let sk_e12: u32 = (kk - 1u);
+                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e12)) && ((ef_n_cum + ef_n_x) > sk_e12))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
                                         ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));
@@ -606,8 +608,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var t_run: u32 = 0u;
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e12: u32 = (t_lo + tj);
-                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e12, 463u)]), (sk_e12 < 464u)));
+                            let sk_e13: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e13, 463u)]), (sk_e13 < 464u)));
                         }
                         var t_start: u32 = 0u;
                         t_start = sk_block_scan(sk_lid, t_run);
@@ -621,8 +623,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         t_run = (t_above + t_start);
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e13: u32 = (t_lo + tj);
-                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e13, 463u)]), (sk_e13 < 464u));
+                            let sk_e14: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e14, 463u)]), (sk_e14 < 464u));
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                                 atomicStore(&part_hist[508u], (t_run - t_above));
@@ -750,6 +752,61 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&partials[((slot * 1317u) + 2u)], (t_above + t_take));
                     atomicStore(&partials[((slot * 1317u) + 3u)], part_below);
                     atomicStore(&partials[((slot * 1317u) + 4u)], select(0u, t_key, (t_at > t_take)));
+                }
+            }
+            if (min_p_cut) {
+                storageBarrier();
+                workgroupBarrier();
+                var arrived: u32 = 0u;
+                if ((sk_lid == 0u)) {
+                    // built by kernels::combine::last_part_on
+                    var before: u32 = 0u;
+                    before = atomicAdd(&counters[row_slot], 1u);
+                    arrived = (before + 1u);
+                }
+                var arrivals: u32 = 0u;
+                arrivals = sk_block_max_u32(sk_lid, arrived);
+                if ((arrivals == parts)) {
+                    // built by kernels::combine::last_part_on
+                    storageBarrier();
+                    {
+                        // built by kernels::filter_top_k::parts_kernel
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::row_max
+                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                        }
+                        var row_m: f32 = (0.0f);
+                        row_m = sk_block_max_f32(sk_lid, m);
+                        var mp_mx: f32 = row_m;
+                        var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
+                        var mo_left: u32 = 0u;
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::left_out_kept
+                            let sk_e15: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e15 + 3u)]), atomicLoad(&partials[(sk_e15 + 4u)]));
+                            let sk_e17: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e16: f32 = select((sk_e17 / mp_mx), (1.0f), (sk_e17 == mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e16 > (0.0f)) && (sk_e16 >= mp)))) {
+                                mo_left = 1u;
+                            }
+                        }
+                        var mo_uncovered: u32 = 0u;
+                        mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
+                        if ((sk_lid == 0u)) {
+                            // built by kernels::filter_top_p::min_p_state
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(0u, 1u, (mp_finite && (mo_uncovered != 0u))));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>(f32((bitcast<u32>(mp_mx) >> (23u - 4u)))));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)], 4u);
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)], bitcast<u32>(mp_mx));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
+                        }
+                    }
+                    if ((sk_lid == 0u)) {
+                        atomicStore(&counters[row_slot], 0u);
+                    }
                 }
             }
         }

@@ -437,8 +437,8 @@ fn sk_cut_part(cut_seeded: bool, cov: f32, noisy: bool, row: u32, col: u32, pk_o
         var s64: f64 = f64(cov);
         if (noisy) {
             // built by kernels::seeded::score64
-            let sk_e9: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e9 + 8u)], rows[(sk_e9 + 9u)], rows[(sk_e9 + 10u)], col)));
+            let sk_e10: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
         }
         if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
             // built by kernels::filter_top_k::keep_lower
@@ -448,8 +448,8 @@ fn sk_cut_part(cut_seeded: bool, cov: f32, noisy: bool, row: u32, col: u32, pk_o
     } else {
         // built by kernels::filter_top_k::race_one
         var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e10: u32 = (col & 3u);
-        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e10 == 1u)), w4[2], (sk_e10 == 2u)), w4[3], (sk_e10 == 3u))));
+        let sk_e11: u32 = (col & 3u);
+        var score: f32 = (cz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e11 == 1u)), w4[2], (sk_e11 == 2u)), w4[3], (sk_e11 == 3u))));
         if (((score > best) || ((score == best) && (col < best_i)))) {
             // built by kernels::filter_top_k::keep_lower
             best = score;
@@ -571,7 +571,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             let sk_e0: u32 = (row * 12u);
             var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            let sk_e1: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
                 {
                     var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]);
                     var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]);
@@ -611,21 +613,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e2: u32 = (col_hi - col_lo);
-                        let sk_e1: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2))))];
-                        var zx0: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                        let sk_e3: u32 = (col_hi - col_lo);
+                        let sk_e2: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li0, (li0 < sk_e3))))];
+                        var zx0: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e4: u32 = (col_hi - col_lo);
-                        let sk_e3: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li1, (li1 < sk_e4))))];
-                        var zx1: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                        let sk_e5: u32 = (col_hi - col_lo);
+                        let sk_e4: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li1, (li1 < sk_e5))))];
+                        var zx1: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e6: u32 = (col_hi - col_lo);
-                        let sk_e5: f32 = x[(base + (col_lo + select((sk_e6 - 1u), li2, (li2 < sk_e6))))];
-                        var zx2: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                        let sk_e7: u32 = (col_hi - col_lo);
+                        let sk_e6: f32 = x[(base + (col_lo + select((sk_e7 - 1u), li2, (li2 < sk_e7))))];
+                        var zx2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e8: u32 = (col_hi - col_lo);
-                        let sk_e7: f32 = x[(base + (col_lo + select((sk_e8 - 1u), li3, (li3 < sk_e8))))];
-                        var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                        let sk_e9: u32 = (col_hi - col_lo);
+                        let sk_e8: f32 = x[(base + (col_lo + select((sk_e9 - 1u), li3, (li3 < sk_e9))))];
+                        var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                         if ((li0 < (col_hi - col_lo))) {
                             sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }

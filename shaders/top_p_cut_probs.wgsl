@@ -408,8 +408,8 @@ fn sk_cut_part(cut_seeded: bool, cz: f32, noisy: bool, row: u32, col: u32, pk_of
         var s64: f64 = sk_log64(f64(cz));
         if (noisy) {
             // built by kernels::seeded::score64
-            let sk_e5: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e5 + 8u)], rows[(sk_e5 + 9u)], rows[(sk_e5 + 10u)], col)));
+            let sk_e6: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
         }
         if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
             // built by kernels::filter_top_k::keep_lower
@@ -419,8 +419,8 @@ fn sk_cut_part(cut_seeded: bool, cz: f32, noisy: bool, row: u32, col: u32, pk_of
     } else {
         // built by kernels::filter_top_k::race_one
         var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e6: u32 = (col & 3u);
-        var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e6 == 1u)), w4[2], (sk_e6 == 2u)), w4[3], (sk_e6 == 3u))));
+        let sk_e7: u32 = (col & 3u);
+        var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e7 == 1u)), w4[2], (sk_e7 == 2u)), w4[3], (sk_e7 == 3u))));
         if (((score > best) || ((score == best) && (col < best_i)))) {
             // built by kernels::filter_top_k::keep_lower
             best = score;
@@ -542,7 +542,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             let sk_e0: u32 = (row * 12u);
             var one_read: bool = (((filtered && ((has_k && (kk <= 256u)) || capped)) && (((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u) <= 4096u)) && (!((capped && ((pp < (1.0f)) || has_k)) && ((rows[(sk_e0 + 1u)] == 1u) && (rows[(sk_e0 + 6u)] == 1u)))));
             var top_p_cut: bool = (one_read && (capped && ((pp < (1.0f)) || has_k)));
-            if (((one_read && top_p_cut) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
+            let sk_e1: u32 = (row * 12u);
+            var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
+            if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
                 {
                     var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]);
                     var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]);
@@ -582,17 +584,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e1: u32 = (col_hi - col_lo);
-                        var zx0: f32 = x[(base + (col_lo + select((sk_e1 - 1u), li0, (li0 < sk_e1))))];
-                        var li1: u32 = (i0 + (BLOCK * 1u));
                         let sk_e2: u32 = (col_hi - col_lo);
-                        var zx1: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li1, (li1 < sk_e2))))];
-                        var li2: u32 = (i0 + (BLOCK * 2u));
+                        var zx0: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2))))];
+                        var li1: u32 = (i0 + (BLOCK * 1u));
                         let sk_e3: u32 = (col_hi - col_lo);
-                        var zx2: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li2, (li2 < sk_e3))))];
-                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        var zx1: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3))))];
+                        var li2: u32 = (i0 + (BLOCK * 2u));
                         let sk_e4: u32 = (col_hi - col_lo);
-                        var zx3: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li3, (li3 < sk_e4))))];
+                        var zx2: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li2, (li2 < sk_e4))))];
+                        var li3: u32 = (i0 + (BLOCK * 3u));
+                        let sk_e5: u32 = (col_hi - col_lo);
+                        var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
                         if ((li0 < (col_hi - col_lo))) {
                             sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
                         }

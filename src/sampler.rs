@@ -101,7 +101,7 @@ impl<P: Deref<Target = B>, B: Backend> Sampler<P, B> {
             seeded: (&self.seeded_rows, self.seeded.len()),
             filtered: (&self.filtered_rows, self.filtered.len()),
             off_path: (&self.off_path_rows, self.off_path.len()),
-            top_p_cut: self.filtered.iter().any(|&r| rows[r as usize].takes_top_p_cut(shape.vocab)),
+            top_p_cut: self.filtered.iter().any(|&r| rows[r as usize].may_take_cut(shape.vocab)),
         };
         sample_rows(&*self.backend, shape, logits, &self.rows, out, Some(listed))
     }

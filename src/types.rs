@@ -223,9 +223,10 @@ impl RowParams {
     /// seeded, whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of
     /// top-p, min-p or a larger top-k without such a top-k (top-p joint with a larger top-k, or
     /// with none). The first reads once where its `k + 1` largest tokens decide it; a min-p row
-    /// alone reads once where its `ONE_READ_TOP_K + 1` largest do (its set is shorter), and a
-    /// row of top-p or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)),
-    /// unless it [hashes ranks](Self::hashes_ranks), which the cut cannot give.
+    /// alone reads once where its parts' `ONE_READ_TOP_K + 1` largest each hold its set, else
+    /// twice (the cut's second read: [`may_take_cut`](Self::may_take_cut)), and a row of top-p
+    /// or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)), unless it
+    /// [hashes ranks](Self::hashes_ranks), which the cut cannot give.
     /// Otherwise the row reads once or twice more than the filter kernel's passes (the path's
     /// reads, then the filter kernel's body).
     pub fn takes_one_read(&self, vocab: usize) -> bool {
@@ -236,6 +237,13 @@ impl RowParams {
     /// read and a second read split over workgroups (a launch between the parts and the merge).
     pub fn takes_top_p_cut(&self, vocab: usize) -> bool {
         self.is_sampled() && self.cuts(vocab) && !self.hashes_ranks()
+    }
+    /// Whether the row may take the top-p cut's launch: a row that
+    /// [takes it](Self::takes_top_p_cut), or min-p alone unranked, which takes it where its
+    /// parts find its set longer than their lists (a flat row's: min-p 0.05 keeps all of it).
+    /// A batch without such a row needs no cut launch.
+    pub fn may_take_cut(&self, vocab: usize) -> bool {
+        self.is_sampled() && self.capped(vocab) && !self.hashes_ranks()
     }
     /// A capped row of top-p or a top-k (not min-p alone): the cut's, by its filters.
     fn cuts(&self, vocab: usize) -> bool {

@@ -410,14 +410,15 @@ pub fn peaked_rows_take_fewer_passes<B: Backend>(b: &B) {
         if row.takes_one_read(vocab) {
             // The one-read path: the flat row's candidates (all tied) are the first tokens of
             // the order, which decide a top-k of at most the cap in the one read, and no longer
-            // set (it falls back to the filter kernel after the one read), but the top-p cut
-            // ranks a range of tied tokens by column in its two; the peaked one (which repeats
-            // every 977 columns) reads less than the fallback either way.
+            // set; the top-p cut ranks a range of tied tokens by column in its two, and takes
+            // min-p alone, whose set (every token) outgrows the parts' lists, with no range;
+            // the peaked one (which repeats every 977 columns) reads less than the fallback
+            // either way.
             let fits = row.filters().top_k.is_some_and(|k| k <= ONE_READ_TOP_K);
             let most = path_reads(&row, vocab) + whole;
             let flat = if fits {
                 1
-            } else if row.takes_top_p_cut(vocab) {
+            } else if row.may_take_cut(vocab) {
                 2
             } else {
                 most
@@ -997,14 +998,17 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
 /// 0.017 of its maximum, in one or two bins of 1/16 of the top-p histogram's coarse grid), of
 /// 151936 columns: top-p 0.9 and 0.95 alone, a top-k of 1000 alone and joint with top-p 0.9, at
 /// T 0.6, 0.8 and 1.0, are read twice (the cut, placed on the histogram's fine grid of 2^-15
-/// over the top 1/32) and get the CPU oracle's token. Without the fine grid the top-p rows and
-/// the joint ones fell back to the filter kernel's body after the two reads (the range held the
-/// whole row, more than the parts list).
+/// over the top 1/32) and get the CPU oracle's token; so is min-p 0.05 alone, which keeps every
+/// token (the cut, with no range, where the parts find the set longer than their lists). Without
+/// the fine grid the top-p rows and the joint ones fell back to the filter kernel's body after
+/// the two reads (the range held the whole row, more than the parts list); min-p rows, after
+/// their one read (three reads in all).
 pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
     let mut rng = Rng::new(1003);
     let vocab = 151936;
     type Setting = fn(f32, u64) -> RowParams;
-    let settings: [Setting; 4] = [
+    let settings: [Setting; 5] = [
+        |t, s| RowParams::new(t, s, 3).with_min_p(0.05),
         |t, s| RowParams::new(t, s, 3).with_top_p(0.9),
         |t, s| RowParams::new(t, s, 3).with_top_p(0.95),
         |t, s| RowParams::new(t, s, 3).with_top_k(1000),
@@ -1024,7 +1028,7 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
         .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
         .unwrap();
     for (r, row) in rows.iter().enumerate() {
-        assert!(row.takes_top_p_cut(vocab), "row {r} ({row:?}) does not take the cut");
+        assert!(row.may_take_cut(vocab), "row {r} ({row:?}) does not take the cut");
         assert_eq!(tokens[r], want[r], "row {r} ({row:?}): the CPU oracle gives {}", want[r]);
         assert_eq!(reads[r], 2, "row {r} ({row:?}) read {} times, not the cut's 2", reads[r]);
     }

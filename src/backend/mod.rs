@@ -169,9 +169,9 @@ pub struct RowLists<'a, B: Backend + ?Sized> {
     /// only where there are any. So such a row costs its own launches, never the path of the
     /// batch's other filtered rows; either gives the same tokens.
     pub off_path: (&'a B::Buffer<u32>, usize),
-    /// Whether a listed row takes the one-read path's launch between its two, the top-p cut
-    /// ([`RowParams::takes_top_p_cut`](crate::RowParams::takes_top_p_cut)); without one, the path
-    /// is the parts and the merge.
+    /// Whether a listed row may take the one-read path's launch between its two, the top-p cut
+    /// ([`RowParams::may_take_cut`](crate::RowParams::may_take_cut)); without one, the path is
+    /// the parts and the merge.
     pub top_p_cut: bool,
 }
 

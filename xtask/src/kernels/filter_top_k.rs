@@ -164,9 +164,13 @@ pub(super) fn one_read_row(b: &mut Block) -> Expr {
     let cut = capped.clone().and(var("pp").lt(f(1.0)).or(has_k));
     // The cut races the tokens above its range where they lie, unranked: a row that hashes
     // ranks takes the filter kernel's body instead (`filter_rank.rs`).
-    let taken = var("filtered").and(by_k.or(capped)).and(fits).and(cut.clone().and(row_is_ranked()).not());
+    let taken = var("filtered").and(by_k.or(capped.clone())).and(fits).and(cut.clone().and(row_is_ranked()).not());
     let one = b.let_("one_read", Ty::Bool, taken);
-    b.let_("top_p_cut", Ty::Bool, one.clone().and(cut));
+    b.let_("top_p_cut", Ty::Bool, one.clone().and(cut.clone()));
+    // Min-p alone takes the cut where its parts find its set longer than their lists
+    // (`filter_top_p::min_p_state`): unranked, as the cut races.
+    let min_p_cut = one.clone().and(capped).and(cut.not()).and(row_is_ranked().not());
+    b.let_("min_p_cut", Ty::Bool, min_p_cut);
     one
 }
 
@@ -646,6 +650,21 @@ fn min_p_keeps(w: Expr) -> Expr {
     w.clone().gt(f(0.0)).and(w.ge(var("mp")))
 }
 
+/// Whether some part of the row in slot `row_slot`, whose maximum is `mx`, left out a token
+/// min-p keeps (the largest key a part left out, its record's words 3 and 4, weighs at least
+/// `min_p`): then the union of the parts' lists does not hold the row's min-p set. Uniform.
+pub(super) fn left_out_kept(b: &mut Block, input: Input, (row_slot, mx): (Expr, Expr), read: Read) -> Expr {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    b.let_("mo_left", Ty::U32, u(0));
+    b.for_("p", lid, var("parts"), bs, |b, p| {
+        let word = |k: u32| read(SCRATCH, slot_word(row_slot.clone(), p.clone(), u(k)));
+        let left = b.let_("mo_lk", Ty::U32, word(3).max(word(4)));
+        let kept = min_p_keeps(values::weight(input, key_value(left.clone()), mx.clone()));
+        b.if_(left.ne_(u(0)).and(kept), |b| b.set("mo_left", u(1)));
+    });
+    b.reduce(ReduceOp::Max, Ty::U32, var("mo_left"), "mo_uncovered").ne_(u(0))
+}
+
 /// Min-p alone whose set is longer than the row's `CAP + 1` largest (min-p 0.01 at T 1.5 on Zipf
 /// rows keeps about 1,000 tokens), where [`merge_row`] could not decide it: each part listed its
 /// own `CAP + 1` largest, so their union holds the set wherever no part left out a token min-p
@@ -655,14 +674,7 @@ fn min_p_keeps(w: Expr) -> Expr {
 fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let kept = |z: Expr| min_p_keeps(values::weight(input, z, mx.clone()));
-    b.let_("mo_left", Ty::U32, u(0));
-    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
-        let left = load_settled(SCRATCH, record(p.clone(), u(3))).max(load_settled(SCRATCH, record(p, u(4))));
-        let left = b.let_("mo_lk", Ty::U32, left);
-        b.if_(left.clone().ne_(u(0)).and(kept(key_value(left))), |b| b.set("mo_left", u(1)));
-    });
-    let uncovered = b.reduce(ReduceOp::Max, Ty::U32, var("mo_left"), "mo_uncovered");
-    let covered = uncovered.eq_(u(0)).and(row_is_ranked().not());
+    let covered = left_out_kept(b, input, (var("slot"), mx.clone()), load_settled).not().and(row_is_ranked().not());
     b.if_(covered, |b| {
         declare_best(b);
         let seeded = b.let_("mo_seeded", Ty::Bool, row_is_seeded());
@@ -693,6 +705,10 @@ fn parts_kernel(input: Input) -> Kernel {
         let one = one_read_row(b);
         b.if_(takes.and(one), |b| {
             b.if_else(var("top_p_cut"), |b| filter_top_p::histogram_part(b, input), |b| read_part(b, input));
+            // After both reads, so that ptxas lays out the two reads first (the cost model
+            // takes the parts' first two streaming loops as their reads).
+            let min_p = |b: &mut Block| b.scope(|b| filter_top_p::min_p_state(b, input));
+            b.if_(var("min_p_cut"), |b| super::combine::last_part(b, min_p));
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
@@ -730,7 +746,9 @@ fn merge_kernel(input: Input) -> Kernel {
             // The reads of the row before this launch: the parts' and, for a top-p row, the cut's.
             b.let_("reads_before", Ty::U32, select(one.clone(), u(1), u(0)));
             b.let_("merges", Ty::Bool, var("part").eq_(u(0)));
-            b.if_(here.and(var("top_p_cut")), |b| b.scope(|b| filter_top_p::cut_here(b, input)));
+            b.if_(here.and(var("top_p_cut").or(var("min_p_cut"))), |b| b.scope(|b| filter_top_p::cut_here(b, input)));
+            // Min-p alone is merged as the cut's where its parts sent it there.
+            b.if_(var("min_p_cut"), |b| b.set("top_p_cut", filter_top_p::sent_to_cut(var("slot"))));
             b.if_(var("merges"), |b| {
                 b.if_(one, |b| {
                     b.if_else(

@@ -41,8 +41,8 @@ use super::abi::{
 use super::combine::last_part_on;
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word, sum_part,
-    AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, left_out_kept, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word,
+    sum_part, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
@@ -673,8 +673,14 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let starts = n_above.clone().lt(var("kk")).and(m_above.clone().le(lim.clone()));
     let through =
         (m_above.clone() + m_range.clone()).gt(lim.clone()).or((n_above.clone() + n_range.clone()).ge(var("kk")));
-    let ends = through.or(max_below.eq_(u(0))).or(w_below.lt(var("mp")));
-    let sound = b.let_("cut_sound", Ty::Bool, apart.and(starts).and(ends));
+    let below_ends = b.let_("cut_below_ends", Ty::Bool, max_below.clone().eq_(u(0)).or(w_below.lt(var("mp"))));
+    let ends = through.or(below_ends.clone());
+    // Min-p alone has no range: every token with mass lies above it or below it, so its set is
+    // the tokens above that min-p keeps, which the parts raced, where none below weighs `min_p`.
+    // (A row here with neither top-p nor a top-k is min-p alone: from its parameters, not a
+    // flag held from the row's start, which took the merge's registers past 128.)
+    let min_p_alone = var("pp").ge(f(1.0)).and(var("kk").ge(param("vocab")));
+    let sound = b.let_("cut_sound", Ty::Bool, select(min_p_alone, below_ends, apart.and(starts).and(ends)));
     let sorted = b.let_("cut_sorted", Ty::Bool, sound.clone().and(fits.clone()));
     let tied = b.let_("cut_one_value", Ty::Bool, range_min.eq_(range_max.clone()).and(n_range.clone().gt(u(0))));
     let flat = b.let_("cut_tied", Ty::Bool, sound.clone().and(fits.clone().not()).and(tied.clone()));
@@ -686,7 +692,8 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     b.set("lim", lim);
     let pkey = PhiloxKey::bound(b);
     let race = (seeded.clone(), &pkey);
-    b.if_(sorted.clone(), |b| select_in_range(b, input, Range::Copied(n_range.clone()), race.clone(), mx.clone()));
+    let listing = sorted.clone().and(n_range.clone().gt(u(0)));
+    b.if_(listing, |b| select_in_range(b, input, Range::Copied(n_range.clone()), race.clone(), mx.clone()));
     b.if_(dense.clone(), |b| select_in_range(b, input, Range::Listed, race.clone(), mx.clone()));
     b.if_(flat.clone(), |b| {
         b.set("sel_tn", n_range.clone());
@@ -872,6 +879,36 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
     });
 }
 
+/// Whether the parts of the row in slot `row_slot` sent it to the cut (its state's `GO`): a
+/// top-p row whose maximum is finite, or min-p alone whose set is longer than their lists
+/// ([`min_p_state`]).
+pub(super) fn sent_to_cut(row_slot: Expr) -> Expr {
+    load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO)).eq_(u(1))
+}
+
+/// A row of min-p alone (`min_p_cut`), by its last part in the parts launch: where some part
+/// left out a token min-p keeps (its set is longer than a part's list: a flat row keeps all of
+/// it), the cut takes the row with no range (every token within the coarse grid's 32 units of
+/// the maximum lies above it, raced there where min-p keeps it), and the merge checks that no
+/// token below weighs `min_p`. Else `GO` 0: the merge decides it from the candidates.
+pub(super) fn min_p_state(b: &mut Block, input: Input) {
+    let state = |k: u32| tail_word(var("row_slot"), u(0), k);
+    let (mx, finite) = row_max(b, var("row_slot"), load);
+    let mx = b.let_("mp_mx", Ty::F32, mx);
+    let finite = b.let_("mp_finite", Ty::Bool, finite);
+    let long = left_out_kept(b, input, (var("row_slot"), mx.clone()), load);
+    let go = finite.and(long);
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        b.store(SCRATCH, state(tail::GO), select(go, u(1), u(0)));
+        b.store(SCRATCH, state(tail::LO), u(BINS));
+        b.store(SCRATCH, state(tail::HI), u(BINS - 1));
+        b.store(SCRATCH, state(tail::R), COARSE.grid().origin(input, mx.clone()).bitcast(Ty::U32));
+        b.store(SCRATCH, state(tail::SHIFT), u(COARSE.shift));
+        b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
+        b.store(SCRATCH, state(tail::ARRIVED), u(0));
+    });
+}
+
 /// A part of a top-p row where the merge launch is also the cut's (`FLAG_CUT_HERE`, a
 /// workgroup per part of each row, `part` its place): the part's cut ([`cut_part`]) over its
 /// columns, then it counts itself in on the row's state, and only the last part to arrive
@@ -904,8 +941,8 @@ fn cut_kernel(input: Input) -> Kernel {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             let one = one_read_row(b);
-            let go = load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::GO)).eq_(u(1));
-            b.if_(one.and(var("top_p_cut")).and(go), |b| b.scope(|b| cut_part(b, input)));
+            let cut = var("top_p_cut").or(var("min_p_cut"));
+            b.if_(one.and(cut).and(sent_to_cut(var("row_slot"))), |b| b.scope(|b| cut_part(b, input)));
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();
