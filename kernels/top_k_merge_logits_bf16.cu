@@ -10,6 +10,14 @@
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
+#if __CUDA_ARCH__ == 750
+#define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
+#define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#else
+#define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#endif
+
 template <typename To, typename From>
 __device__ __forceinline__ To sk_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
@@ -1159,7 +1167,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
 }
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_k_merge_logits_bf16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS)) top_k_merge_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     bool cut_here = ((flags & 64u) != 0u);

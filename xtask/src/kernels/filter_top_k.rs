@@ -776,6 +776,11 @@ fn merge_kernel(input: Input) -> Kernel {
     k.shared.extend(filter_shared(Build::Full));
     k.shared.push(filter_top_p::cut_shared());
     k.shared.push(SharedDecl::atomic(SELECT_SCRATCH, select::WORDS));
+    // One block an SM is enough for a workgroup a row doing k-sized work; asked for, ptxas
+    // gives sm_75's 256 threads the 157 registers they need, where it capped them at 128 and
+    // spilled 60 bytes since min-p rows may take the cut's merge. sm_90's 512 threads hold 128
+    // either way.
+    k.occupancy = Occupancy::AtLeast(1);
     k
 }
 
