@@ -224,6 +224,18 @@ pub enum Intrinsic {
     HighBit,
 }
 
+impl Intrinsic {
+    /// Its arguments' types and its result's.
+    pub fn signature(self) -> (&'static [Ty], Ty) {
+        match self {
+            Intrinsic::MulHi => (&[Ty::U32, Ty::U32], Ty::U32),
+            Intrinsic::ApproxLog | Intrinsic::ApproxExp => (&[Ty::F32], Ty::F32),
+            Intrinsic::ApproxDiv => (&[Ty::F32, Ty::F32], Ty::F32),
+            Intrinsic::HighBit => (&[Ty::U32], Ty::U32),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Expr {
     Lit(Lit),
@@ -928,35 +940,15 @@ impl<'k> Scope<'k> {
                 }
                 t
             }
-            Expr::Intrinsic(Intrinsic::MulHi, args) => {
-                if args.len() != 2 {
-                    return Err("mulhi takes 2 arguments".into());
+            Expr::Intrinsic(op, args) => {
+                let (params, result) = op.signature();
+                if args.len() != params.len() {
+                    return Err(format!("{op:?} takes {} arguments", params.len()));
                 }
-                expect(Ty::U32, &args[0])?;
-                expect(Ty::U32, &args[1])?;
-                Ty::U32
-            }
-            Expr::Intrinsic(op @ (Intrinsic::ApproxLog | Intrinsic::ApproxExp), args) => {
-                if args.len() != 1 {
-                    return Err(format!("{op:?} takes 1 argument"));
+                for (arg, &ty) in args.iter().zip(params) {
+                    expect(ty, arg)?;
                 }
-                expect(Ty::F32, &args[0])?;
-                Ty::F32
-            }
-            Expr::Intrinsic(Intrinsic::ApproxDiv, args) => {
-                if args.len() != 2 {
-                    return Err("approx_div takes 2 arguments".into());
-                }
-                expect(Ty::F32, &args[0])?;
-                expect(Ty::F32, &args[1])?;
-                Ty::F32
-            }
-            Expr::Intrinsic(Intrinsic::HighBit, args) => {
-                if args.len() != 1 {
-                    return Err("high_bit takes 1 argument".into());
-                }
-                expect(Ty::U32, &args[0])?;
-                Ty::U32
+                result
             }
             Expr::Select(c, a, b) => {
                 expect(Ty::Bool, c)?;
