@@ -287,14 +287,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     part_hist[i] = 0u;
                 }
                 __syncthreads();
-                float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 15u)));
-                const unsigned int sk_e4 = sk_bitcast<unsigned int>(sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 15u))));
+                float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 14u)));
+                const unsigned int sk_e4 = sk_bitcast<unsigned int>(sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u))));
                 unsigned int grid_f_low = (((sk_e4 & 2147483648u) != 0u) ? (sk_e4 ^ 4294967295u) : (sk_e4 | 2147483648u));
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk = part_keys[i];
                     if ((hk >= grid_f_low)) {
-                        float hfg = (grid_rf - ((float)(sk_bitcast<unsigned int>(sk_bitcast<float>((((hk & 2147483648u) != 0u) ? (hk ^ 2147483648u) : (hk ^ 4294967295u)))) >> (23u - 15u))));
+                        float hfg = (grid_rf - ((float)(sk_bitcast<unsigned int>(sk_bitcast<float>((((hk & 2147483648u) != 0u) ? (hk ^ 2147483648u) : (hk ^ 4294967295u)))) >> (23u - 14u))));
                         if ((hfg < (1024.0f))) {
                             unsigned int hist_f_old = 0u;
                             hist_f_old = atomicAdd(&part_hist[((unsigned int)hfg)], 1u);
@@ -460,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             float e_r = ec_r;
                             if ((ec_cut <= 2u)) {
                                 __syncthreads();
-                                float ef_r = ((float)(sk_bitcast<unsigned int>(row_m) >> (23u - 15u)));
+                                float ef_r = ((float)(sk_bitcast<unsigned int>(row_m) >> (23u - 14u)));
                                 unsigned int ef_per = (((1024u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 unsigned int ef_g0 = min((threadIdx.x * ef_per), 1024u);
                                 unsigned int ef_g1 = min((ef_g0 + ef_per), 1024u);
@@ -474,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
                                     if ((ef_mp > sk_bitcast<float>(4286578688u))) {
-                                        float ef_shift = (ef_r - ((float)(sk_bitcast<unsigned int>(ef_mp) >> (23u - 15u))));
+                                        float ef_shift = (ef_r - ((float)(sk_bitcast<unsigned int>(ef_mp) >> (23u - 14u))));
                                         for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                             float ef_at = (((float)g) - ef_shift);
                                             if (((ef_at >= (0.0f)) && (ef_at < (1024.0f)))) {
@@ -490,8 +490,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_k = ((ef_r - ((float)g)) + (1.0f));
-                                    float ef_edge = sk_bitcast<float>((((unsigned int)ef_k) << (23u - 15u)));
-                                    const float sk_e11 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 15u)))) * (0.5f));
+                                    float ef_edge = sk_bitcast<float>((((unsigned int)ef_k) << (23u - 14u)));
+                                    const float sk_e11 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
                                     part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((sk_e11 == row_m) ? (1.0f) : (sk_e11 / row_m))) * e_unit));
                                 }
                                 unsigned int ef_m_own = 0u;
@@ -572,7 +572,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 unsigned int ef_first_bin = (ef_cut - min(ef_cut, ef_above));
                                 unsigned int ef_last_bin = (ef_cut + ef_below);
                                 if ((ef_first > 0u)) {
-                                    e_shift = 15u;
+                                    e_shift = 14u;
                                     e_lo = ef_first_bin;
                                     e_hi = ef_last_bin;
                                     e_r = ef_r;

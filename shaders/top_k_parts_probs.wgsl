@@ -224,14 +224,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&part_hist[i], 0u);
                 }
                 workgroupBarrier();
-                var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 15u)));
-                let sk_e4: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 15u))));
+                var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 14u)));
+                let sk_e4: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 14u))));
                 var grid_f_low: u32 = select((sk_e4 | 2147483648u), (sk_e4 ^ 4294967295u), ((sk_e4 & 2147483648u) != 0u));
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk: u32 = part_keys[i];
                     if ((hk >= grid_f_low)) {
-                        var hfg: f32 = (grid_rf - f32((bitcast<u32>(bitcast<f32>(select((hk ^ 4294967295u), (hk ^ 2147483648u), ((hk & 2147483648u) != 0u)))) >> (23u - 15u))));
+                        var hfg: f32 = (grid_rf - f32((bitcast<u32>(bitcast<f32>(select((hk ^ 4294967295u), (hk ^ 2147483648u), ((hk & 2147483648u) != 0u)))) >> (23u - 14u))));
                         if ((hfg < (1024.0f))) {
                             var hist_f_old: u32 = 0u;
                             hist_f_old = atomicAdd(&part_hist[u32(hfg)], 1u);
@@ -397,7 +397,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var e_r: f32 = ec_r;
                             if ((ec_cut <= 2u)) {
                                 workgroupBarrier();
-                                var ef_r: f32 = f32((bitcast<u32>(row_m) >> (23u - 15u)));
+                                var ef_r: f32 = f32((bitcast<u32>(row_m) >> (23u - 14u)));
                                 var ef_per: u32 = (((1024u + BLOCK) - 1u) / BLOCK);
                                 var ef_g0: u32 = min((sk_lid * ef_per), 1024u);
                                 var ef_g1: u32 = min((ef_g0 + ef_per), 1024u);
@@ -411,7 +411,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
                                     if ((ef_mp > bitcast<f32>(4286578688u))) {
-                                        var ef_shift: f32 = (ef_r - f32((bitcast<u32>(ef_mp) >> (23u - 15u))));
+                                        var ef_shift: f32 = (ef_r - f32((bitcast<u32>(ef_mp) >> (23u - 14u))));
                                         for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                             var ef_at: f32 = (f32(g) - ef_shift);
                                             if (((ef_at >= (0.0f)) && (ef_at < (1024.0f)))) {
@@ -427,8 +427,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
-                                    var ef_edge: f32 = bitcast<f32>((u32(ef_k) << (23u - 15u)));
-                                    let sk_e11: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 15u)))) * (0.5f));
+                                    var ef_edge: f32 = bitcast<f32>((u32(ef_k) << (23u - 14u)));
+                                    let sk_e11: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
                                     part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select((sk_e11 / row_m), (1.0f), (sk_e11 == row_m))) * e_unit));
                                 }
                                 var ef_m_own: u32 = 0u;
@@ -509,7 +509,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var ef_first_bin: u32 = (ef_cut - min(ef_cut, ef_above));
                                 var ef_last_bin: u32 = (ef_cut + ef_below);
                                 if ((ef_first > 0u)) {
-                                    e_shift = 15u;
+                                    e_shift = 14u;
                                     e_lo = ef_first_bin;
                                     e_hi = ef_last_bin;
                                     e_r = ef_r;

@@ -1002,7 +1002,7 @@ pub fn model_like_rows_rarely_fall_back<B: Backend>(b: &B) {
 /// token (the cut, with no range, where the parts find the set longer than their lists). Without
 /// the fine grid the top-p rows and the joint ones fell back to the filter kernel's body after
 /// the two reads (the range held the whole row, more than the parts list); min-p rows, after
-/// their one read (three reads in all).
+/// their one read (three reads in all). The same from the rows' probabilities.
 pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
     let mut rng = Rng::new(1003);
     let vocab = 151936;
@@ -1031,6 +1031,24 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
         assert!(row.may_take_cut(vocab), "row {r} ({row:?}) does not take the cut");
         assert_eq!(tokens[r], want[r], "row {r} ({row:?}): the CPU oracle gives {}", want[r]);
         assert_eq!(reads[r], 2, "row {r} ({row:?}) read {} times, not the cut's 2", reads[r]);
+    }
+    // The same rows as probabilities (the reference's softmax at each row's temperature, in
+    // f32), binned on `p`'s bits: the fine grid is 2^-15 of an octave.
+    let mut probs = vec![0.0f32; shape.elements()];
+    for (r, row) in rows.iter().enumerate() {
+        let values: Vec<f64> = x[r * vocab..][..vocab].iter().map(|&v| v as f64).collect();
+        for (j, p) in softmax(&values, row).into_iter().enumerate() {
+            probs[r * vocab + j] = p as f32;
+        }
+    }
+    sampling_kernels::CpuBackend.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want)).unwrap();
+    let (pb, rb) = (b.upload(&probs).unwrap(), b.upload(&rows).unwrap());
+    let (mut t, mut ps) = (b.zeros::<u32>(rows.len()).unwrap(), b.zeros::<u32>(rows.len()).unwrap());
+    b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
+    let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+    for (r, row) in rows.iter().enumerate() {
+        assert_eq!(t[r], want[r], "probabilities row {r} ({row:?}): the CPU oracle gives {}", want[r]);
+        assert_eq!(ps[r], 2, "probabilities row {r} ({row:?}) read {} times, not the cut's 2", ps[r]);
     }
 }
 

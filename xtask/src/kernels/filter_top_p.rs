@@ -61,13 +61,22 @@ use crate::tuning::Workgroup;
 pub const BINS: u32 = 512;
 /// Bins of a part's fine histogram, each `2^-15` wide: the top `1/32` below the part's maximum,
 /// where a flat row puts all of its tokens (the benchmark's, noise of 1e-3 at T 0.8: the whole
-/// row within 0.017, one or two coarse bins, about 850 tokens a fine bin at the cut).
+/// row within 0.017, one or two coarse bins, about 850 tokens a fine bin at the cut). From
+/// probabilities, bins of `2^-14` of an octave: an octave is `ln 2` of `z`, so the window is
+/// 0.043 of `z` (at `2^-15` it was 0.022, under a flat row's 0.022 at T 0.6), about 1,200 tokens
+/// a bin.
 pub const FINE_BINS: u32 = 1024;
 /// The two grids of a top-p row's histograms (see the module's step 1).
 const COARSE: Level =
-    Level { bins: BINS, shift: 4, masses: true, counts_at: BINS, margin: ESTIMATE_MARGIN, name: "ec" };
-const FINE: Level =
-    Level { bins: FINE_BINS, shift: 15, masses: false, counts_at: BINS + BINS / 2, margin: FINE_MARGIN, name: "ef" };
+    Level { bins: BINS, shift: (4, 4), masses: true, counts_at: BINS, margin: ESTIMATE_MARGIN, name: "ec" };
+const FINE: Level = Level {
+    bins: FINE_BINS,
+    shift: (15, 14),
+    masses: false,
+    counts_at: BINS + BINS / 2,
+    margin: FINE_MARGIN,
+    name: "ef",
+};
 /// What the row's mass weighs in the cut's estimate, in u32: room under 2^32 for the bins'
 /// rounding (each within 2^-19 of its tokens) and for what the parts' float sums miss.
 const ESTIMATE_UNITS: f32 = 3.5e9;
@@ -82,8 +91,9 @@ const ESTIMATE_UNITS: f32 = 3.5e9;
 /// merge checks where the cut lies.
 const ESTIMATE_MARGIN: f32 = 1.0 / 65536.0;
 /// The same on the fine grid, whose bins carry counts only: each weighed at its middle, within
-/// `2^-16` (relative) of its tokens' mass, so the sum from the top is off by at most that share
-/// of it, besides the coarse grid's 5e-6: three times the two together.
+/// `2^-16` (relative) of its tokens' mass (from probabilities, `2^-15.5`), so the sum from the
+/// top is off by at most that share of it, besides the coarse grid's 5e-6: three times the two
+/// together (2.3 times from probabilities).
 const FINE_MARGIN: f32 = 1.0 / 16384.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
@@ -164,8 +174,8 @@ pub(super) fn histogram_shared() -> SharedDecl {
 struct Level {
     /// Its bins, counted down from the grid's origin at a part's (or the row's) maximum.
     bins: u32,
-    /// Its bins are `2^-shift` wide ([`Grid`]).
-    shift: u32,
+    /// Its bins are `2^-shift` wide ([`Grid`]): from logits, then from probabilities.
+    shift: (u32, u32),
     /// Whether the parts weigh its bins (else the estimate weighs a bin's count at its middle).
     masses: bool,
     /// Where its counts lie in a part's histograms (two u16 a word), from the masses' start.
@@ -177,8 +187,15 @@ struct Level {
 }
 
 impl Level {
-    fn grid(&self) -> Grid {
-        Grid::fixed(self.shift)
+    fn shift(&self, input: Input) -> u32 {
+        match input {
+            Input::Logits(_) => self.shift.0,
+            Input::Probs => self.shift.1,
+        }
+    }
+
+    fn grid(&self, input: Input) -> Grid {
+        Grid::fixed(self.shift(input))
     }
 }
 
@@ -192,7 +209,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     b.for_("i", lid.clone(), u(2 * BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     let m = load_part(b, input, n.clone());
-    let coarse = COARSE.grid();
+    let coarse = COARSE.grid(input);
     let r = b.let_("grid_r", Ty::F32, coarse.origin(input, m.clone()));
     // The sum and the bins' masses only estimate (the merge sums exact masses in the cut's
     // read), so they take the target's fast exponential or division. A part whose maximum is
@@ -231,7 +248,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     b.barrier();
     b.for_("i", lid.clone(), u(FINE_BINS), bs.clone(), |b, i| b.store_shared(HIST, i, u(0)));
     b.barrier();
-    let fine = FINE.grid();
+    let fine = FINE.grid(input);
     let rf = b.let_("grid_rf", Ty::F32, fine.origin(input, m));
     let lowest = b.let_("grid_f_low", Ty::U32, order_key(fine.edge(input, rf.clone() - f((FINE_BINS - 1) as f32))));
     b.for_("i", lid.clone(), n, bs.clone(), |b, i| {
@@ -288,7 +305,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
             // T 0.6: bins of 4e-4 of the mass) keeps its bins apart.
             let unit = b.let_("e_unit", Ty::F32, f(ESTIMATE_UNITS) / total);
             let coarse = place_cut(b, input, &COARSE, (mx.clone(), unit.clone()));
-            b.let_("e_shift", Ty::U32, u(COARSE.shift));
+            b.let_("e_shift", Ty::U32, u(COARSE.shift(input)));
             b.let_("e_lo", Ty::U32, coarse.lo);
             b.let_("e_hi", Ty::U32, coarse.hi);
             b.let_("e_r", Ty::F32, coarse.r);
@@ -296,7 +313,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
             b.if_(coarse.bin.le(u(2)), |b| {
                 let fine = place_cut(b, input, &FINE, (mx.clone(), unit));
                 b.if_(fine.found, |b| {
-                    b.set("e_shift", u(FINE.shift));
+                    b.set("e_shift", u(FINE.shift(input)));
                     b.set("e_lo", fine.lo);
                     b.set("e_hi", fine.hi);
                     b.set("e_r", fine.r);
@@ -333,7 +350,7 @@ struct Placed {
 fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Expr)) -> Placed {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let v = |s: &str| format!("{}_{s}", level.name);
-    let (bins, grid) = (level.bins, level.grid());
+    let (bins, grid) = (level.bins, level.grid(input));
     // Another grid's placing may still read its neighbours' counts in the array.
     b.barrier();
     let r = b.let_(&v("r"), Ty::F32, grid.origin(input, mx.clone()));
@@ -902,8 +919,8 @@ pub(super) fn min_p_state(b: &mut Block, input: Input) {
         b.store(SCRATCH, state(tail::GO), select(go, u(1), u(0)));
         b.store(SCRATCH, state(tail::LO), u(BINS));
         b.store(SCRATCH, state(tail::HI), u(BINS - 1));
-        b.store(SCRATCH, state(tail::R), COARSE.grid().origin(input, mx.clone()).bitcast(Ty::U32));
-        b.store(SCRATCH, state(tail::SHIFT), u(COARSE.shift));
+        b.store(SCRATCH, state(tail::R), COARSE.grid(input).origin(input, mx.clone()).bitcast(Ty::U32));
+        b.store(SCRATCH, state(tail::SHIFT), u(COARSE.shift(input)));
         b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
         b.store(SCRATCH, state(tail::ARRIVED), u(0));
     });
