@@ -1054,19 +1054,20 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
 
 /// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
 /// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
-/// has its own launch where they do not (12 such rows: 96 parts, more than a wgpu adapter's 64
+/// has its own launch where they do not (13 such rows: 104 parts, more than a wgpu adapter's 64
 /// or a T4's 40 SMs; an H200's 132 take both in the merge's), so the two plans must give each
 /// row the same token, log-probability, status and reads, and the CPU oracle's token. Zipf rows
 /// (as the benchmark's) under top-p alone, joint, top-k first, min-p, a top-k of 1000 (which the
-/// cut's counts place), a seeded row, and a flat row (every logit equal: its cut's range holds
-/// one value).
+/// cut's counts place), a seeded row, and flat rows (every logit equal: under top-p its cut's
+/// range holds one value; min-p keeps every token, which sends it to the cut with no range).
 pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
     let mut rng = Rng::new(2024);
-    let (batch, vocab) = (12, 32768);
+    let (batch, vocab) = (13, 32768);
     let shape = Shape::dense(batch, vocab);
     let mut x = zipf_logits(&mut rng, batch, vocab);
     let flat = 10;
     x[flat * vocab..][..vocab].fill(0.5);
+    x[12 * vocab..][..vocab].fill(-0.25);
     let rows: Vec<RowParams> = (0..batch as u64)
         .map(|r| match r {
             0 => RowParams::new(0.8, r, 1).with_top_p(0.9),
@@ -1080,7 +1081,8 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
             8 => RowParams::seeded(0.8, r, 1).with_top_p(0.9),
             9 => RowParams::new(0.8, r, 1).with_top_k(50).with_top_p(0.9).with_order(Order::TopKFirst),
             10 => RowParams::new(1.0, r, 1).with_top_p(0.9),
-            _ => RowParams::new(1.0, r, 1).with_top_k(1000),
+            11 => RowParams::new(1.0, r, 1).with_top_k(1000),
+            _ => RowParams::new(1.0, r, 1).with_min_p(0.1),
         })
         .collect();
     let together = sample_all(b, shape, &x, &rows);
@@ -1096,6 +1098,9 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
         assert_eq!(together.0[r], want[r], "the CPU oracle gives {}, {what}", want[r]);
         if r != flat && rows[r].takes_top_p_cut(vocab) {
             assert_eq!(together.3[r], 2, "a row of the cut read more than twice, {what}");
+        }
+        if r == 12 {
+            assert_eq!(together.3[r], 2, "the flat min-p row did not take the cut's two reads, {what}");
         }
     }
 }
