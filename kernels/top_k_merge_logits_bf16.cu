@@ -1217,7 +1217,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
                             unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
                             float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u));
-                            float cut_grid_inv = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
                             float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                             bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
                             unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];

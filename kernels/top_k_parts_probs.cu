@@ -579,6 +579,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 }
                             }
                             if ((threadIdx.x == 0u)) {
+                                // built by kernels::filter_top_p::write_state
                                 partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 1u;
                                 partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = e_lo;
                                 partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = e_hi;
@@ -857,7 +858,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int mo_uncovered = 0u;
                         mo_uncovered = sk_block_max_u32(mo_left);
                         if ((threadIdx.x == 0u)) {
-                            // built by kernels::filter_top_p::min_p_state
+                            // built by kernels::filter_top_p::write_state
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : 0u);
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = 512u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = 511u;

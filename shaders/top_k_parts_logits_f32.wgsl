@@ -543,6 +543,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             }
                             if ((sk_lid == 0u)) {
+                                // built by kernels::filter_top_p::write_state
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 1u);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], e_lo);
                                 atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], e_hi);
@@ -824,7 +825,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_uncovered: u32 = 0u;
                         mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
                         if ((sk_lid == 0u)) {
-                            // built by kernels::filter_top_p::min_p_state
+                            // built by kernels::filter_top_p::write_state
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(0u, 1u, (mp_finite && (mo_uncovered != 0u))));
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);

@@ -584,7 +584,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
                     var cut_grid_shift: u32 = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
                     var cut_grid_scale: f32 = bitcast<f32>(((127u + cut_grid_shift) << 23u));
-                    var cut_grid_inv: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
                     var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
                     var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];

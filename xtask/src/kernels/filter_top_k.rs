@@ -746,7 +746,7 @@ fn merge_kernel(input: Input) -> Kernel {
             // The reads of the row before this launch: the parts' and, for a top-p row, the cut's.
             b.let_("reads_before", Ty::U32, select(one.clone(), u(1), u(0)));
             b.let_("merges", Ty::Bool, var("part").eq_(u(0)));
-            b.if_(here.and(var("top_p_cut").or(var("min_p_cut"))), |b| b.scope(|b| filter_top_p::cut_here(b, input)));
+            b.if_(here.and(filter_top_p::may_cut()), |b| b.scope(|b| filter_top_p::cut_here(b, input)));
             // Min-p alone is merged as the cut's where its parts sent it there.
             b.if_(var("min_p_cut"), |b| b.set("top_p_cut", filter_top_p::sent_to_cut(var("slot"))));
             b.if_(var("merges"), |b| {

@@ -319,15 +319,8 @@ fn estimate_cut(b: &mut Block, input: Input) {
                     b.set("e_r", fine.r);
                 });
             });
-            b.if_(lid.clone().eq_(u(0)), |b| {
-                b.store(SCRATCH, state(tail::GO), u(1));
-                b.store(SCRATCH, state(tail::LO), var("e_lo"));
-                b.store(SCRATCH, state(tail::HI), var("e_hi"));
-                b.store(SCRATCH, state(tail::R), var("e_r").bitcast(Ty::U32));
-                b.store(SCRATCH, state(tail::SHIFT), var("e_shift"));
-                b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
-                b.store(SCRATCH, state(tail::ARRIVED), u(0));
-            });
+            let range = (var("e_lo"), var("e_hi"));
+            write_state(b, u(1), range, (var("e_r"), var("e_shift")), mx);
         },
         |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
     );
@@ -621,7 +614,7 @@ fn cut_part(b: &mut Block, input: Input) {
 pub(super) fn merge_cut(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
     let state = |k: u32| load_settled(SCRATCH, tail_word(row_slot.clone(), u(0), k));
-    b.if_(state(tail::GO).eq_(u(1)), |b| {
+    b.if_(sent_to_cut(row_slot.clone()), |b| {
         b.set("reads_before", u(2));
         let mx = b.let_("cut_mx", Ty::F32, state(tail::MX).bitcast(Ty::F32));
         let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
@@ -896,6 +889,12 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
     });
 }
 
+/// Whether the row (after `one_read_row`) may take the cut: a top-p row, or min-p alone, which
+/// its parts may send there ([`min_p_state`]).
+pub(super) fn may_cut() -> Expr {
+    var("top_p_cut").or(var("min_p_cut"))
+}
+
 /// Whether the parts of the row in slot `row_slot` sent it to the cut (its state's `GO`): a
 /// top-p row whose maximum is finite, or min-p alone whose set is longer than their lists
 /// ([`min_p_state`]).
@@ -909,18 +908,26 @@ pub(super) fn sent_to_cut(row_slot: Expr) -> Expr {
 /// the maximum lies above it, raced there where min-p keeps it), and the merge checks that no
 /// token below weighs `min_p`. Else `GO` 0: the merge decides it from the candidates.
 pub(super) fn min_p_state(b: &mut Block, input: Input) {
-    let state = |k: u32| tail_word(var("row_slot"), u(0), k);
     let (mx, finite) = row_max(b, var("row_slot"), load);
     let mx = b.let_("mp_mx", Ty::F32, mx);
     let finite = b.let_("mp_finite", Ty::Bool, finite);
     let long = left_out_kept(b, input, (var("row_slot"), mx.clone()), load);
-    let go = finite.and(long);
+    let go = select(finite.and(long), u(1), u(0));
+    let grid = (COARSE.grid(input).origin(input, mx.clone()), u(COARSE.shift(input)));
+    write_state(b, go, (u(BINS), u(BINS - 1)), grid, mx);
+}
+
+/// The row's state for the cut (by its first invocation): whether the cut takes the row
+/// (`go`, 1 or 0), the range of bins it lists (first and last), the grid's origin at the row's
+/// maximum and its shift, the maximum `mx`, and no part arrived yet.
+fn write_state(b: &mut Block, go: Expr, (lo, hi): (Expr, Expr), (r, shift): (Expr, Expr), mx: Expr) {
+    let state = |k: u32| tail_word(var("row_slot"), u(0), k);
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        b.store(SCRATCH, state(tail::GO), select(go, u(1), u(0)));
-        b.store(SCRATCH, state(tail::LO), u(BINS));
-        b.store(SCRATCH, state(tail::HI), u(BINS - 1));
-        b.store(SCRATCH, state(tail::R), COARSE.grid(input).origin(input, mx.clone()).bitcast(Ty::U32));
-        b.store(SCRATCH, state(tail::SHIFT), u(COARSE.shift(input)));
+        b.store(SCRATCH, state(tail::GO), go);
+        b.store(SCRATCH, state(tail::LO), lo);
+        b.store(SCRATCH, state(tail::HI), hi);
+        b.store(SCRATCH, state(tail::R), r.bitcast(Ty::U32));
+        b.store(SCRATCH, state(tail::SHIFT), shift);
         b.store(SCRATCH, state(tail::MX), mx.bitcast(Ty::U32));
         b.store(SCRATCH, state(tail::ARRIVED), u(0));
     });
@@ -934,8 +941,7 @@ pub(super) fn min_p_state(b: &mut Block, input: Input) {
 /// with a few top-p rows (`Sampler::step`'s mixed batch) is bound by launches, not by the read.
 pub(super) fn cut_here(b: &mut Block, input: Input) {
     let row_slot = b.let_("row_slot", Ty::U32, var("slot"));
-    let state = tail_word(row_slot.clone(), u(0), tail::GO);
-    b.if_(load_settled(SCRATCH, state).eq_(u(1)), |b| {
+    b.if_(sent_to_cut(row_slot.clone()), |b| {
         let (lo, hi) = part_columns(var("part"), quads_per_part(var("parts")));
         b.set("col_lo", lo);
         b.set("col_hi", hi);
@@ -958,8 +964,7 @@ fn cut_kernel(input: Input) -> Kernel {
         let takes = takes_row(b);
         b.if_(takes, |b| {
             let one = one_read_row(b);
-            let cut = var("top_p_cut").or(var("min_p_cut"));
-            b.if_(one.and(cut).and(sent_to_cut(var("row_slot"))), |b| b.scope(|b| cut_part(b, input)));
+            b.if_(one.and(may_cut()).and(sent_to_cut(var("row_slot"))), |b| b.scope(|b| cut_part(b, input)));
         });
     });
     let mut buffers = filter_buffers(input, Output::Sample)[..2].to_vec();

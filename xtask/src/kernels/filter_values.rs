@@ -94,7 +94,7 @@ pub(super) fn has_mass(input: Input, v: Expr) -> Expr {
 pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
     match input {
         Input::Logits(_) => softmax_weight(v, m),
-        Input::Probs => probs_weight(v, m),
+        Input::Probs => probs_weight(v, m, |p, m| p / m),
     }
 }
 
@@ -105,12 +105,13 @@ pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
 pub(super) fn estimate_weight(input: Input, v: Expr, m: Expr) -> Expr {
     match input {
         Input::Logits(_) => approx_exp(v - m),
-        Input::Probs => select(v.clone().eq_(m.clone()), f(1.0), approx_div(v, m)),
+        Input::Probs => probs_weight(v, m, approx_div),
     }
 }
 
-fn probs_weight(p: Expr, m: Expr) -> Expr {
-    select(p.clone().eq_(m.clone()), f(1.0), p / m)
+/// `p / m` by `divide`, the largest weighed 1 whatever the division's rounding.
+fn probs_weight(p: Expr, m: Expr, divide: fn(Expr, Expr) -> Expr) -> Expr {
+    select(p.clone().eq_(m.clone()), f(1.0), divide(p, m))
 }
 
 /// The value the filters' order is on: `z - max` rounded to f32 (two values of `z` that round
@@ -148,13 +149,13 @@ impl Grid {
         Grid { shift: u(shift), scale: f(scale), inv: f(1.0 / scale) }
     }
 
-    /// The grid of shift `shift` (a row's state), its powers of two bound once as `{name}_*`.
+    /// The grid of shift `shift` (a row's state), its shift and scale bound once as
+    /// `{name}_*` (its inverse is written where an edge uses it).
     pub fn bound(b: &mut Block, shift: Expr, name: &str) -> Grid {
         let shift = b.let_(&format!("{name}_shift"), Ty::U32, shift);
         let bits = |e: Expr| (e << u(23)).bitcast(Ty::F32);
         let scale = b.let_(&format!("{name}_scale"), Ty::F32, bits(u(127) + shift.clone()));
-        let inv = b.let_(&format!("{name}_inv"), Ty::F32, bits(u(127) - shift.clone()));
-        Grid { shift, scale, inv }
+        Grid { inv: bits(u(127) - shift.clone()), shift, scale }
     }
 
     /// The index of the value `v` (`z` or `p`) on the grid, an integer as f32, monotone in `v`:
