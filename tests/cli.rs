@@ -155,7 +155,8 @@ fn histogram_matches_softmax() {
 /// distribution (the oracle's `--compare`), joint and top-k first. 10,000 draws over at most 6
 /// tokens put the expected total variation near 0.01; the limit 0.04 is beyond 8 standard
 /// deviations (the distribution itself is checked at 100,000 draws in `tests/filters.rs`). Each
-/// device backend then draws the oracle's tokens (1,000 a row).
+/// device backend then draws the oracle's tokens (400 a row: every filtered draw on lavapipe
+/// runs the one-read path's three launches, and 1,000 took a minute of the suite's ten).
 #[test]
 fn filtered_histogram_matches_the_set() {
     let input = data("logits_small.npy");
@@ -179,7 +180,7 @@ fn filtered_histogram_matches_the_set() {
         for order in ["joint", "top-k-first"] {
             let flags = flags(order);
             let args: Vec<&str> = ["--logits", &input].into_iter().chain(flags.split(' ')).collect();
-            same_draws_as_the_oracle("wgpu", &args, 1_000);
+            same_draws_as_the_oracle("wgpu", &args, 400);
         }
     });
 }
