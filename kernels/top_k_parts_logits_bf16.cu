@@ -214,6 +214,42 @@ __device__ __forceinline__ float sk_exp(float x) {
     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
     const float sk_e5 = sk_bf16(x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]); \
     float zx3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+    unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u)); \
+    const float sk_e6 = sk_bf16(x[(base + (col_lo + ((li4 < n_cols) ? li4 : (n_cols - 1u))))]); \
+    float zx4 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+    unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u)); \
+    const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li5 < n_cols) ? li5 : (n_cols - 1u))))]); \
+    float zx5 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
+    unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u)); \
+    const float sk_e8 = sk_bf16(x[(base + (col_lo + ((li6 < n_cols) ? li6 : (n_cols - 1u))))]); \
+    float zx6 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
+    unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u)); \
+    const float sk_e9 = sk_bf16(x[(base + (col_lo + ((li7 < n_cols) ? li7 : (n_cols - 1u))))]); \
+    float zx7 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
+    unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u)); \
+    const float sk_e10 = sk_bf16(x[(base + (col_lo + ((li8 < n_cols) ? li8 : (n_cols - 1u))))]); \
+    float zx8 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
+    unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u)); \
+    const float sk_e11 = sk_bf16(x[(base + (col_lo + ((li9 < n_cols) ? li9 : (n_cols - 1u))))]); \
+    float zx9 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11); \
+    unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u)); \
+    const float sk_e12 = sk_bf16(x[(base + (col_lo + ((li10 < n_cols) ? li10 : (n_cols - 1u))))]); \
+    float zx10 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12); \
+    unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u)); \
+    const float sk_e13 = sk_bf16(x[(base + (col_lo + ((li11 < n_cols) ? li11 : (n_cols - 1u))))]); \
+    float zx11 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
+    unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u)); \
+    const float sk_e14 = sk_bf16(x[(base + (col_lo + ((li12 < n_cols) ? li12 : (n_cols - 1u))))]); \
+    float zx12 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
+    unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u)); \
+    const float sk_e15 = sk_bf16(x[(base + (col_lo + ((li13 < n_cols) ? li13 : (n_cols - 1u))))]); \
+    float zx13 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15); \
+    unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u)); \
+    const float sk_e16 = sk_bf16(x[(base + (col_lo + ((li14 < n_cols) ? li14 : (n_cols - 1u))))]); \
+    float zx14 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16); \
+    unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
+    const float sk_e17 = sk_bf16(x[(base + (col_lo + ((li15 < n_cols) ? li15 : (n_cols - 1u))))]); \
+    float zx15 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17); \
     if ((li0 < n_cols)) { \
         sk_read_step(zx0, temp, li0, m); \
     } \
@@ -225,6 +261,42 @@ __device__ __forceinline__ float sk_exp(float x) {
     } \
     if ((li3 < n_cols)) { \
         sk_read_step(zx3, temp, li3, m); \
+    } \
+    if ((li4 < n_cols)) { \
+        sk_read_step(zx4, temp, li4, m); \
+    } \
+    if ((li5 < n_cols)) { \
+        sk_read_step(zx5, temp, li5, m); \
+    } \
+    if ((li6 < n_cols)) { \
+        sk_read_step(zx6, temp, li6, m); \
+    } \
+    if ((li7 < n_cols)) { \
+        sk_read_step(zx7, temp, li7, m); \
+    } \
+    if ((li8 < n_cols)) { \
+        sk_read_step(zx8, temp, li8, m); \
+    } \
+    if ((li9 < n_cols)) { \
+        sk_read_step(zx9, temp, li9, m); \
+    } \
+    if ((li10 < n_cols)) { \
+        sk_read_step(zx10, temp, li10, m); \
+    } \
+    if ((li11 < n_cols)) { \
+        sk_read_step(zx11, temp, li11, m); \
+    } \
+    if ((li12 < n_cols)) { \
+        sk_read_step(zx12, temp, li12, m); \
+    } \
+    if ((li13 < n_cols)) { \
+        sk_read_step(zx13, temp, li13, m); \
+    } \
+    if ((li14 < n_cols)) { \
+        sk_read_step(zx14, temp, li14, m); \
+    } \
+    if ((li15 < n_cols)) { \
+        sk_read_step(zx15, temp, li15, m); \
     } \
 }
 
@@ -270,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 unsigned int n_cols = (col_hi - col_lo);
                 float m = sk_bitcast<float>(4286578688u);
-                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
                 }
                 float part_m = (0.0f);
@@ -314,8 +386,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e6 = (i * 2u);
-                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e6)] | (part_hist[(513u + sk_e6)] << 16u));
+                    const unsigned int sk_e18 = (i * 2u);
+                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e18)] | (part_hist[(513u + sk_e18)] << 16u));
                 }
                 __syncthreads();
                 for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
@@ -324,8 +396,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 __syncthreads();
                 float grid_rf = (-floorf(((-part_m) * (32768.0f))));
-                const unsigned int sk_e7 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                unsigned int grid_f_low = (((sk_e7 & 2147483648u) != 0u) ? (sk_e7 ^ 4294967295u) : (sk_e7 | 2147483648u));
+                const unsigned int sk_e19 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
+                unsigned int grid_f_low = (((sk_e19 & 2147483648u) != 0u) ? (sk_e19 ^ 4294967295u) : (sk_e19 | 2147483648u));
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk = part_keys[i];
@@ -340,8 +412,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 __syncthreads();
                 for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e8 = (i * 2u);
-                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e8)] | (part_hist[(1u + sk_e8)] << 16u));
+                    const unsigned int sk_e20 = (i * 2u);
+                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e20)] | (part_hist[(1u + sk_e20)] << 16u));
                 }
                 __threadfence();
                 __syncthreads();
@@ -398,10 +470,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                             unsigned int ec_atu = ((unsigned int)ec_at);
                                             unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            const unsigned int sk_e9 = (512u + g);
-                                            part_keys[sk_e9] = max(part_keys[sk_e9], ec_n);
-                                            const unsigned int sk_e10 = (1024u + g);
-                                            part_keys[sk_e10] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e10]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            const unsigned int sk_e21 = (512u + g);
+                                            part_keys[sk_e21] = max(part_keys[sk_e21], ec_n);
+                                            const unsigned int sk_e22 = (1024u + g);
+                                            part_keys[sk_e22] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e22]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -410,8 +482,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 // built by kernels::filter_top_p::place_cut
                                 float ec_k = ((ec_r - ((float)g)) + (1.0f));
                                 float ec_edge = (ec_k * (0.0625f));
-                                const unsigned int sk_e11 = (1024u + g);
-                                part_keys[sk_e11] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e11]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m))))) * e_unit));
+                                const unsigned int sk_e23 = (1024u + g);
+                                part_keys[sk_e23] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e23]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m))))) * e_unit));
                             }
                             unsigned int ec_m_own = 0u;
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
@@ -459,8 +531,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int ec_n_x = part_keys[(0u + g)];
-                                const unsigned int sk_e12 = (kk - 1u);
-                                if ((((kk < vocab) && (ec_n_cum <= sk_e12)) && ((ec_n_cum + ec_n_x) > sk_e12))) {
+                                const unsigned int sk_e24 = (kk - 1u);
+                                if ((((kk < vocab) && (ec_n_cum <= sk_e24)) && ((ec_n_cum + ec_n_x) > sk_e24))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u);
                                     ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -517,8 +589,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                                 unsigned int ef_atu = ((unsigned int)ef_at);
                                                 unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                const unsigned int sk_e13 = (1024u + g);
-                                                part_keys[sk_e13] = max(part_keys[sk_e13], ef_n);
+                                                const unsigned int sk_e25 = (1024u + g);
+                                                part_keys[sk_e25] = max(part_keys[sk_e25], ef_n);
                                             }
                                         }
                                     }
@@ -527,8 +599,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_k = ((ef_r - ((float)g)) + (1.0f));
                                     float ef_edge = (ef_k * (3.0517578e-5f));
-                                    const float sk_e14 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
-                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e14 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e14 - row_m))))) * e_unit));
+                                    const float sk_e26 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e26 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e26 - row_m))))) * e_unit));
                                 }
                                 unsigned int ef_m_own = 0u;
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
@@ -576,8 +648,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     unsigned int ef_n_x = part_keys[(0u + g)];
-                                    const unsigned int sk_e15 = (kk - 1u);
-                                    if ((((kk < vocab) && (ef_n_cum <= sk_e15)) && ((ef_n_cum + ef_n_x) > sk_e15))) {
+                                    const unsigned int sk_e27 = (kk - 1u);
+                                    if ((((kk < vocab) && (ef_n_cum <= sk_e27)) && ((ef_n_cum + ef_n_x) > sk_e27))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u);
                                         ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -642,7 +714,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     part_hist[i] = 0u;
                 }
                 float m = sk_bitcast<float>(4286578688u);
-                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
                 }
                 float part_m = (0.0f);
@@ -708,8 +780,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int t_run = 0u;
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e20 = (t_lo + tj);
-                            t_run = (t_run + ((sk_e20 < 464u) ? (part_hist[min(sk_e20, 463u)]) : 0u));
+                            const unsigned int sk_e44 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e44 < 464u) ? (part_hist[min(sk_e44, 463u)]) : 0u));
                         }
                         unsigned int t_start = 0u;
                         t_start = sk_block_scan(t_run);
@@ -723,8 +795,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         t_run = (t_above + t_start);
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e21 = (t_lo + tj);
-                            unsigned int t_c = ((sk_e21 < 464u) ? (part_hist[min(sk_e21, 463u)]) : 0u);
+                            const unsigned int sk_e45 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e45 < 464u) ? (part_hist[min(sk_e45, 463u)]) : 0u);
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 part_hist[507u] = ((t_lo + tj) + 1u);
                                 part_hist[508u] = (t_run - t_above);
@@ -883,14 +955,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_top_k::left_out_kept
-                            const unsigned int sk_e22 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e22 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e22 + 4u)]));
-                            const float sk_e25 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                            const float sk_e23 = ((sk_e25 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e24 = (sk_e25 - mp_mx);
-                            const bool sk_e26 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e27 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e27 ? sk_e23 : (sk_e26 ? (0.0f) : sk_exp(sk_e24))) > (0.0f)) && ((sk_e27 ? sk_e23 : (sk_e26 ? (0.0f) : sk_exp(sk_e24))) >= mp)))) {
+                            const unsigned int sk_e46 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e46 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e46 + 4u)]));
+                            const float sk_e49 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e47 = ((sk_e49 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e48 = (sk_e49 - mp_mx);
+                            const bool sk_e50 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e51 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e51 ? sk_e47 : (sk_e50 ? (0.0f) : sk_exp(sk_e48))) > (0.0f)) && ((sk_e51 ? sk_e47 : (sk_e50 ? (0.0f) : sk_exp(sk_e48))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

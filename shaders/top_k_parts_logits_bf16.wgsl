@@ -145,6 +145,42 @@ fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, temp: f32, sk_
     var li3: u32 = (i0 + (BLOCK * 3u));
     let sk_e5: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
     var zx3: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+    var li4: u32 = (i0 + (BLOCK * 4u));
+    let sk_e6: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li4, (li4 < n_cols)))));
+    var zx4: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+    var li5: u32 = (i0 + (BLOCK * 5u));
+    let sk_e7: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li5, (li5 < n_cols)))));
+    var zx5: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+    var li6: u32 = (i0 + (BLOCK * 6u));
+    let sk_e8: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li6, (li6 < n_cols)))));
+    var zx6: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+    var li7: u32 = (i0 + (BLOCK * 7u));
+    let sk_e9: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li7, (li7 < n_cols)))));
+    var zx7: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+    var li8: u32 = (i0 + (BLOCK * 8u));
+    let sk_e10: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li8, (li8 < n_cols)))));
+    var zx8: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+    var li9: u32 = (i0 + (BLOCK * 9u));
+    let sk_e11: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li9, (li9 < n_cols)))));
+    var zx9: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
+    var li10: u32 = (i0 + (BLOCK * 10u));
+    let sk_e12: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li10, (li10 < n_cols)))));
+    var zx10: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+    var li11: u32 = (i0 + (BLOCK * 11u));
+    let sk_e13: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li11, (li11 < n_cols)))));
+    var zx11: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+    var li12: u32 = (i0 + (BLOCK * 12u));
+    let sk_e14: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li12, (li12 < n_cols)))));
+    var zx12: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
+    var li13: u32 = (i0 + (BLOCK * 13u));
+    let sk_e15: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li13, (li13 < n_cols)))));
+    var zx13: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
+    var li14: u32 = (i0 + (BLOCK * 14u));
+    let sk_e16: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li14, (li14 < n_cols)))));
+    var zx14: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
+    var li15: u32 = (i0 + (BLOCK * 15u));
+    let sk_e17: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li15, (li15 < n_cols)))));
+    var zx15: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
     if ((li0 < n_cols)) {
         sk_read_step(zx0, temp, li0, &m);
     }
@@ -156,6 +192,42 @@ fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, temp: f32, sk_
     }
     if ((li3 < n_cols)) {
         sk_read_step(zx3, temp, li3, &m);
+    }
+    if ((li4 < n_cols)) {
+        sk_read_step(zx4, temp, li4, &m);
+    }
+    if ((li5 < n_cols)) {
+        sk_read_step(zx5, temp, li5, &m);
+    }
+    if ((li6 < n_cols)) {
+        sk_read_step(zx6, temp, li6, &m);
+    }
+    if ((li7 < n_cols)) {
+        sk_read_step(zx7, temp, li7, &m);
+    }
+    if ((li8 < n_cols)) {
+        sk_read_step(zx8, temp, li8, &m);
+    }
+    if ((li9 < n_cols)) {
+        sk_read_step(zx9, temp, li9, &m);
+    }
+    if ((li10 < n_cols)) {
+        sk_read_step(zx10, temp, li10, &m);
+    }
+    if ((li11 < n_cols)) {
+        sk_read_step(zx11, temp, li11, &m);
+    }
+    if ((li12 < n_cols)) {
+        sk_read_step(zx12, temp, li12, &m);
+    }
+    if ((li13 < n_cols)) {
+        sk_read_step(zx13, temp, li13, &m);
+    }
+    if ((li14 < n_cols)) {
+        sk_read_step(zx14, temp, li14, &m);
+    }
+    if ((li15 < n_cols)) {
+        sk_read_step(zx15, temp, li15, &m);
     }
     *sk_io_m = m;
 }
@@ -202,7 +274,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var n_cols: u32 = (col_hi - col_lo);
                 var m: f32 = bitcast<f32>(4286578688u);
-                for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
+                for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, temp, &m);
                 }
                 var part_m: f32 = (0.0f);
@@ -246,8 +318,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::copy_counts
-                    let sk_e6: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e6)]) | (atomicLoad(&part_hist[(513u + sk_e6)]) << 16u)));
+                    let sk_e18: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e18)]) | (atomicLoad(&part_hist[(513u + sk_e18)]) << 16u)));
                 }
                 workgroupBarrier();
                 for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
@@ -256,8 +328,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 workgroupBarrier();
                 var grid_rf: f32 = (-floor(((-part_m) * (32768.0f))));
-                let sk_e7: u32 = bitcast<u32>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                var grid_f_low: u32 = select((sk_e7 | 2147483648u), (sk_e7 ^ 4294967295u), ((sk_e7 & 2147483648u) != 0u));
+                let sk_e19: u32 = bitcast<u32>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
+                var grid_f_low: u32 = select((sk_e19 | 2147483648u), (sk_e19 ^ 4294967295u), ((sk_e19 & 2147483648u) != 0u));
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk: u32 = part_keys[i];
@@ -272,8 +344,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::copy_counts
-                    let sk_e8: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e8)]) | (atomicLoad(&part_hist[(1u + sk_e8)]) << 16u)));
+                    let sk_e20: u32 = (i * 2u);
+                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e20)]) | (atomicLoad(&part_hist[(1u + sk_e20)]) << 16u)));
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -330,10 +402,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ec_atu: u32 = u32(ec_at);
                                             var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            let sk_e9: u32 = (512u + g);
-                                            part_keys[sk_e9] = max(part_keys[sk_e9], ec_n);
-                                            let sk_e10: u32 = (1024u + g);
-                                            part_keys[sk_e10] = bitcast<u32>((bitcast<f32>(part_keys[sk_e10]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            let sk_e21: u32 = (512u + g);
+                                            part_keys[sk_e21] = max(part_keys[sk_e21], ec_n);
+                                            let sk_e22: u32 = (1024u + g);
+                                            part_keys[sk_e22] = bitcast<u32>((bitcast<f32>(part_keys[sk_e22]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -342,8 +414,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_p::place_cut
                                 var ec_k: f32 = ((ec_r - f32(g)) + (1.0f));
                                 var ec_edge: f32 = (ec_k * (0.0625f));
-                                let sk_e11: u32 = (1024u + g);
-                                part_keys[sk_e11] = u32((((bitcast<f32>(part_keys[sk_e11]) * (1.9073486e-6f)) * select(select(sk_exp((ec_edge - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (ec_edge == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                                let sk_e23: u32 = (1024u + g);
+                                part_keys[sk_e23] = u32((((bitcast<f32>(part_keys[sk_e23]) * (1.9073486e-6f)) * select(select(sk_exp((ec_edge - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (ec_edge == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                             }
                             var ec_m_own: u32 = 0u;
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -391,8 +463,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var ec_n_x: u32 = part_keys[(0u + g)];
-                                let sk_e12: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e12)) && ((ec_n_cum + ec_n_x) > sk_e12))) {
+                                let sk_e24: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e24)) && ((ec_n_cum + ec_n_x) > sk_e24))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                                     ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
@@ -449,8 +521,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var ef_atu: u32 = u32(ef_at);
                                                 var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                let sk_e13: u32 = (1024u + g);
-                                                part_keys[sk_e13] = max(part_keys[sk_e13], ef_n);
+                                                let sk_e25: u32 = (1024u + g);
+                                                part_keys[sk_e25] = max(part_keys[sk_e25], ef_n);
                                             }
                                         }
                                     }
@@ -459,8 +531,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
                                     var ef_edge: f32 = (ef_k * (3.0517578e-5f));
-                                    let sk_e14: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
-                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select(select(sk_exp((sk_e14 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e14 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
+                                    let sk_e26: f32 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select(select(sk_exp((sk_e26 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e26 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) * e_unit));
                                 }
                                 var ef_m_own: u32 = 0u;
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -508,8 +580,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     var ef_n_x: u32 = part_keys[(0u + g)];
-                                    let sk_e15: u32 = (kk - 1u);
-                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e15)) && ((ef_n_cum + ef_n_x) > sk_e15))) {
+                                    let sk_e27: u32 = (kk - 1u);
+                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e27)) && ((ef_n_cum + ef_n_x) > sk_e27))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
                                         ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));
@@ -574,7 +646,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&part_hist[i], 0u);
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
-                for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
+                for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, temp, &m);
                 }
                 var part_m: f32 = (0.0f);
@@ -640,8 +712,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var t_run: u32 = 0u;
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e20: u32 = (t_lo + tj);
-                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e20, 463u)]), (sk_e20 < 464u)));
+                            let sk_e44: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e44, 463u)]), (sk_e44 < 464u)));
                         }
                         var t_start: u32 = 0u;
                         t_start = sk_block_scan(sk_lid, t_run);
@@ -655,8 +727,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         t_run = (t_above + t_start);
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e21: u32 = (t_lo + tj);
-                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e21, 463u)]), (sk_e21 < 464u));
+                            let sk_e45: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e45, 463u)]), (sk_e45 < 464u));
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                                 atomicStore(&part_hist[508u], (t_run - t_above));
@@ -815,14 +887,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_top_k::left_out_kept
-                            let sk_e22: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e22 + 3u)]), atomicLoad(&partials[(sk_e22 + 4u)]));
-                            let sk_e25: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                            let sk_e23: f32 = select((0.0f), (1.0f), (sk_e25 == bitcast<f32>(2139095040u)));
-                            let sk_e24: f32 = (sk_e25 - mp_mx);
-                            let sk_e26: bool = (mp_mx == bitcast<f32>(4286578688u));
-                            let sk_e27: bool = (mp_mx == bitcast<f32>(2139095040u));
-                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e24), (0.0f), sk_e26), sk_e23, sk_e27) > (0.0f)) && (select(select(sk_exp(sk_e24), (0.0f), sk_e26), sk_e23, sk_e27) >= mp)))) {
+                            let sk_e46: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e46 + 3u)]), atomicLoad(&partials[(sk_e46 + 4u)]));
+                            let sk_e49: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e47: f32 = select((0.0f), (1.0f), (sk_e49 == bitcast<f32>(2139095040u)));
+                            let sk_e48: f32 = (sk_e49 - mp_mx);
+                            let sk_e50: bool = (mp_mx == bitcast<f32>(4286578688u));
+                            let sk_e51: bool = (mp_mx == bitcast<f32>(2139095040u));
+                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e48), (0.0f), sk_e50), sk_e47, sk_e51) > (0.0f)) && (select(select(sk_exp(sk_e48), (0.0f), sk_e50), sk_e47, sk_e51) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

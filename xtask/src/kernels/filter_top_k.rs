@@ -244,7 +244,15 @@ fn gather(
 /// returned (-inf for none).
 pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     b.let_("m", Ty::F32, f(f32::NEG_INFINITY));
-    values::for_each_read(b, input, n, 4, |b, i, _, x| {
+    // From logits an invocation's whole share of a part (16 columns at 256 invocations) in
+    // flight at once: one round trip a part, not four. From probabilities four, since their
+    // value's tests took the kernel past the registers five blocks an SM leave (it spilled 28
+    // bytes on sm_90 at eight, and on sm_75 too at sixteen).
+    let width = match input {
+        Input::Logits(_) => 16,
+        Input::Probs => 4,
+    };
+    values::for_each_read(b, input, n, width, |b, i, _, x| {
         let v = b.let_("z", Ty::F32, values::value(input, x));
         let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
         b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
