@@ -191,13 +191,29 @@ fn set_shapes() -> Vec<Shape> {
     shapes
 }
 
-/// The oracle's set of row `r`, and whether it is decided with margin.
-fn oracle_set(x: &[f32], shape: Shape, r: usize, row: &RowParams) -> (Vec<bool>, bool) {
-    let values: Vec<f64> = x[r * shape.stride..r * shape.stride + shape.vocab]
+/// Row `r` of `x` as the oracle reads it (NaN as -inf).
+fn row_values(x: &[f32], shape: Shape, r: usize) -> Vec<f64> {
+    x[r * shape.stride..][..shape.vocab]
         .iter()
         .map(|&v| if v.is_nan() { f64::NEG_INFINITY } else { v as f64 })
-        .collect();
-    let p = softmax(&values, row);
+        .collect()
+}
+
+/// The rows of `x` as probabilities: the reference's softmax at each row's temperature, in f32
+/// (the padding between rows 0).
+fn as_probabilities(x: &[f32], shape: Shape, rows: &[RowParams]) -> Vec<f32> {
+    let mut probs = vec![0.0f32; shape.elements()];
+    for (r, row) in rows.iter().enumerate() {
+        for (j, p) in softmax(&row_values(x, shape, r), row).into_iter().enumerate() {
+            probs[r * shape.stride + j] = p as f32;
+        }
+    }
+    probs
+}
+
+/// The oracle's set of row `r`, and whether it is decided with margin.
+fn oracle_set(x: &[f32], shape: Shape, r: usize, row: &RowParams) -> (Vec<bool>, bool) {
+    let p = softmax(&row_values(x, shape, r), row);
     (kept(&p, &row.filters()), decided(&p, &row.filters()))
 }
 
@@ -213,17 +229,7 @@ pub fn sets_match_the_oracle<B: Backend>(b: &B) {
         let mut masked = b.zeros::<f32>(shape.elements()).unwrap();
         b.mask_logits(shape, Logits::F32(&xb), &rb, &mut masked).unwrap();
         let masked = b.download(&masked).unwrap();
-        // The same rows as probabilities (the reference's softmax, in f32).
-        let mut probs = vec![0.0f32; shape.elements()];
-        for r in 0..shape.batch {
-            let values: Vec<f64> = x[r * shape.stride..r * shape.stride + shape.vocab]
-                .iter()
-                .map(|&v| if v.is_nan() { f64::NEG_INFINITY } else { v as f64 })
-                .collect();
-            for (j, p) in softmax(&values, &rows[r]).into_iter().enumerate() {
-                probs[r * shape.stride + j] = p as f32;
-            }
-        }
+        let probs = as_probabilities(&x, shape, &rows);
         let pb = b.upload(&probs).unwrap();
         let mut renormed = b.zeros::<f32>(shape.elements()).unwrap();
         b.renorm_probs(shape, &pb, &rb, &mut renormed).unwrap();
@@ -630,15 +636,9 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
                 }
             }
         }
-        // The same rows as probabilities (the reference's softmax at each row's temperature,
-        // in f32), which the path reads the same way: the CPU oracle's tokens from them.
-        let mut probs = vec![0.0f32; shape.elements()];
-        for r in 0..shape.batch {
-            let values: Vec<f64> = x[r * shape.stride..][..vocab].iter().map(|&v| v as f64).collect();
-            for (j, p) in softmax(&values, &rows[r]).into_iter().enumerate() {
-                probs[r * shape.stride + j] = p as f32;
-            }
-        }
+        // The same rows as probabilities, which the path reads the same way: the CPU oracle's
+        // tokens from them.
+        let probs = as_probabilities(&x, shape, &rows);
         let mut want = vec![0u32; shape.batch];
         cpu.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want)).unwrap();
         let pb = b.upload(&probs).unwrap();
@@ -781,15 +781,8 @@ pub fn long_min_p_sets_read_once<B: Backend>(b: &B) {
             row.with_min_p([0.01, 0.015, 0.02][r % 3])
         })
         .collect();
-    // The same rows as probabilities (the reference's softmax at each row's temperature, in
-    // f32), which the path reads the same way.
-    let mut probs = vec![0.0f32; shape.elements()];
-    for r in 0..shape.batch {
-        let values: Vec<f64> = x[r * vocab..][..vocab].iter().map(|&v| v as f64).collect();
-        for (j, p) in softmax(&values, &rows[r]).into_iter().enumerate() {
-            probs[r * vocab + j] = p as f32;
-        }
-    }
+    // The same rows as probabilities, which the path reads the same way.
+    let probs = as_probabilities(&x, shape, &rows);
     let cpu = sampling_kernels::CpuBackend;
     let rb = b.upload(&rows).unwrap();
     let (xb, pb) = (b.upload(&x).unwrap(), b.upload(&probs).unwrap());
@@ -1032,15 +1025,8 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
         assert_eq!(tokens[r], want[r], "row {r} ({row:?}): the CPU oracle gives {}", want[r]);
         assert_eq!(reads[r], 2, "row {r} ({row:?}) read {} times, not the cut's 2", reads[r]);
     }
-    // The same rows as probabilities (the reference's softmax at each row's temperature, in
-    // f32), binned on `p`'s bits: the fine grid is 2^-15 of an octave.
-    let mut probs = vec![0.0f32; shape.elements()];
-    for (r, row) in rows.iter().enumerate() {
-        let values: Vec<f64> = x[r * vocab..][..vocab].iter().map(|&v| v as f64).collect();
-        for (j, p) in softmax(&values, row).into_iter().enumerate() {
-            probs[r * vocab + j] = p as f32;
-        }
-    }
+    // The same rows as probabilities, binned on `p`'s bits: the fine grid is 2^-14 of an octave.
+    let probs = as_probabilities(&x, shape, &rows);
     sampling_kernels::CpuBackend.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want)).unwrap();
     let (pb, rb) = (b.upload(&probs).unwrap(), b.upload(&rows).unwrap());
     let (mut t, mut ps) = (b.zeros::<u32>(rows.len()).unwrap(), b.zeros::<u32>(rows.len()).unwrap());
@@ -1065,9 +1051,9 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
     let (batch, vocab) = (13, 32768);
     let shape = Shape::dense(batch, vocab);
     let mut x = zipf_logits(&mut rng, batch, vocab);
-    let flat = 10;
+    let (flat, flat_min_p) = (10, 12);
     x[flat * vocab..][..vocab].fill(0.5);
-    x[12 * vocab..][..vocab].fill(-0.25);
+    x[flat_min_p * vocab..][..vocab].fill(-0.25);
     let rows: Vec<RowParams> = (0..batch as u64)
         .map(|r| match r {
             0 => RowParams::new(0.8, r, 1).with_top_p(0.9),
@@ -1099,7 +1085,7 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
         if r != flat && rows[r].takes_top_p_cut(vocab) {
             assert_eq!(together.3[r], 2, "a row of the cut read more than twice, {what}");
         }
-        if r == 12 {
+        if r == flat_min_p {
             assert_eq!(together.3[r], 2, "the flat min-p row did not take the cut's two reads, {what}");
         }
     }
