@@ -718,7 +718,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     kept = in_set; \
 }
-#define sk_read_step_3(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at) { \
+#define sk_read_step_4(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -739,7 +739,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         list_at = (list_at + 1u); \
     } \
 }
-#define sk_read_step_4(col_lo, li0, zx0, s_key, mx, mine) { \
+#define sk_read_step_5(col_lo, li0, zx0, s_key, mx, mine) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -782,10 +782,10 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
         sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
     } \
-    const float sk_e30 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))); \
+    const float sk_e34 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))); \
     { \
         const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = sk_fixed(((sk_e30 == cut_mx) ? (1.0f) : (sk_e30 / cut_mx))); \
+        const unsigned long long sk_add = sk_fixed(((sk_e34 == cut_mx) ? (1.0f) : (sk_e34 / cut_mx))); \
         sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
         sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
         sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
@@ -804,7 +804,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
-#define sk_read_step_5(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found) { \
+#define sk_read_step_6(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -821,7 +821,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         rk_seen = (rk_seen + 1u); \
     } \
 }
-#define sk_read_step_6(col_lo, li0, zx0, rk_key, rk_mine) { \
+#define sk_read_step_7(col_lo, li0, zx0, rk_key, rk_mine) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -840,8 +840,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = sk_log64(((double)zv)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e123 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e123 + 8u)], rows[(sk_e123 + 9u)], rows[(sk_e123 + 10u)], col))); \
+        const unsigned int sk_e127 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
@@ -900,8 +900,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     /* built by kernels::filters::select_step */ \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e31 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e31 ? tn64 : (((lim - sel_m) / (sk_e31 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e35 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e35 ? tn64 : (((lim - sel_m) / (sk_e35 ? 1ull : tie_v)) + 1ull)))); \
     lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
     sel_key = 0u; \
     sel_mask = 0u; \
@@ -912,8 +912,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 #define sk_choose_bin(t_lo, tj, t_want, t_above, t_run) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e34 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e34 < 464u) ? (select_scratch[min(sk_e34, 463u)]) : 0u); \
+    const unsigned int sk_e38 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e38 < 464u) ? (select_scratch[min(sk_e38, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         select_scratch[507u] = ((t_lo + tj) + 1u); \
         select_scratch[508u] = (t_run - t_above); \
@@ -921,7 +921,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     t_run = (t_run + t_c); \
 }
-#define sk_read_step_7(col_lo, li0, zx0, m) { \
+#define sk_read_step_8(col_lo, li0, zx0, m) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     if (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u)))) { \
@@ -956,18 +956,63 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         select_scratch[t_slot] = tk; \
     } \
 }
-#define sk_race_one(tz, noisy, row, col, best64, best64_i) { \
-    /* built by kernels::filter_top_k::race_one */ \
-    double s64 = sk_log64(((double)tz)); \
+#define sk_merge_row(rz, noisy, row, r, best64, best64_i) { \
+    /* built by kernels::filter_top_k::merge_row */ \
+    double s64 = sk_log64(((double)rz)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e59 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e59 + 8u)], rows[(sk_e59 + 9u)], rows[(sk_e59 + 10u)], col))); \
+        const unsigned int sk_e109 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], r))); \
     } \
-    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
+    if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best64 = s64; \
-        best64_i = col; \
+        best64_i = r; \
+    } \
+}
+#define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+    float cov = cz; \
+    float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                { \
+                    sk_merge_row(cz, noisy, row, col, best64, best64_i); \
+                } \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    { \
+                        sk_merge_row(cz, noisy, row, col, bestr64, bestr64_i); \
+                    } \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
     } \
 }
 #define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
@@ -1033,18 +1078,52 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
     } \
 }
-#define sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i) { \
-    /* built by kernels::filter_top_k::race_one */ \
-    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e60 = (col & 3u); \
-    float score = (tz / sk_exponential(((sk_e60 == 3u) ? ((w4).w) : ((sk_e60 == 2u) ? ((w4).z) : ((sk_e60 == 1u) ? ((w4).y) : ((w4).x)))))); \
-    if (((score > best) || ((score == best) && (col < best_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
-        best = score; \
-        best_i = col; \
+#define sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = zx0; \
+    float ov = zv; \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    bool kept = false; \
+    if (((!searched) || (key >= s_key))) { \
+        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
+    } \
+    if (kept) { \
+        sk_gather(key); \
     } \
 }
-#define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+#define sk_read_step_10(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float zv = zx0; \
+    float ov = zv; \
+    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    float wv = (0.0f); \
+    bool ok = false; \
+    unsigned long long mv = 0ull; \
+    bool kept = false; \
+    if (((!searched) || (key >= s_key))) { \
+        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
+    } \
+    if (kept) { \
+        sk_race_sweep(zv, noisy, row, col, best64, best64_i); \
+    } \
+}
+#define sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
+    uint4 w4 = sk_philox(make_uint4(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+    const unsigned int sk_e119 = (mo_col & 3u); \
+    float score = (mo_z / sk_exponential(((sk_e119 == 3u) ? ((w4).w) : ((sk_e119 == 2u) ? ((w4).z) : ((sk_e119 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    if (((score > best) || ((score == best) && (mo_col < best_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best = score; \
+        best_i = mo_col; \
+    } \
+}
+#define sk_read_step_3(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
@@ -1060,10 +1139,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
             m_above = (m_above + cmv); \
             min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
             if ((cw >= mp)) { \
-                if (cut_seeded) { \
-                    sk_race_one(cz, noisy, row, col, best64, best64_i); \
-                } else { \
-                    sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best, best_i); \
+                { \
+                    sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best, best_i); \
                 } \
             } \
         } else { \
@@ -1073,10 +1150,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
                 max_range = max(max_range, ck); \
                 if ((cw >= mp)) { \
-                    if (cut_seeded) { \
-                        sk_race_one(cz, noisy, row, col, bestr64, bestr64_i); \
-                    } else { \
-                        sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, bestr, bestr_i); \
+                    { \
+                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, bestr, bestr_i); \
                     } \
                 } \
                 unsigned int cut_at = 0u; \
@@ -1098,43 +1173,17 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     float rz_x = x[(base + rcol)]; \
     float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f)); \
     if (cut_seeded) { \
-        sk_race_one(rz, noisy, row, rcol, best64, best64_i); \
+        sk_merge_row(rz, noisy, row, rcol, best64, best64_i); \
     } else { \
-        sk_race_one_2(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
+        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
     } \
 }
-#define sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    bool kept = false; \
-    if (((!searched) || (key >= s_key))) { \
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
-    } \
-    if (kept) { \
-        sk_gather(key); \
-    } \
-}
-#define sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    bool kept = false; \
-    if (((!searched) || (key >= s_key))) { \
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
-    } \
-    if (kept) { \
-        sk_race_sweep(zv, noisy, row, col, best64, best64_i); \
+#define sk_tied_range(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
+    /* built by kernels::filter_top_p::tied_range */ \
+    if (cut_seeded) { \
+        sk_merge_row(tz, noisy, row, col, best64, best64_i); \
+    } else { \
+        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
     } \
 }
 
@@ -1217,31 +1266,63 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int bestr_i = 4294967295u;
                             double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                             unsigned int bestr64_i = 4294967295u;
-                            for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                // built by kernels::filter_values::for_each_read
-                                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                const unsigned int sk_e2 = (col_hi - col_lo);
-                                float zx0 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
-                                unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                const unsigned int sk_e3 = (col_hi - col_lo);
-                                float zx1 = x[(base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))];
-                                unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                const unsigned int sk_e4 = (col_hi - col_lo);
-                                float zx2 = x[(base + (col_lo + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))))];
-                                unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                const unsigned int sk_e5 = (col_hi - col_lo);
-                                float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
-                                if ((li0 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                            if (cut_seeded) {
+                                // built by kernels::filter_top_p::cut_part
+                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_read
+                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    const unsigned int sk_e2 = (col_hi - col_lo);
+                                    float zx0 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
+                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    const unsigned int sk_e3 = (col_hi - col_lo);
+                                    float zx1 = x[(base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))];
+                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    const unsigned int sk_e4 = (col_hi - col_lo);
+                                    float zx2 = x[(base + (col_lo + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))))];
+                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    const unsigned int sk_e5 = (col_hi - col_lo);
+                                    float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                    }
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                    }
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                    }
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                    }
                                 }
-                                if ((li1 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
-                                }
-                                if ((li2 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
-                                }
-                                if ((li3 < (col_hi - col_lo))) {
-                                    sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                            } else {
+                                // built by kernels::filter_top_p::cut_part
+                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_read
+                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                                    const unsigned int sk_e14 = (col_hi - col_lo);
+                                    float zx0 = x[(base + (col_lo + ((li0 < sk_e14) ? li0 : (sk_e14 - 1u))))];
+                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                    const unsigned int sk_e15 = (col_hi - col_lo);
+                                    float zx1 = x[(base + (col_lo + ((li1 < sk_e15) ? li1 : (sk_e15 - 1u))))];
+                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                    const unsigned int sk_e16 = (col_hi - col_lo);
+                                    float zx2 = x[(base + (col_lo + ((li2 < sk_e16) ? li2 : (sk_e16 - 1u))))];
+                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                    const unsigned int sk_e17 = (col_hi - col_lo);
+                                    float zx3 = x[(base + (col_lo + ((li3 < sk_e17) ? li3 : (sk_e17 - 1u))))];
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        sk_read_step_3(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                    }
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        sk_read_step_3(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                    }
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        sk_read_step_3(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                    }
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        sk_read_step_3(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                    }
                                 }
                             }
                             unsigned int part_n_above = 0u;
@@ -1369,12 +1450,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    const unsigned int sk_e22 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e22 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e22 + 0u)]))));
-                                    const unsigned int sk_e23 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e23 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e23 + 0u)]))));
-                                    const unsigned int sk_e24 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e24 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e24 + 0u)]))));
+                                    const unsigned int sk_e26 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 0u)]))));
+                                    const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
+                                    const unsigned int sk_e28 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1383,8 +1464,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const float sk_e25 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e25 > best) || ((sk_e25 == best) && (w_i < best_i)))) {
+                                        const float sk_e29 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e29 > best) || ((sk_e29 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1393,12 +1474,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        const double sk_e26 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
-                                        if (((sk_e26 > best64) || ((sk_e26 == best64) && (w_i64 < best64_i)))) {
+                                        const unsigned int sk_e31 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        const double sk_e30 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 0u)]))));
+                                        if (((sk_e30 > best64) || ((sk_e30 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            const unsigned int sk_e28 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 0u)]))));
+                                            const unsigned int sk_e32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1426,8 +1507,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 bool cut_listed = (short_all == 0u);
                                 bool cut_fits = (cut_listed && (n_range_all <= 2048u));
                                 bool cut_below_ends = ((max_below_all == 0u) || (w_below_all < mp));
-                                const unsigned int sk_e29 = (min_above_not_all ^ 4294967295u);
-                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e29 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e29 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
+                                const unsigned int sk_e33 = (min_above_not_all ^ 4294967295u);
+                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e33 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e33 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
                                 bool cut_sorted = (cut_sound && cut_fits);
                                 bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1617,8 +1698,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e32 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e32 ? tn64 : (((lim - sel_m) / (sk_e32 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e36 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e36 ? tn64 : (((lim - sel_m) / (sk_e36 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1671,8 +1752,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e33 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e33 < 464u) ? (select_scratch[min(sk_e33, 463u)]) : 0u));
+                                                const unsigned int sk_e37 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e37 < 464u) ? (select_scratch[min(sk_e37, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1778,8 +1859,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int ri_p = (i / 640u);
                                             unsigned int ri_key = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e37 = (i / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e37) * 1317u) + (5u + ((i - (sk_e37 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e41 = (i / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 1317u) + (5u + ((i - (sk_e41 * 640u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1888,8 +1969,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e40 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e40 ? tn64 : (((lim - sel_m) / (sk_e40 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e44 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e44 ? tn64 : (((lim - sel_m) / (sk_e44 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1902,12 +1983,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e41 = (ti / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 1317u) + (5u + ((ti - (sk_e41 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e45 = (ti / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 1317u) + (5u + ((ti - (sk_e45 * 640u)) * 2u)))]);
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e42 = (ti / 640u);
-                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e42) * 1317u) + (6u + ((ti - (sk_e42 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e46 = (ti / 640u);
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 1317u) + (6u + ((ti - (sk_e46 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                         if ((tk != 0u)) {
                                             unsigned int t_in = (t_top - tk);
                                             unsigned int t_d = t_in;
@@ -1941,12 +2022,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e43 = (ti / 640u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e43) * 1317u) + (5u + ((ti - (sk_e43 * 640u)) * 2u)))]);
+                                                        const unsigned int sk_e47 = (ti / 640u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((ti - (sk_e47 * 640u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e44 = (ti / 640u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e44) * 1317u) + (6u + ((ti - (sk_e44 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e48 = (ti / 640u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 1317u) + (6u + ((ti - (sk_e48 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -1958,8 +2039,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e45 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e45 < 464u) ? (select_scratch[min(sk_e45, 463u)]) : 0u));
+                                                const unsigned int sk_e49 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e49 < 464u) ? (select_scratch[min(sk_e49, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1993,12 +2074,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int ri_key = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e47 = (ti / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((ti - (sk_e47 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e51 = (ti / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((ti - (sk_e51 * 640u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e48 = (ti / 640u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 1317u) + (6u + ((ti - (sk_e48 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            const unsigned int sk_e52 = (ti / 640u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((ti - (sk_e52 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2020,12 +2101,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int ri_p = (i / 640u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e49 = (i / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((i - (sk_e49 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e53 = (i / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 1317u) + (5u + ((i - (sk_e53 * 640u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e50 = (i / 640u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e50) * 1317u) + (6u + ((i - (sk_e50 * 640u)) * 2u)))]);
+                                        const unsigned int sk_e54 = (i / 640u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e54) * 1317u) + (6u + ((i - (sk_e54 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                             sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
@@ -2038,10 +2119,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e53 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e53 ? tn64 : (((lim - sel_m) / (sk_e53 ? 1ull : tie_v)) + 1ull))));
-                                    const float sk_e54 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
-                                    unsigned int t_kept = ((((sk_e54 == cut_mx) ? (1.0f) : (sk_e54 / cut_mx)) >= mp) ? ties : 0u);
+                                    const bool sk_e57 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e57 ? tn64 : (((lim - sel_m) / (sk_e57 ? 1ull : tie_v)) + 1ull))));
+                                    const float sk_e58 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                    unsigned int t_kept = ((((sk_e58 == cut_mx) ? (1.0f) : (sk_e58 / cut_mx)) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
                                     unsigned int t_base = 0u;
@@ -2063,8 +2144,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e55 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e55 > best) || ((sk_e55 == best) && (w_i < best_i)))) {
+                                                    const float sk_e59 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e59 > best) || ((sk_e59 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2073,12 +2154,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e57 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    const double sk_e56 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e57 + 0u)]))));
-                                                    if (((sk_e56 > best64) || ((sk_e56 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e61 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    const double sk_e60 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)]))));
+                                                    if (((sk_e60 > best64) || ((sk_e60 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e58 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e58 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e58 + 0u)]))));
+                                                        const unsigned int sk_e62 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2120,11 +2201,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             float tov = tz;
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                                                 if ((t_rank < t_cut_left)) {
-                                                    if (cut_seeded) {
-                                                        sk_race_one(tz, noisy, row, col, best64, best64_i);
-                                                    } else {
-                                                        sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i);
-                                                    }
+                                                    sk_tied_range(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
                                                 }
                                                 t_rank = (t_rank + 1u);
                                             }
@@ -2247,8 +2324,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int t_run = 0u;
                                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                             // built by kernels::select::choose_bin
-                                            const unsigned int sk_e61 = (t_lo + tj);
-                                            t_run = (t_run + ((sk_e61 < 464u) ? (select_scratch[min(sk_e61, 463u)]) : 0u));
+                                            const unsigned int sk_e65 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e65 < 464u) ? (select_scratch[min(sk_e65, 463u)]) : 0u));
                                         }
                                         unsigned int t_start = 0u;
                                         t_start = sk_block_scan(t_run);
@@ -2348,8 +2425,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e63 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e63) * 1317u) + (6u + ((gj - (sk_e63 * want)) * 2u)))];
+                                            const unsigned int sk_e67 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e67) * 1317u) + (6u + ((gj - (sk_e67 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2357,8 +2434,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e64 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e64 & 2147483648u) != 0u) ? (sk_e64 ^ 2147483648u) : (sk_e64 ^ 4294967295u)));
+                                    const unsigned int sk_e68 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e68 & 2147483648u) != 0u) ? (sk_e68 ^ 2147483648u) : (sk_e68 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -2395,9 +2472,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e66 = listed_cols[(1285u + r)];
-                                    const float sk_e65 = sk_bitcast<float>((((sk_e66 & 2147483648u) != 0u) ? (sk_e66 ^ 2147483648u) : (sk_e66 ^ 4294967295u)));
-                                    float wr = ((sk_e65 == row_m) ? (1.0f) : (sk_e65 / row_m));
+                                    const unsigned int sk_e70 = listed_cols[(1285u + r)];
+                                    const float sk_e69 = sk_bitcast<float>((((sk_e70 & 2147483648u) != 0u) ? (sk_e70 ^ 2147483648u) : (sk_e70 ^ 4294967295u)));
+                                    float wr = ((sk_e69 == row_m) ? (1.0f) : (sk_e69 / row_m));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2417,132 +2494,132 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e67 = (col_hi - col_lo);
-                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e67) ? li0 : (sk_e67 - 1u))))];
-                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e68 = (col_hi - col_lo);
-                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e68) ? li1 : (sk_e68 - 1u))))];
-                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e69 = (col_hi - col_lo);
-                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e69) ? li2 : (sk_e69 - 1u))))];
-                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e70 = (col_hi - col_lo);
-                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e70) ? li3 : (sk_e70 - 1u))))];
-                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
                                         const unsigned int sk_e71 = (col_hi - col_lo);
-                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e71) ? li4 : (sk_e71 - 1u))))];
-                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
+                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e71) ? li0 : (sk_e71 - 1u))))];
+                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                                         const unsigned int sk_e72 = (col_hi - col_lo);
-                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e72) ? li5 : (sk_e72 - 1u))))];
-                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
+                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e72) ? li1 : (sk_e72 - 1u))))];
+                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                                         const unsigned int sk_e73 = (col_hi - col_lo);
-                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e73) ? li6 : (sk_e73 - 1u))))];
-                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e73) ? li2 : (sk_e73 - 1u))))];
+                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                                         const unsigned int sk_e74 = (col_hi - col_lo);
-                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e74) ? li7 : (sk_e74 - 1u))))];
-                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e74) ? li3 : (sk_e74 - 1u))))];
+                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
                                         const unsigned int sk_e75 = (col_hi - col_lo);
-                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e75) ? li8 : (sk_e75 - 1u))))];
-                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e75) ? li4 : (sk_e75 - 1u))))];
+                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
                                         const unsigned int sk_e76 = (col_hi - col_lo);
-                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e76) ? li9 : (sk_e76 - 1u))))];
-                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e76) ? li5 : (sk_e76 - 1u))))];
+                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
                                         const unsigned int sk_e77 = (col_hi - col_lo);
-                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e77) ? li10 : (sk_e77 - 1u))))];
-                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e77) ? li6 : (sk_e77 - 1u))))];
+                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
                                         const unsigned int sk_e78 = (col_hi - col_lo);
-                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e78) ? li11 : (sk_e78 - 1u))))];
-                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e78) ? li7 : (sk_e78 - 1u))))];
+                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
                                         const unsigned int sk_e79 = (col_hi - col_lo);
-                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e79) ? li12 : (sk_e79 - 1u))))];
-                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e79) ? li8 : (sk_e79 - 1u))))];
+                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
                                         const unsigned int sk_e80 = (col_hi - col_lo);
-                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e80) ? li13 : (sk_e80 - 1u))))];
-                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e80) ? li9 : (sk_e80 - 1u))))];
+                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
                                         const unsigned int sk_e81 = (col_hi - col_lo);
-                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e81) ? li14 : (sk_e81 - 1u))))];
-                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e81) ? li10 : (sk_e81 - 1u))))];
+                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
                                         const unsigned int sk_e82 = (col_hi - col_lo);
-                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e82) ? li15 : (sk_e82 - 1u))))];
+                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e82) ? li11 : (sk_e82 - 1u))))];
+                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        const unsigned int sk_e83 = (col_hi - col_lo);
+                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e83) ? li12 : (sk_e83 - 1u))))];
+                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        const unsigned int sk_e84 = (col_hi - col_lo);
+                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e84) ? li13 : (sk_e84 - 1u))))];
+                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        const unsigned int sk_e85 = (col_hi - col_lo);
+                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e85) ? li14 : (sk_e85 - 1u))))];
+                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        const unsigned int sk_e86 = (col_hi - col_lo);
+                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e86) ? li15 : (sk_e86 - 1u))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e83 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e83 == row_m) ? (1.0f) : (sk_e83 / row_m))));
+                                            const float sk_e87 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e84 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e84 == row_m) ? (1.0f) : (sk_e84 / row_m))));
+                                            const float sk_e88 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e85 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e85 == row_m) ? (1.0f) : (sk_e85 / row_m))));
+                                            const float sk_e89 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e89 == row_m) ? (1.0f) : (sk_e89 / row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e86 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e86 == row_m) ? (1.0f) : (sk_e86 / row_m))));
+                                            const float sk_e90 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e90 == row_m) ? (1.0f) : (sk_e90 / row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e87 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
+                                            const float sk_e91 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e91 == row_m) ? (1.0f) : (sk_e91 / row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e88 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m))));
+                                            const float sk_e92 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e92 == row_m) ? (1.0f) : (sk_e92 / row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e89 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e89 == row_m) ? (1.0f) : (sk_e89 / row_m))));
+                                            const float sk_e93 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e90 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e90 == row_m) ? (1.0f) : (sk_e90 / row_m))));
+                                            const float sk_e94 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e91 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e91 == row_m) ? (1.0f) : (sk_e91 / row_m))));
+                                            const float sk_e95 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e92 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e92 == row_m) ? (1.0f) : (sk_e92 / row_m))));
+                                            const float sk_e96 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e93 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
+                                            const float sk_e97 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e94 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
+                                            const float sk_e98 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e95 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
+                                            const float sk_e99 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e96 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
+                                            const float sk_e100 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e100 == row_m) ? (1.0f) : (sk_e100 / row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e97 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
+                                            const float sk_e101 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e101 == row_m) ? (1.0f) : (sk_e101 / row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e98 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m))));
+                                            const float sk_e102 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e102 == row_m) ? (1.0f) : (sk_e102 / row_m))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2550,9 +2627,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e100 = listed_cols[(1285u + r)];
-                                        const float sk_e99 = sk_bitcast<float>((((sk_e100 & 2147483648u) != 0u) ? (sk_e100 ^ 2147483648u) : (sk_e100 ^ 4294967295u)));
-                                        float wr = ((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m));
+                                        const unsigned int sk_e104 = listed_cols[(1285u + r)];
+                                        const float sk_e103 = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
+                                        float wr = ((sk_e103 == row_m) ? (1.0f) : (sk_e103 / row_m));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2567,10 +2644,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                                const unsigned int sk_e101 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = (sk_bitcast<float>((((sk_e101 & 2147483648u) != 0u) ? (sk_e101 ^ 2147483648u) : (sk_e101 ^ 4294967295u))) > zt);
-                                const unsigned int sk_e102 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e102] & 2147483648u) != 0u) ? (listed_cols[sk_e102] ^ 2147483648u) : (listed_cols[sk_e102] ^ 4294967295u))) > zt));
+                                const unsigned int sk_e105 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = (sk_bitcast<float>((((sk_e105 & 2147483648u) != 0u) ? (sk_e105 ^ 2147483648u) : (sk_e105 ^ 4294967295u))) > zt);
+                                const unsigned int sk_e106 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e106] & 2147483648u) != 0u) ? (listed_cols[sk_e106] ^ 2147483648u) : (listed_cols[sk_e106] ^ 4294967295u))) > zt));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2619,24 +2696,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e103 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e103 + 1u)] == 1u) && (rows[(sk_e103 + 6u)] == 1u));
+                                    const unsigned int sk_e107 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e107 + 1u)] == 1u) && (rows[(sk_e107 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e104 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
+                                        const unsigned int sk_e108 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e108 & 2147483648u) != 0u) ? (sk_e108 ^ 2147483648u) : (sk_e108 ^ 4294967295u)));
                                         if (ow_ranked) {
-                                            sk_race_one(rz, noisy, row, r, best64, best64_i);
+                                            sk_merge_row(rz, noisy, row, r, best64, best64_i);
                                         } else {
-                                            if (ow_seeded) {
-                                                sk_race_one(rz, noisy, row, rc, best64, best64_i);
-                                            } else {
-                                                sk_race_one_2(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
-                                            }
+                                            sk_tied_range(ow_seeded, rz, noisy, row, rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
                                         }
                                     }
                                     float ow_win = (0.0f);
@@ -2669,18 +2742,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::left_out_kept
-                                        const unsigned int sk_e108 = (((slot * parts) + p) * 1317u);
-                                        unsigned int mo_lk = max(partials[(sk_e108 + 3u)], partials[(sk_e108 + 4u)]);
-                                        const float sk_e110 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e109 = ((sk_e110 == row_m) ? (1.0f) : (sk_e110 / row_m));
-                                        if (((mo_lk != 0u) && ((sk_e109 > (0.0f)) && (sk_e109 >= mp)))) {
+                                        const unsigned int sk_e112 = (((slot * parts) + p) * 1317u);
+                                        unsigned int mo_lk = max(partials[(sk_e112 + 3u)], partials[(sk_e112 + 4u)]);
+                                        const float sk_e114 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e113 = ((sk_e114 == row_m) ? (1.0f) : (sk_e114 / row_m));
+                                        if (((mo_lk != 0u) && ((sk_e113 > (0.0f)) && (sk_e113 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e111 = (row * 12u);
-                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e115 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e115 + 1u)] == 1u) && (rows[(sk_e115 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2695,15 +2768,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
-                                                const unsigned int sk_e112 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e112 & 2147483648u) != 0u) ? (sk_e112 ^ 2147483648u) : (sk_e112 ^ 4294967295u)));
-                                                const float sk_e113 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
-                                                if (((sk_e113 > (0.0f)) && (sk_e113 >= mp))) {
+                                                const unsigned int sk_e116 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e116 & 2147483648u) != 0u) ? (sk_e116 ^ 2147483648u) : (sk_e116 ^ 4294967295u)));
+                                                const float sk_e117 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
+                                                if (((sk_e117 > (0.0f)) && (sk_e117 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
-                                                        sk_race_one(mo_z, noisy, row, mo_col, best64, best64_i);
+                                                        sk_merge_row(mo_z, noisy, row, mo_col, best64, best64_i);
                                                     } else {
-                                                        sk_race_one_2(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i);
+                                                        sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i);
                                                     }
                                                 }
                                             }
@@ -2757,16 +2830,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                             if ((li0 < sweep_n)) {
-                                sk_read_step_7(col_lo, li0, zx0, m);
+                                sk_read_step_8(col_lo, li0, zx0, m);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_7(col_lo, li1, zx1, m);
+                                sk_read_step_8(col_lo, li1, zx1, m);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_7(col_lo, li2, zx2, m);
+                                sk_read_step_8(col_lo, li2, zx2, m);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_7(col_lo, li3, zx3, m);
+                                sk_read_step_8(col_lo, li3, zx3, m);
                             }
                         }
                     }
@@ -2791,8 +2864,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e116 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e116 : (sk_e116 - sel_a));
+                        const unsigned int sk_e120 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e120 : (sk_e120 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2816,16 +2889,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_4(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_4(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_4(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_4(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at);
                                     }
                                 }
                             }
@@ -2902,8 +2975,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e117 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e117 == (sel_n + min(sel_tn, 64u))) || (!((sk_e117 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e121 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e121 == (sel_n + min(sel_tn, 64u))) || (!((sk_e121 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3145,8 +3218,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e119 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e119 ? tn64 : (((lim - sel_m) / (sk_e119 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e123 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e123 ? tn64 : (((lim - sel_m) / (sk_e123 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3178,16 +3251,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int li3 = (c0 + 3u);
                                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_4(col_lo, li0, zx0, s_key, mx, mine);
+                                                sk_read_step_5(col_lo, li0, zx0, s_key, mx, mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_4(col_lo, li1, zx1, s_key, mx, mine);
+                                                sk_read_step_5(col_lo, li1, zx1, s_key, mx, mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_4(col_lo, li2, zx2, s_key, mx, mine);
+                                                sk_read_step_5(col_lo, li2, zx2, s_key, mx, mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_4(col_lo, li3, zx3, s_key, mx, mine);
+                                                sk_read_step_5(col_lo, li3, zx3, s_key, mx, mine);
                                             }
                                         }
                                     }
@@ -3201,8 +3274,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e120 = (row * 12u);
-                    if ((((rows[(sk_e120 + 1u)] == 1u) && (rows[(sk_e120 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e124 = (row * 12u);
+                    if ((((rows[(sk_e124 + 1u)] == 1u) && (rows[(sk_e124 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3227,16 +3300,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_9(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_9(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_9(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                 }
                             }
@@ -3281,13 +3354,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e121 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e121 & 2147483648u) != 0u) ? (sk_e121 ^ 2147483648u) : (sk_e121 ^ 4294967295u)));
+                                const unsigned int sk_e125 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e125 & 2147483648u) != 0u) ? (sk_e125 ^ 2147483648u) : (sk_e125 ^ 4294967295u)));
                                 double s64 = sk_log64(((double)rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e122 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e122 + 8u)], rows[(sk_e122 + 9u)], rows[(sk_e122 + 10u)], r)));
+                                    const unsigned int sk_e126 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e126 + 8u)], rows[(sk_e126 + 9u)], rows[(sk_e126 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3336,16 +3409,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int li3 = (c0 + 3u);
                                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_6(col_lo, li0, zx0, rk_key, rk_mine);
+                                                sk_read_step_7(col_lo, li0, zx0, rk_key, rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_6(col_lo, li1, zx1, rk_key, rk_mine);
+                                                sk_read_step_7(col_lo, li1, zx1, rk_key, rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_6(col_lo, li2, zx2, rk_key, rk_mine);
+                                                sk_read_step_7(col_lo, li2, zx2, rk_key, rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_6(col_lo, li3, zx3, rk_key, rk_mine);
+                                                sk_read_step_7(col_lo, li3, zx3, rk_key, rk_mine);
                                             }
                                         }
                                     }
@@ -3373,16 +3446,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int li3 = (c0 + 3u);
                                         float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                         if ((li0 < sweep_n)) {
-                                            sk_read_step_5(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_6(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            sk_read_step_5(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_6(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            sk_read_step_5(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_6(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            sk_read_step_5(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_6(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                     }
                                 }
@@ -3422,16 +3495,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_10(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_10(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_10(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_10(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                 }
                             }
@@ -3581,8 +3654,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e127 = x[(base + tok_at)];
-                            logprobs[row] = (valid ? ((sk_e127 > (0.0f)) ? sk_log(sk_e127) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e131 = x[(base + tok_at)];
+                            logprobs[row] = (valid ? ((sk_e131 > (0.0f)) ? sk_log(sk_e131) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -46,7 +46,7 @@ __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[1024];
+__shared__ __align__(16) unsigned int part_hist[2048];
 
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -62,30 +62,6 @@ __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
             sk_v = fmaxf(sk_v, ov);
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_f32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const float sk_r = sk_red_f32[32];
-    __syncthreads();
-    return sk_r;
-}
-__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = sk_v + ov;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_f32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = sk_v + ov;
         }
         if (threadIdx.x == 0u) {
             sk_red_f32[32] = sk_v;
@@ -117,6 +93,30 @@ __device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
     }
     __syncthreads();
     const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
     __syncthreads();
     return sk_r;
 }
@@ -198,6 +198,27 @@ __device__ __forceinline__ float sk_exp(float x) {
     if (z_ok) { \
         /* built by kernels::filter_top_k::load_part */ \
         m = fmaxf(m, z); \
+    } \
+}
+#define sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf) { \
+    /* built by kernels::filter_top_p::histogram_part */ \
+    if ((hk0 != 0u)) { \
+        float hz = sk_bitcast<float>((((hk0 & 2147483648u) != 0u) ? (hk0 ^ 2147483648u) : (hk0 ^ 4294967295u))); \
+        float hg = (grid_r - floorf((hz * (16.0f)))); \
+        if ((hg < (512.0f))) { \
+            unsigned int hgu = ((unsigned int)hg); \
+            unsigned int hist_old = 0u; \
+            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((sk_fast_exp((hz - (((grid_r - hg) + (1.0f)) * (0.0625f)))) * (524288.0f)) + (0.5f)))); \
+            unsigned int hist_n_old = 0u; \
+            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
+        } \
+        if ((hk0 >= grid_f_low)) { \
+            float hfg = (grid_rf - floorf((hz * (32768.0f)))); \
+            if ((hfg < (1024.0f))) { \
+                unsigned int hist_f_old = 0u; \
+                hist_f_old = atomicAdd(&part_hist[(1024u + ((unsigned int)hfg))], 1u); \
+            } \
+        } \
     } \
 }
 #define sk_for_each_read(i0, base, col_lo, n_cols, temp, m) { \
@@ -336,11 +357,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 2048u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
+                unsigned int h_step = (((unsigned int)SK_BLOCK) * 4u);
+                unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    part_keys[i] = 0u;
+                }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
@@ -349,71 +376,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
                 float grid_r = (-floorf(((-part_m) * (16.0f))));
-                float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f));
-                float s = (0.0f);
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_k::sum_part
-                    unsigned int k = part_keys[i];
-                    if ((k != 0u)) {
-                        float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
-                        float kw = sk_fast_exp((kz - m_finite));
-                        s = (s + kw);
-                        float hg = (grid_r - floorf((kz * (16.0f))));
-                        if ((hg < (512.0f))) {
-                            // built by kernels::filter_top_p::histogram_part
-                            unsigned int hgu = ((unsigned int)hg);
-                            unsigned int hist_old = 0u;
-                            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((sk_fast_exp((kz - (((grid_r - hg) + (1.0f)) * (0.0625f)))) * (524288.0f)) + (0.5f))));
-                            unsigned int hist_n_old = 0u;
-                            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
-                        }
+                float grid_rf = (-floorf(((-part_m) * (32768.0f))));
+                const unsigned int sk_e18 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
+                unsigned int grid_f_low = (((sk_e18 & 2147483648u) != 0u) ? (sk_e18 ^ 4294967295u) : (sk_e18 | 2147483648u));
+                for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
+                    // built by kernels::filter_top_p::histogram_part
+                    unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
+                    unsigned int hk1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))];
+                    unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
+                    unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
+                    {
+                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
                     }
                 }
-                float part_s = (0.0f);
-                part_s = sk_block_sum_f32(s);
                 __syncthreads();
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
                     partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 1317u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                    partials[((slot * 1317u) + 1u)] = 0u;
                     partials[((slot * 1317u) + 2u)] = 0u;
                     partials[((slot * 1317u) + 3u)] = 0u;
                     partials[((slot * 1317u) + 4u)] = 0u;
                 }
-                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 1280u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 1317u) + (5u + i))] = part_hist[i];
-                }
-                for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e18 = (i * 2u);
-                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e18)] | (part_hist[(513u + sk_e18)] << 16u));
-                }
-                __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    part_hist[i] = 0u;
-                }
-                __syncthreads();
-                float grid_rf = (-floorf(((-part_m) * (32768.0f))));
-                const unsigned int sk_e19 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                unsigned int grid_f_low = (((sk_e19 & 2147483648u) != 0u) ? (sk_e19 ^ 4294967295u) : (sk_e19 | 2147483648u));
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    unsigned int hk = part_keys[i];
-                    if ((hk >= grid_f_low)) {
-                        float hfg = (grid_rf - floorf((sk_bitcast<float>((((hk & 2147483648u) != 0u) ? (hk ^ 2147483648u) : (hk ^ 4294967295u))) * (32768.0f))));
-                        if ((hfg < (1024.0f))) {
-                            unsigned int hist_f_old = 0u;
-                            hist_f_old = atomicAdd(&part_hist[((unsigned int)hfg)], 1u);
-                        }
+                    if ((i < 512u)) {
+                        partials[((slot * 1317u) + (5u + i))] = part_hist[i];
+                    } else {
+                        unsigned int hpair = ((i * 2u) - 512u);
+                        partials[((slot * 1317u) + (5u + i))] = (part_hist[hpair] | (part_hist[(hpair + 1u)] << 16u));
                     }
-                }
-                __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e20 = (i * 2u);
-                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e20)] | (part_hist[(1u + sk_e20)] << 16u));
                 }
                 __threadfence();
                 __syncthreads();
@@ -440,14 +441,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         row_m = sk_block_max_f32(m);
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
-                            float e_total = (0.0f);
-                            for (unsigned int p = 0u; p < parts; p += 1u) {
-                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
-                                if ((e_mp > sk_bitcast<float>(4286578688u))) {
-                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((e_mp == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((e_mp - row_m))))));
-                                }
-                            }
-                            float e_unit = ((3500000000.0f) / e_total);
                             __syncthreads();
                             float ec_r = (-floorf(((-row_m) * (16.0f))));
                             unsigned int ec_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
@@ -470,20 +463,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                             unsigned int ec_atu = ((unsigned int)ec_at);
                                             unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            const unsigned int sk_e21 = (512u + g);
-                                            part_keys[sk_e21] = max(part_keys[sk_e21], ec_n);
-                                            const unsigned int sk_e22 = (1024u + g);
-                                            part_keys[sk_e22] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e22]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            const unsigned int sk_e19 = (512u + g);
+                                            part_keys[sk_e19] = max(part_keys[sk_e19], ec_n);
+                                            const unsigned int sk_e20 = (1024u + g);
+                                            part_keys[sk_e20] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e20]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
                             }
+                            float ec_own_w = (0.0f);
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::place_cut
                                 float ec_k = ((ec_r - ((float)g)) + (1.0f));
                                 float ec_edge = (ec_k * (0.0625f));
-                                const unsigned int sk_e23 = (1024u + g);
-                                part_keys[sk_e23] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e23]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m))))) * e_unit));
+                                float ec_w = ((sk_bitcast<float>(part_keys[(1024u + g)]) * (1.9073486e-6f)) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((ec_edge == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((ec_edge - row_m)))));
+                                part_keys[(1024u + g)] = sk_bitcast<unsigned int>(ec_w);
+                                ec_own_w = (ec_own_w + ec_w);
+                            }
+                            float ec_total = (0.0f);
+                            ec_total = sk_block_sum_f32(ec_own_w);
+                            float ec_unit = ((3500000000.0f) / ec_total);
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                const unsigned int sk_e21 = (1024u + g);
+                                part_keys[sk_e21] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e21]) * ec_unit));
                             }
                             unsigned int ec_m_own = 0u;
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
@@ -531,8 +534,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int ec_n_x = part_keys[(0u + g)];
-                                const unsigned int sk_e24 = (kk - 1u);
-                                if ((((kk < vocab) && (ec_n_cum <= sk_e24)) && ((ec_n_cum + ec_n_x) > sk_e24))) {
+                                const unsigned int sk_e22 = (kk - 1u);
+                                if ((((kk < vocab) && (ec_n_cum <= sk_e22)) && ((ec_n_cum + ec_n_x) > sk_e22))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u);
                                     ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -589,18 +592,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                                 unsigned int ef_atu = ((unsigned int)ef_at);
                                                 unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                const unsigned int sk_e25 = (1024u + g);
-                                                part_keys[sk_e25] = max(part_keys[sk_e25], ef_n);
+                                                const unsigned int sk_e23 = (1024u + g);
+                                                part_keys[sk_e23] = max(part_keys[sk_e23], ef_n);
                                             }
                                         }
                                     }
                                 }
+                                float ef_own_w = (0.0f);
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_k = ((ef_r - ((float)g)) + (1.0f));
                                     float ef_edge = (ef_k * (3.0517578e-5f));
-                                    const float sk_e26 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
-                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e26 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e26 - row_m))))) * e_unit));
+                                    const float sk_e24 = ((ef_edge + ((ef_k - (1.0f)) * (3.0517578e-5f))) * (0.5f));
+                                    float ef_w = (((float)(part_keys[g])) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e24 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e24 - row_m)))));
+                                    part_keys[(2048u + g)] = sk_bitcast<unsigned int>(ef_w);
+                                    ef_own_w = (ef_own_w + ef_w);
+                                }
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    const unsigned int sk_e25 = (2048u + g);
+                                    part_keys[sk_e25] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e25]) * ec_unit));
                                 }
                                 unsigned int ef_m_own = 0u;
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
@@ -648,8 +659,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     unsigned int ef_n_x = part_keys[(0u + g)];
-                                    const unsigned int sk_e27 = (kk - 1u);
-                                    if ((((kk < vocab) && (ef_n_cum <= sk_e27)) && ((ef_n_cum + ef_n_x) > sk_e27))) {
+                                    const unsigned int sk_e26 = (kk - 1u);
+                                    if ((((kk < vocab) && (ef_n_cum <= sk_e26)) && ((ef_n_cum + ef_n_x) > sk_e26))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u);
                                         ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -780,8 +791,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int t_run = 0u;
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e44 = (t_lo + tj);
-                            t_run = (t_run + ((sk_e44 < 464u) ? (part_hist[min(sk_e44, 463u)]) : 0u));
+                            const unsigned int sk_e43 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e43 < 464u) ? (part_hist[min(sk_e43, 463u)]) : 0u));
                         }
                         unsigned int t_start = 0u;
                         t_start = sk_block_scan(t_run);
@@ -795,8 +806,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         t_run = (t_above + t_start);
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e45 = (t_lo + tj);
-                            unsigned int t_c = ((sk_e45 < 464u) ? (part_hist[min(sk_e45, 463u)]) : 0u);
+                            const unsigned int sk_e44 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e44 < 464u) ? (part_hist[min(sk_e44, 463u)]) : 0u);
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 part_hist[507u] = ((t_lo + tj) + 1u);
                                 part_hist[508u] = (t_run - t_above);
@@ -955,14 +966,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_top_k::left_out_kept
-                            const unsigned int sk_e46 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e46 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e46 + 4u)]));
-                            const float sk_e49 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                            const float sk_e47 = ((sk_e49 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e48 = (sk_e49 - mp_mx);
-                            const bool sk_e50 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e51 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e51 ? sk_e47 : (sk_e50 ? (0.0f) : sk_exp(sk_e48))) > (0.0f)) && ((sk_e51 ? sk_e47 : (sk_e50 ? (0.0f) : sk_exp(sk_e48))) >= mp)))) {
+                            const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
+                            const float sk_e48 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e46 = ((sk_e48 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e47 = (sk_e48 - mp_mx);
+                            const bool sk_e49 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e50 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e50 ? sk_e46 : (sk_e49 ? (0.0f) : sk_exp(sk_e47))) > (0.0f)) && ((sk_e50 ? sk_e46 : (sk_e49 ? (0.0f) : sk_exp(sk_e47))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

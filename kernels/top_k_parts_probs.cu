@@ -36,7 +36,7 @@ __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[1024];
+__shared__ __align__(16) unsigned int part_hist[2048];
 
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -52,30 +52,6 @@ __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
         for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
             sk_v = fmaxf(sk_v, ov);
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_f32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const float sk_r = sk_red_f32[32];
-    __syncthreads();
-    return sk_r;
-}
-__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = sk_v + ov;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_f32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = sk_v + ov;
         }
         if (threadIdx.x == 0u) {
             sk_red_f32[32] = sk_v;
@@ -107,6 +83,30 @@ __device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
     }
     __syncthreads();
     const unsigned int sk_r = sk_red_u32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = sk_v + ov;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_f32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = sk_v + ov;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_f32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const float sk_r = sk_red_f32[32];
     __syncthreads();
     return sk_r;
 }
@@ -156,6 +156,28 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     const unsigned int sk_r = sk_v - sk_x + ((threadIdx.x >> 5) > 0u ? sk_scan[(threadIdx.x >> 5) - 1u] : 0u);
     __syncthreads();
     return sk_r;
+}
+#define sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf) { \
+    /* built by kernels::filter_top_p::histogram_part */ \
+    if ((hk0 != 0u)) { \
+        float hz = sk_bitcast<float>((((hk0 & 2147483648u) != 0u) ? (hk0 ^ 2147483648u) : (hk0 ^ 4294967295u))); \
+        float hg = (grid_r - ((float)(sk_bitcast<unsigned int>(hz) >> (23u - 4u)))); \
+        if ((hg < (512.0f))) { \
+            unsigned int hgu = ((unsigned int)hg); \
+            unsigned int hist_old = 0u; \
+            const float sk_e3 = sk_bitcast<float>((((unsigned int)((grid_r - hg) + (1.0f))) << (23u - 4u))); \
+            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((((hz == sk_e3) ? (1.0f) : __fdividef(hz, sk_e3)) * (524288.0f)) + (0.5f)))); \
+            unsigned int hist_n_old = 0u; \
+            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
+        } \
+        if ((hk0 >= grid_f_low)) { \
+            float hfg = (grid_rf - ((float)(sk_bitcast<unsigned int>(hz) >> (23u - 14u)))); \
+            if ((hfg < (1024.0f))) { \
+                unsigned int hist_f_old = 0u; \
+                hist_f_old = atomicAdd(&part_hist[(1024u + ((unsigned int)hfg))], 1u); \
+            } \
+        } \
+    } \
 }
 #define sk_read_step(zx0, li0, m) { \
     /* built by kernels::filter_values::read_step */ \
@@ -227,11 +249,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 2048u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
+                unsigned int h_step = (((unsigned int)SK_BLOCK) * 4u);
+                unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    part_keys[i] = 0u;
+                }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, m);
@@ -240,72 +268,45 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
                 float grid_r = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 4u)));
-                float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f));
-                float s = (0.0f);
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_k::sum_part
-                    unsigned int k = part_keys[i];
-                    if ((k != 0u)) {
-                        float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
-                        float kw = ((kz == m_finite) ? (1.0f) : __fdividef(kz, m_finite));
-                        s = (s + kw);
-                        float hg = (grid_r - ((float)(sk_bitcast<unsigned int>(kz) >> (23u - 4u))));
-                        if ((hg < (512.0f))) {
-                            // built by kernels::filter_top_p::histogram_part
-                            unsigned int hgu = ((unsigned int)hg);
-                            unsigned int hist_old = 0u;
-                            const float sk_e2 = sk_bitcast<float>((((unsigned int)((grid_r - hg) + (1.0f))) << (23u - 4u)));
-                            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((((kz == sk_e2) ? (1.0f) : __fdividef(kz, sk_e2)) * (524288.0f)) + (0.5f))));
-                            unsigned int hist_n_old = 0u;
-                            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
-                        }
+                float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 14u)));
+                const unsigned int sk_e2 = sk_bitcast<unsigned int>(sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u))));
+                unsigned int grid_f_low = (((sk_e2 & 2147483648u) != 0u) ? (sk_e2 ^ 4294967295u) : (sk_e2 | 2147483648u));
+                for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
+                    // built by kernels::filter_top_p::histogram_part
+                    unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
+                    unsigned int hk1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))];
+                    unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
+                    unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
+                    {
+                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
                     }
                 }
-                float part_s = (0.0f);
-                part_s = sk_block_sum_f32(s);
                 __syncthreads();
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
                     partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 1317u) + 1u)] = sk_bitcast<unsigned int>(part_s);
+                    partials[((slot * 1317u) + 1u)] = 0u;
                     partials[((slot * 1317u) + 2u)] = 0u;
                     partials[((slot * 1317u) + 3u)] = 0u;
                     partials[((slot * 1317u) + 4u)] = 0u;
                 }
-                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 1280u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 1317u) + (5u + i))] = part_hist[i];
-                }
-                for (unsigned int i = threadIdx.x; i < 256u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e3 = (i * 2u);
-                    partials[((slot * 1317u) + (517u + i))] = (part_hist[(512u + sk_e3)] | (part_hist[(513u + sk_e3)] << 16u));
-                }
-                __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 1024u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    part_hist[i] = 0u;
-                }
-                __syncthreads();
-                float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 14u)));
-                const unsigned int sk_e4 = sk_bitcast<unsigned int>(sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u))));
-                unsigned int grid_f_low = (((sk_e4 & 2147483648u) != 0u) ? (sk_e4 ^ 4294967295u) : (sk_e4 | 2147483648u));
-                for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    unsigned int hk = part_keys[i];
-                    if ((hk >= grid_f_low)) {
-                        float hfg = (grid_rf - ((float)(sk_bitcast<unsigned int>(sk_bitcast<float>((((hk & 2147483648u) != 0u) ? (hk ^ 2147483648u) : (hk ^ 4294967295u)))) >> (23u - 14u))));
-                        if ((hfg < (1024.0f))) {
-                            unsigned int hist_f_old = 0u;
-                            hist_f_old = atomicAdd(&part_hist[((unsigned int)hfg)], 1u);
-                        }
+                    if ((i < 512u)) {
+                        partials[((slot * 1317u) + (5u + i))] = part_hist[i];
+                    } else {
+                        unsigned int hpair = ((i * 2u) - 512u);
+                        partials[((slot * 1317u) + (5u + i))] = (part_hist[hpair] | (part_hist[(hpair + 1u)] << 16u));
                     }
-                }
-                __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
-                    // built by kernels::filter_top_p::copy_counts
-                    const unsigned int sk_e5 = (i * 2u);
-                    partials[((slot * 1317u) + (773u + i))] = (part_hist[(0u + sk_e5)] | (part_hist[(1u + sk_e5)] << 16u));
                 }
                 __threadfence();
                 __syncthreads();
@@ -332,14 +333,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         row_m = sk_block_max_f32(m);
                         if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
-                            float e_total = (0.0f);
-                            for (unsigned int p = 0u; p < parts; p += 1u) {
-                                float e_mp = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
-                                if ((e_mp > sk_bitcast<float>(4286578688u))) {
-                                    e_total = (e_total + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * ((e_mp == row_m) ? (1.0f) : (e_mp / row_m))));
-                                }
-                            }
-                            float e_unit = ((3500000000.0f) / e_total);
                             __syncthreads();
                             float ec_r = ((float)(sk_bitcast<unsigned int>(row_m) >> (23u - 4u)));
                             unsigned int ec_per = (((512u + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
@@ -362,20 +355,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                             unsigned int ec_atu = ((unsigned int)ec_at);
                                             unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            const unsigned int sk_e6 = (512u + g);
-                                            part_keys[sk_e6] = max(part_keys[sk_e6], ec_n);
-                                            const unsigned int sk_e7 = (1024u + g);
-                                            part_keys[sk_e7] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e7]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            const unsigned int sk_e7 = (512u + g);
+                                            part_keys[sk_e7] = max(part_keys[sk_e7], ec_n);
+                                            const unsigned int sk_e8 = (1024u + g);
+                                            part_keys[sk_e8] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e8]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
                             }
+                            float ec_own_w = (0.0f);
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::place_cut
                                 float ec_k = ((ec_r - ((float)g)) + (1.0f));
                                 float ec_edge = sk_bitcast<float>((((unsigned int)ec_k) << (23u - 4u)));
-                                const unsigned int sk_e8 = (1024u + g);
-                                part_keys[sk_e8] = ((unsigned int)(((sk_bitcast<float>(part_keys[sk_e8]) * (1.9073486e-6f)) * ((ec_edge == row_m) ? (1.0f) : (ec_edge / row_m))) * e_unit));
+                                float ec_w = ((sk_bitcast<float>(part_keys[(1024u + g)]) * (1.9073486e-6f)) * ((ec_edge == row_m) ? (1.0f) : (ec_edge / row_m)));
+                                part_keys[(1024u + g)] = sk_bitcast<unsigned int>(ec_w);
+                                ec_own_w = (ec_own_w + ec_w);
+                            }
+                            float ec_total = (0.0f);
+                            ec_total = sk_block_sum_f32(ec_own_w);
+                            float ec_unit = ((3500000000.0f) / ec_total);
+                            for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                const unsigned int sk_e9 = (1024u + g);
+                                part_keys[sk_e9] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e9]) * ec_unit));
                             }
                             unsigned int ec_m_own = 0u;
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
@@ -423,8 +426,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int ec_n_x = part_keys[(0u + g)];
-                                const unsigned int sk_e9 = (kk - 1u);
-                                if ((((kk < vocab) && (ec_n_cum <= sk_e9)) && ((ec_n_cum + ec_n_x) > sk_e9))) {
+                                const unsigned int sk_e10 = (kk - 1u);
+                                if ((((kk < vocab) && (ec_n_cum <= sk_e10)) && ((ec_n_cum + ec_n_x) > sk_e10))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u);
                                     ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -481,18 +484,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                                 unsigned int ef_atu = ((unsigned int)ef_at);
                                                 unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                const unsigned int sk_e10 = (1024u + g);
-                                                part_keys[sk_e10] = max(part_keys[sk_e10], ef_n);
+                                                const unsigned int sk_e11 = (1024u + g);
+                                                part_keys[sk_e11] = max(part_keys[sk_e11], ef_n);
                                             }
                                         }
                                     }
                                 }
+                                float ef_own_w = (0.0f);
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_k = ((ef_r - ((float)g)) + (1.0f));
                                     float ef_edge = sk_bitcast<float>((((unsigned int)ef_k) << (23u - 14u)));
-                                    const float sk_e11 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
-                                    part_keys[(2048u + g)] = ((unsigned int)((((float)(part_keys[g])) * ((sk_e11 == row_m) ? (1.0f) : (sk_e11 / row_m))) * e_unit));
+                                    const float sk_e12 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
+                                    float ef_w = (((float)(part_keys[g])) * ((sk_e12 == row_m) ? (1.0f) : (sk_e12 / row_m)));
+                                    part_keys[(2048u + g)] = sk_bitcast<unsigned int>(ef_w);
+                                    ef_own_w = (ef_own_w + ef_w);
+                                }
+                                for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    const unsigned int sk_e13 = (2048u + g);
+                                    part_keys[sk_e13] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e13]) * ec_unit));
                                 }
                                 unsigned int ef_m_own = 0u;
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
@@ -540,8 +551,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     unsigned int ef_n_x = part_keys[(0u + g)];
-                                    const unsigned int sk_e12 = (kk - 1u);
-                                    if ((((kk < vocab) && (ef_n_cum <= sk_e12)) && ((ef_n_cum + ef_n_x) > sk_e12))) {
+                                    const unsigned int sk_e14 = (kk - 1u);
+                                    if ((((kk < vocab) && (ef_n_cum <= sk_e14)) && ((ef_n_cum + ef_n_x) > sk_e14))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u);
                                         ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -672,8 +683,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int t_run = 0u;
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e13 = (t_lo + tj);
-                            t_run = (t_run + ((sk_e13 < 464u) ? (part_hist[min(sk_e13, 463u)]) : 0u));
+                            const unsigned int sk_e15 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e15 < 464u) ? (part_hist[min(sk_e15, 463u)]) : 0u));
                         }
                         unsigned int t_start = 0u;
                         t_start = sk_block_scan(t_run);
@@ -687,8 +698,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         t_run = (t_above + t_start);
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e14 = (t_lo + tj);
-                            unsigned int t_c = ((sk_e14 < 464u) ? (part_hist[min(sk_e14, 463u)]) : 0u);
+                            const unsigned int sk_e16 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e16 < 464u) ? (part_hist[min(sk_e16, 463u)]) : 0u);
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 part_hist[507u] = ((t_lo + tj) + 1u);
                                 part_hist[508u] = (t_run - t_above);
@@ -847,11 +858,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_top_k::left_out_kept
-                            const unsigned int sk_e15 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e15 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e15 + 4u)]));
-                            const float sk_e17 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                            const float sk_e16 = ((sk_e17 == mp_mx) ? (1.0f) : (sk_e17 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e16 > (0.0f)) && (sk_e16 >= mp)))) {
+                            const unsigned int sk_e17 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e17 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e17 + 4u)]));
+                            const float sk_e19 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e18 = ((sk_e19 == mp_mx) ? (1.0f) : (sk_e19 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e18 > (0.0f)) && (sk_e18 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -10,6 +10,14 @@
 #endif
 #define SK_WARPS (SK_BLOCK / 32)
 
+#if __CUDA_ARCH__ == 750
+#define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
+#define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#else
+#define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#endif
+
 template <typename To, typename From>
 __device__ __forceinline__ To sk_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast changes size");
@@ -412,34 +420,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
-#define sk_cut_part(cut_seeded, cz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
-    /* built by kernels::filter_top_p::cut_part */ \
-    if (cut_seeded) { \
-        /* built by kernels::filter_top_k::race_one */ \
-        double s64 = sk_log64(((double)cz)); \
-        if (noisy) { \
-            /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e6 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col))); \
-        } \
-        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
-            best64 = s64; \
-            best64_i = col; \
-        } \
-    } else { \
-        /* built by kernels::filter_top_k::race_one */ \
-        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e7 = (col & 3u); \
-        float score = (cz / sk_exponential(((sk_e7 == 3u) ? ((w4).w) : ((sk_e7 == 2u) ? ((w4).z) : ((sk_e7 == 1u) ? ((w4).y) : ((w4).x)))))); \
-        if (((score > best) || ((score == best) && (col < best_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
-            best = score; \
-            best_i = col; \
-        } \
-    } \
-}
-#define sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below) { \
+#define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
@@ -455,7 +436,17 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
             m_above = (m_above + cmv); \
             min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
             if ((cw >= mp)) { \
-                sk_cut_part(cut_seeded, cz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
+                { \
+                    /* built by kernels::filter_top_k::race_one */ \
+                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+                    const unsigned int sk_e18 = (col & 3u); \
+                    float score = (cz / sk_exponential(((sk_e18 == 3u) ? ((w4).w) : ((sk_e18 == 2u) ? ((w4).z) : ((sk_e18 == 1u) ? ((w4).y) : ((w4).x)))))); \
+                    if (((score > best) || ((score == best) && (col < best_i)))) { \
+                        /* built by kernels::filter_top_k::keep_lower */ \
+                        best = score; \
+                        best_i = col; \
+                    } \
+                } \
             } \
         } else { \
             if ((cg <= cut_hi)) { \
@@ -464,7 +455,75 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
                 max_range = max(max_range, ck); \
                 if ((cw >= mp)) { \
-                    sk_cut_part(cut_seeded, cz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                    { \
+                        /* built by kernels::filter_top_k::race_one */ \
+                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+                        const unsigned int sk_e19 = (col & 3u); \
+                        float score = (cz / sk_exponential(((sk_e19 == 3u) ? ((w4).w) : ((sk_e19 == 2u) ? ((w4).z) : ((sk_e19 == 1u) ? ((w4).y) : ((w4).x)))))); \
+                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) { \
+                            /* built by kernels::filter_top_k::keep_lower */ \
+                            bestr = score; \
+                            bestr_i = col; \
+                        } \
+                    } \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
+    } \
+}
+#define sk_cut_part(cz, noisy, row, col, best64, best64_i) { \
+    /* built by kernels::filter_top_p::cut_part */ \
+    { \
+        /* built by kernels::filter_top_k::race_one */ \
+        double s64 = sk_log64(((double)cz)); \
+        if (noisy) { \
+            /* built by kernels::seeded::score64 */ \
+            const unsigned int sk_e6 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col))); \
+        } \
+        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
+            /* built by kernels::filter_top_k::keep_lower */ \
+            best64 = s64; \
+            best64_i = col; \
+        } \
+    } \
+}
+#define sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+    float cov = cz; \
+    float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                sk_cut_part(cz, noisy, row, col, best64, best64_i); \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    sk_cut_part(cz, noisy, row, col, bestr64, bestr64_i); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
@@ -481,7 +540,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
 }
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS)) top_p_cut_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -551,31 +610,63 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) top_p_cut_probs(
                     unsigned int bestr_i = 4294967295u;
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
-                    for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                        // built by kernels::filter_values::for_each_read
-                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const unsigned int sk_e2 = (col_hi - col_lo);
-                        float zx0 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
-                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const unsigned int sk_e3 = (col_hi - col_lo);
-                        float zx1 = x[(base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))];
-                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const unsigned int sk_e4 = (col_hi - col_lo);
-                        float zx2 = x[(base + (col_lo + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))))];
-                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const unsigned int sk_e5 = (col_hi - col_lo);
-                        float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
-                        if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                    if (cut_seeded) {
+                        // built by kernels::filter_top_p::cut_part
+                        for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            // built by kernels::filter_values::for_each_read
+                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                            const unsigned int sk_e2 = (col_hi - col_lo);
+                            float zx0 = x[(base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))];
+                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                            const unsigned int sk_e3 = (col_hi - col_lo);
+                            float zx1 = x[(base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))];
+                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                            const unsigned int sk_e4 = (col_hi - col_lo);
+                            float zx2 = x[(base + (col_lo + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))))];
+                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                            const unsigned int sk_e5 = (col_hi - col_lo);
+                            float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                            }
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                            }
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                            }
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                            }
                         }
-                        if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
-                        }
-                        if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
-                        }
-                        if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, best, best_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, bestr, bestr_i, m_below, max_below, w_below);
+                    } else {
+                        // built by kernels::filter_top_p::cut_part
+                        for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            // built by kernels::filter_values::for_each_read
+                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
+                            const unsigned int sk_e14 = (col_hi - col_lo);
+                            float zx0 = x[(base + (col_lo + ((li0 < sk_e14) ? li0 : (sk_e14 - 1u))))];
+                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                            const unsigned int sk_e15 = (col_hi - col_lo);
+                            float zx1 = x[(base + (col_lo + ((li1 < sk_e15) ? li1 : (sk_e15 - 1u))))];
+                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                            const unsigned int sk_e16 = (col_hi - col_lo);
+                            float zx2 = x[(base + (col_lo + ((li2 < sk_e16) ? li2 : (sk_e16 - 1u))))];
+                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                            const unsigned int sk_e17 = (col_hi - col_lo);
+                            float zx3 = x[(base + (col_lo + ((li3 < sk_e17) ? li3 : (sk_e17 - 1u))))];
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                            }
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                            }
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                            }
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                            }
                         }
                     }
                     unsigned int part_n_above = 0u;

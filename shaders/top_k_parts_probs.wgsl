@@ -23,7 +23,7 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
-var<workgroup> part_hist: array<atomic<u32>, 1024>;
+var<workgroup> part_hist: array<atomic<u32>, 2048>;
 
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
@@ -31,19 +31,6 @@ fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
         if (sk_lid < sk_s) {
             sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_f32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
-    sk_red_f32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
         }
         workgroupBarrier();
     }
@@ -61,6 +48,19 @@ fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
         workgroupBarrier();
     }
     let sk_r = sk_red_u32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
+    sk_red_f32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_f32[0];
     workgroupBarrier();
     return sk_r;
 }
@@ -89,6 +89,28 @@ fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
     let sk_r = sk_scan[sk_lid] - sk_x;
     workgroupBarrier();
     return sk_r;
+}
+fn sk_histogram_part(hk0: u32, grid_r: f32, grid_f_low: u32, grid_rf: f32) {
+    // built by kernels::filter_top_p::histogram_part
+    if ((hk0 != 0u)) {
+        var hz: f32 = bitcast<f32>(select((hk0 ^ 4294967295u), (hk0 ^ 2147483648u), ((hk0 & 2147483648u) != 0u)));
+        var hg: f32 = (grid_r - f32((bitcast<u32>(hz) >> (23u - 4u))));
+        if ((hg < (512.0f))) {
+            var hgu: u32 = u32(hg);
+            var hist_old: u32 = 0u;
+            let sk_e3: f32 = bitcast<f32>((u32(((grid_r - hg) + (1.0f))) << (23u - 4u)));
+            hist_old = atomicAdd(&part_hist[hgu], u32(((select((hz / sk_e3), (1.0f), (hz == sk_e3)) * (524288.0f)) + (0.5f))));
+            var hist_n_old: u32 = 0u;
+            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
+        }
+        if ((hk0 >= grid_f_low)) {
+            var hfg: f32 = (grid_rf - f32((bitcast<u32>(hz) >> (23u - 14u))));
+            if ((hfg < (1024.0f))) {
+                var hist_f_old: u32 = 0u;
+                hist_f_old = atomicAdd(&part_hist[(1024u + u32(hfg))], 1u);
+            }
+        }
+    }
 }
 fn sk_read_step(zx0: f32, li0: u32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
@@ -164,11 +186,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&part_hist[i], 0u);
                 }
                 var n_cols: u32 = (col_hi - col_lo);
+                var h_step: u32 = (BLOCK * 4u);
+                var n_padded: u32 = ((((n_cols + h_step) - 1u) / h_step) * h_step);
+                for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
+                    // built by kernels::filter_top_p::histogram_part
+                    part_keys[i] = 0u;
+                }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
                     sk_for_each_read(i0, base, col_lo, n_cols, &m);
@@ -177,72 +205,45 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
                 var grid_r: f32 = f32((bitcast<u32>(part_m) >> (23u - 4u)));
-                var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
-                var s: f32 = (0.0f);
-                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
-                    // built by kernels::filter_top_k::sum_part
-                    var k: u32 = part_keys[i];
-                    if ((k != 0u)) {
-                        var kz: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
-                        var kw: f32 = select((kz / m_finite), (1.0f), (kz == m_finite));
-                        s = (s + kw);
-                        var hg: f32 = (grid_r - f32((bitcast<u32>(kz) >> (23u - 4u))));
-                        if ((hg < (512.0f))) {
-                            // built by kernels::filter_top_p::histogram_part
-                            var hgu: u32 = u32(hg);
-                            var hist_old: u32 = 0u;
-                            let sk_e2: f32 = bitcast<f32>((u32(((grid_r - hg) + (1.0f))) << (23u - 4u)));
-                            hist_old = atomicAdd(&part_hist[hgu], u32(((select((kz / sk_e2), (1.0f), (kz == sk_e2)) * (524288.0f)) + (0.5f))));
-                            var hist_n_old: u32 = 0u;
-                            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
-                        }
+                var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 14u)));
+                let sk_e2: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 14u))));
+                var grid_f_low: u32 = select((sk_e2 | 2147483648u), (sk_e2 ^ 4294967295u), ((sk_e2 & 2147483648u) != 0u));
+                for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
+                    // built by kernels::filter_top_p::histogram_part
+                    var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
+                    var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
+                    var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
+                    var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
+                    {
+                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
                     }
                 }
-                var part_s: f32 = (0.0f);
-                part_s = sk_block_sum_f32(sk_lid, s);
                 workgroupBarrier();
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 1317u) + 1u)], bitcast<u32>(part_s));
+                    atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
                     atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
                     atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
                     atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
                 }
-                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 1280u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 1317u) + (5u + i))], atomicLoad(&part_hist[i]));
-                }
-                for (var i: u32 = sk_lid; i < 256u; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::copy_counts
-                    let sk_e3: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (517u + i))], (atomicLoad(&part_hist[(512u + sk_e3)]) | (atomicLoad(&part_hist[(513u + sk_e3)]) << 16u)));
-                }
-                workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 1024u; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&part_hist[i], 0u);
-                }
-                workgroupBarrier();
-                var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 14u)));
-                let sk_e4: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 14u))));
-                var grid_f_low: u32 = select((sk_e4 | 2147483648u), (sk_e4 ^ 4294967295u), ((sk_e4 & 2147483648u) != 0u));
-                for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::histogram_part
-                    var hk: u32 = part_keys[i];
-                    if ((hk >= grid_f_low)) {
-                        var hfg: f32 = (grid_rf - f32((bitcast<u32>(bitcast<f32>(select((hk ^ 4294967295u), (hk ^ 2147483648u), ((hk & 2147483648u) != 0u)))) >> (23u - 14u))));
-                        if ((hfg < (1024.0f))) {
-                            var hist_f_old: u32 = 0u;
-                            hist_f_old = atomicAdd(&part_hist[u32(hfg)], 1u);
-                        }
+                    if ((i < 512u)) {
+                        atomicStore(&partials[((slot * 1317u) + (5u + i))], atomicLoad(&part_hist[i]));
+                    } else {
+                        var hpair: u32 = ((i * 2u) - 512u);
+                        atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[hpair]) | (atomicLoad(&part_hist[(hpair + 1u)]) << 16u)));
                     }
-                }
-                workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
-                    // built by kernels::filter_top_p::copy_counts
-                    let sk_e5: u32 = (i * 2u);
-                    atomicStore(&partials[((slot * 1317u) + (773u + i))], (atomicLoad(&part_hist[(0u + sk_e5)]) | (atomicLoad(&part_hist[(1u + sk_e5)]) << 16u)));
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -269,14 +270,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         row_m = sk_block_max_f32(sk_lid, m);
                         if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
                             // built by kernels::filter_top_p::estimate_cut
-                            var e_total: f32 = (0.0f);
-                            for (var p: u32 = 0u; p < parts; p = p + 1u) {
-                                var e_mp: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
-                                if ((e_mp > bitcast<f32>(4286578688u))) {
-                                    e_total = (e_total + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select((e_mp / row_m), (1.0f), (e_mp == row_m))));
-                                }
-                            }
-                            var e_unit: f32 = ((3500000000.0f) / e_total);
                             workgroupBarrier();
                             var ec_r: f32 = f32((bitcast<u32>(row_m) >> (23u - 4u)));
                             var ec_per: u32 = (((512u + BLOCK) - 1u) / BLOCK);
@@ -299,20 +292,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ec_atu: u32 = u32(ec_at);
                                             var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            let sk_e6: u32 = (512u + g);
-                                            part_keys[sk_e6] = max(part_keys[sk_e6], ec_n);
-                                            let sk_e7: u32 = (1024u + g);
-                                            part_keys[sk_e7] = bitcast<u32>((bitcast<f32>(part_keys[sk_e7]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            let sk_e7: u32 = (512u + g);
+                                            part_keys[sk_e7] = max(part_keys[sk_e7], ec_n);
+                                            let sk_e8: u32 = (1024u + g);
+                                            part_keys[sk_e8] = bitcast<u32>((bitcast<f32>(part_keys[sk_e8]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
                             }
+                            var ec_own_w: f32 = (0.0f);
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::place_cut
                                 var ec_k: f32 = ((ec_r - f32(g)) + (1.0f));
                                 var ec_edge: f32 = bitcast<f32>((u32(ec_k) << (23u - 4u)));
-                                let sk_e8: u32 = (1024u + g);
-                                part_keys[sk_e8] = u32((((bitcast<f32>(part_keys[sk_e8]) * (1.9073486e-6f)) * select((ec_edge / row_m), (1.0f), (ec_edge == row_m))) * e_unit));
+                                var ec_w: f32 = ((bitcast<f32>(part_keys[(1024u + g)]) * (1.9073486e-6f)) * select((ec_edge / row_m), (1.0f), (ec_edge == row_m)));
+                                part_keys[(1024u + g)] = bitcast<u32>(ec_w);
+                                ec_own_w = (ec_own_w + ec_w);
+                            }
+                            var ec_total: f32 = (0.0f);
+                            ec_total = sk_block_sum_f32(sk_lid, ec_own_w);
+                            var ec_unit: f32 = ((3500000000.0f) / ec_total);
+                            for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
+                                // built by kernels::filter_top_p::place_cut
+                                let sk_e9: u32 = (1024u + g);
+                                part_keys[sk_e9] = u32((bitcast<f32>(part_keys[sk_e9]) * ec_unit));
                             }
                             var ec_m_own: u32 = 0u;
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -360,8 +363,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var ec_n_x: u32 = part_keys[(0u + g)];
-                                let sk_e9: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e9)) && ((ec_n_cum + ec_n_x) > sk_e9))) {
+                                let sk_e10: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e10)) && ((ec_n_cum + ec_n_x) > sk_e10))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                                     ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
@@ -418,18 +421,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var ef_atu: u32 = u32(ef_at);
                                                 var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                let sk_e10: u32 = (1024u + g);
-                                                part_keys[sk_e10] = max(part_keys[sk_e10], ef_n);
+                                                let sk_e11: u32 = (1024u + g);
+                                                part_keys[sk_e11] = max(part_keys[sk_e11], ef_n);
                                             }
                                         }
                                     }
                                 }
+                                var ef_own_w: f32 = (0.0f);
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
                                     var ef_edge: f32 = bitcast<f32>((u32(ef_k) << (23u - 14u)));
-                                    let sk_e11: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
-                                    part_keys[(2048u + g)] = u32(((f32(part_keys[g]) * select((sk_e11 / row_m), (1.0f), (sk_e11 == row_m))) * e_unit));
+                                    let sk_e12: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
+                                    var ef_w: f32 = (f32(part_keys[g]) * select((sk_e12 / row_m), (1.0f), (sk_e12 == row_m)));
+                                    part_keys[(2048u + g)] = bitcast<u32>(ef_w);
+                                    ef_own_w = (ef_own_w + ef_w);
+                                }
+                                for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
+                                    // built by kernels::filter_top_p::place_cut
+                                    let sk_e13: u32 = (2048u + g);
+                                    part_keys[sk_e13] = u32((bitcast<f32>(part_keys[sk_e13]) * ec_unit));
                                 }
                                 var ef_m_own: u32 = 0u;
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -477,8 +488,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     var ef_n_x: u32 = part_keys[(0u + g)];
-                                    let sk_e12: u32 = (kk - 1u);
-                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e12)) && ((ef_n_cum + ef_n_x) > sk_e12))) {
+                                    let sk_e14: u32 = (kk - 1u);
+                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e14)) && ((ef_n_cum + ef_n_x) > sk_e14))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
                                         ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));
@@ -609,8 +620,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var t_run: u32 = 0u;
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e13: u32 = (t_lo + tj);
-                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e13, 463u)]), (sk_e13 < 464u)));
+                            let sk_e15: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e15, 463u)]), (sk_e15 < 464u)));
                         }
                         var t_start: u32 = 0u;
                         t_start = sk_block_scan(sk_lid, t_run);
@@ -624,8 +635,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         t_run = (t_above + t_start);
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e14: u32 = (t_lo + tj);
-                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e14, 463u)]), (sk_e14 < 464u));
+                            let sk_e16: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e16, 463u)]), (sk_e16 < 464u));
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                                 atomicStore(&part_hist[508u], (t_run - t_above));
@@ -784,11 +795,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_top_k::left_out_kept
-                            let sk_e15: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e15 + 3u)]), atomicLoad(&partials[(sk_e15 + 4u)]));
-                            let sk_e17: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                            let sk_e16: f32 = select((sk_e17 / mp_mx), (1.0f), (sk_e17 == mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e16 > (0.0f)) && (sk_e16 >= mp)))) {
+                            let sk_e17: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e17 + 3u)]), atomicLoad(&partials[(sk_e17 + 4u)]));
+                            let sk_e19: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e18: f32 = select((sk_e19 / mp_mx), (1.0f), (sk_e19 == mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e18 > (0.0f)) && (sk_e18 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -397,55 +397,16 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_cut_part(cut_seeded: bool, cz: f32, noisy: bool, row: u32, col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::filter_top_p::cut_part
-    if (cut_seeded) {
-        // built by kernels::filter_top_k::race_one
-        var s64: f64 = sk_log64(f64(cz));
-        if (noisy) {
-            // built by kernels::seeded::score64
-            let sk_e6: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
-        }
-        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-            // built by kernels::filter_top_k::keep_lower
-            best64 = s64;
-            best64_i = col;
-        }
-    } else {
-        // built by kernels::filter_top_k::race_one
-        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e7: u32 = (col & 3u);
-        var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e7 == 1u)), w4[2], (sk_e7 == 2u)), w4[3], (sk_e7 == 3u))));
-        if (((score > best) || ((score == best) && (col < best_i)))) {
-            // built by kernels::filter_top_k::keep_lower
-            best = score;
-            best_i = col;
-        }
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
     var min_above_not: u32 = *sk_io_min_above_not;
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
     var best: f32 = *sk_io_best;
     var best_i: u32 = *sk_io_best_i;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
     var min_range_not: u32 = *sk_io_min_range_not;
     var max_range: u32 = *sk_io_max_range;
-    var bestr64: f64 = *sk_io_bestr64;
-    var bestr64_i: u32 = *sk_io_bestr64_i;
     var bestr: f32 = *sk_io_bestr;
     var bestr_i: u32 = *sk_io_bestr_i;
     var m_below: u64 = *sk_io_m_below;
@@ -466,7 +427,17 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_g
             m_above = (m_above + cmv);
             min_above_not = max(min_above_not, (ck ^ 4294967295u));
             if ((cw >= mp)) {
-                sk_cut_part(cut_seeded, cz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                {
+                    // built by kernels::filter_top_k::race_one
+                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                    let sk_e18: u32 = (col & 3u);
+                    var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e18 == 1u)), w4[2], (sk_e18 == 2u)), w4[3], (sk_e18 == 3u))));
+                    if (((score > best) || ((score == best) && (col < best_i)))) {
+                        // built by kernels::filter_top_k::keep_lower
+                        best = score;
+                        best_i = col;
+                    }
+                }
             }
         } else {
             if ((cg <= cut_hi)) {
@@ -475,7 +446,107 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_g
                 min_range_not = max(min_range_not, (ck ^ 4294967295u));
                 max_range = max(max_range, ck);
                 if ((cw >= mp)) {
-                    sk_cut_part(cut_seeded, cz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                    {
+                        // built by kernels::filter_top_k::race_one
+                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                        let sk_e19: u32 = (col & 3u);
+                        var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e19 == 1u)), w4[2], (sk_e19 == 2u)), w4[3], (sk_e19 == 3u))));
+                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
+                            // built by kernels::filter_top_k::keep_lower
+                            bestr = score;
+                            bestr_i = col;
+                        }
+                    }
+                }
+                var cut_at: u32 = 0u;
+                cut_at = atomicAdd(&cut_listing[0u], 1u);
+                if ((cut_at < 640u)) {
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck;
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
+                }
+            } else {
+                m_below = (m_below + cmv);
+                max_below = max(max_below, ck);
+                w_below = max(w_below, cw);
+            }
+        }
+    }
+    *sk_io_n_above = n_above;
+    *sk_io_m_above = m_above;
+    *sk_io_min_above_not = min_above_not;
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
+    *sk_io_n_range = n_range;
+    *sk_io_m_range = m_range;
+    *sk_io_min_range_not = min_range_not;
+    *sk_io_max_range = max_range;
+    *sk_io_bestr = bestr;
+    *sk_io_bestr_i = bestr_i;
+    *sk_io_m_below = m_below;
+    *sk_io_max_below = max_below;
+    *sk_io_w_below = w_below;
+}
+fn sk_cut_part(cz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    // built by kernels::filter_top_p::cut_part
+    {
+        // built by kernels::filter_top_k::race_one
+        var s64: f64 = sk_log64(f64(cz));
+        if (noisy) {
+            // built by kernels::seeded::score64
+            let sk_e6: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
+        }
+        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+            // built by kernels::filter_top_k::keep_lower
+            best64 = s64;
+            best64_i = col;
+        }
+    }
+    *sk_io_best64 = best64;
+    *sk_io_best64_i = best64_i;
+}
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, noisy: bool, row: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+    var n_above: u32 = *sk_io_n_above;
+    var m_above: u64 = *sk_io_m_above;
+    var min_above_not: u32 = *sk_io_min_above_not;
+    var best64: f64 = *sk_io_best64;
+    var best64_i: u32 = *sk_io_best64_i;
+    var n_range: u32 = *sk_io_n_range;
+    var m_range: u64 = *sk_io_m_range;
+    var min_range_not: u32 = *sk_io_min_range_not;
+    var max_range: u32 = *sk_io_max_range;
+    var bestr64: f64 = *sk_io_bestr64;
+    var bestr64_i: u32 = *sk_io_bestr64_i;
+    var m_below: u64 = *sk_io_m_below;
+    var max_below: u32 = *sk_io_max_below;
+    var w_below: f32 = *sk_io_w_below;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+    var cov: f32 = cz;
+    var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
+    if ((cw > (0.0f))) {
+        // built by kernels::filter_top_p::cut_part
+        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+        var cmv: u64 = sk_fixed(cw);
+        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
+        if ((cg < cut_lo)) {
+            n_above = (n_above + 1u);
+            m_above = (m_above + cmv);
+            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            if ((cw >= mp)) {
+                sk_cut_part(cz, noisy, row, col, &best64, &best64_i);
+            }
+        } else {
+            if ((cg <= cut_hi)) {
+                n_range = (n_range + 1u);
+                m_range = (m_range + cmv);
+                min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                max_range = max(max_range, ck);
+                if ((cw >= mp)) {
+                    sk_cut_part(cz, noisy, row, col, &bestr64, &bestr64_i);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
@@ -495,16 +566,12 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_g
     *sk_io_min_above_not = min_above_not;
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
     *sk_io_min_range_not = min_range_not;
     *sk_io_max_range = max_range;
     *sk_io_bestr64 = bestr64;
     *sk_io_bestr64_i = bestr64_i;
-    *sk_io_bestr = bestr;
-    *sk_io_bestr_i = bestr_i;
     *sk_io_m_below = m_below;
     *sk_io_max_below = max_below;
     *sk_io_w_below = w_below;
@@ -580,31 +647,63 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var bestr_i: u32 = 4294967295u;
                     var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                     var bestr64_i: u32 = 4294967295u;
-                    for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                        // built by kernels::filter_values::for_each_read
-                        var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e2: u32 = (col_hi - col_lo);
-                        var zx0: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2))))];
-                        var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e3: u32 = (col_hi - col_lo);
-                        var zx1: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3))))];
-                        var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e4: u32 = (col_hi - col_lo);
-                        var zx2: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li2, (li2 < sk_e4))))];
-                        var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e5: u32 = (col_hi - col_lo);
-                        var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
-                        if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                    if (cut_seeded) {
+                        // built by kernels::filter_top_p::cut_part
+                        for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_read
+                            var li0: u32 = (i0 + (BLOCK * 0u));
+                            let sk_e2: u32 = (col_hi - col_lo);
+                            var zx0: f32 = x[(base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2))))];
+                            var li1: u32 = (i0 + (BLOCK * 1u));
+                            let sk_e3: u32 = (col_hi - col_lo);
+                            var zx1: f32 = x[(base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3))))];
+                            var li2: u32 = (i0 + (BLOCK * 2u));
+                            let sk_e4: u32 = (col_hi - col_lo);
+                            var zx2: f32 = x[(base + (col_lo + select((sk_e4 - 1u), li2, (li2 < sk_e4))))];
+                            var li3: u32 = (i0 + (BLOCK * 3u));
+                            let sk_e5: u32 = (col_hi - col_lo);
+                            var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                            }
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                            }
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                            }
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                            }
                         }
-                        if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
-                        }
-                        if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
-                        }
-                        if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                    } else {
+                        // built by kernels::filter_top_p::cut_part
+                        for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_read
+                            var li0: u32 = (i0 + (BLOCK * 0u));
+                            let sk_e14: u32 = (col_hi - col_lo);
+                            var zx0: f32 = x[(base + (col_lo + select((sk_e14 - 1u), li0, (li0 < sk_e14))))];
+                            var li1: u32 = (i0 + (BLOCK * 1u));
+                            let sk_e15: u32 = (col_hi - col_lo);
+                            var zx1: f32 = x[(base + (col_lo + select((sk_e15 - 1u), li1, (li1 < sk_e15))))];
+                            var li2: u32 = (i0 + (BLOCK * 2u));
+                            let sk_e16: u32 = (col_hi - col_lo);
+                            var zx2: f32 = x[(base + (col_lo + select((sk_e16 - 1u), li2, (li2 < sk_e16))))];
+                            var li3: u32 = (i0 + (BLOCK * 3u));
+                            let sk_e17: u32 = (col_hi - col_lo);
+                            var zx3: f32 = x[(base + (col_lo + select((sk_e17 - 1u), li3, (li3 < sk_e17))))];
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            }
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            }
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            }
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                            }
                         }
                     }
                     var part_n_above: u32 = 0u;

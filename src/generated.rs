@@ -802,7 +802,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 23552,
+        workgroup_bytes: 27648,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsF16,
@@ -815,7 +815,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 23552,
+        workgroup_bytes: 27648,
     },
     KernelSource {
         id: KernelId::TopKPartsLogitsBf16,
@@ -828,7 +828,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 23552,
+        workgroup_bytes: 27648,
     },
     KernelSource {
         id: KernelId::TopKPartsProbs,
@@ -841,7 +841,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 23552,
+        workgroup_bytes: 27648,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF32,

@@ -266,7 +266,7 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
 /// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`, by
 /// `weight`: [`values::weight`], or [`values::estimate_weight`] where `m` is finite), returned;
 /// `each(key, v, w)` also sees every column's key, value `v` and weight `w`.
-pub(super) fn sum_part(
+fn sum_part(
     b: &mut Block,
     (input, n, m): (Input, Expr, Expr),
     weight: fn(Input, Expr, Expr) -> Expr,
