@@ -170,9 +170,17 @@ pub(super) fn histogram_shared() -> SharedDecl {
     SharedDecl::atomic(HIST, HIST_SHARED)
 }
 
-/// Keys a step of [`histogram_part`]'s binning loop takes an invocation.
+/// Keys a step of [`histogram_part`]'s binning loop takes an invocation, at most.
 const UNROLL: u32 = 4;
 const _: () = assert!(super::filter_top_k::PART_COLS % (UNROLL * 1024) == 0);
+/// [`UNROLL`] from logits; from probabilities two: at four the parts kernel spilled 24 bytes on
+/// sm_90 (its value's tests hold more registers than the five blocks an SM leave).
+fn unroll(input: Input) -> u32 {
+    match input {
+        Input::Logits(_) => UNROLL,
+        Input::Probs => UNROLL / 2,
+    }
+}
 /// Words of [`histogram_shared`].
 const HIST_SHARED: u32 = 2 * BINS + FINE_BINS;
 
@@ -216,7 +224,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     // `PART_COLS` is a whole number of steps of the binning loop below (blocks are powers of
     // two, at most 1024), so the padded keys stay in the array.
-    let step = b.let_("h_step", Ty::U32, bs.clone() * u(UNROLL));
+    let step = b.let_("h_step", Ty::U32, bs.clone() * u(unroll(input)));
     let padded = b.let_("n_padded", Ty::U32, (n.clone() + step.clone() - u(1)) / step.clone() * step.clone());
     b.for_("i", lid.clone() + n.clone(), padded.clone(), bs.clone(), |b, i| b.store_shared(KEYS, i, u(0)));
     let m = load_part(b, input, n.clone());
@@ -231,10 +239,11 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let count = |b: &mut Block, at: u32, g: Expr, name: &str| {
         b.atomic_add(HIST, u(at) + g, u(1), name);
     };
-    // Four keys an invocation a step, read before any is binned: the loop's overhead once for
-    // four (the keys past the part's columns are zero, no mass, up to a whole step).
+    // Four keys an invocation a step (two from probabilities), read before any is binned: the
+    // loop's overhead once for them all (the keys past the part's columns are zero, no mass, up
+    // to a whole step).
     b.for_("i", lid.clone(), padded, step, |b, i| {
-        let keys: Vec<Expr> = (0..UNROLL)
+        let keys: Vec<Expr> = (0..unroll(input))
             .map(|j| b.let_(&format!("hk{j}"), Ty::U32, load_shared(KEYS, i.clone() + bs.clone() * u(j))))
             .collect();
         for k in keys {
