@@ -1,11 +1,18 @@
 //! `cargo xtask ptx-report`: every kernel through NVRTC and `ptxas -v` for sm_75 and sm_90, with
 //! registers, shared memory, spills and the theoretical occupancy on a T4 and an H200 (per-SM
 //! limits from the CUDA C Programming Guide's table of compute capabilities 7.5 and 9.0). Fails if
-//! any sm_75 kernel spills.
+//! a kernel spills on either target, but for the spills of [`KNOWN_SPILLS`].
 
 use crate::tuning::{self, Target};
 use crate::{cuda, cuda_tools, kernels};
 use std::process::Command;
+
+/// Spills that are known and left (`docs/registers.md`): `seeded_logits` on sm_90 stores the
+/// batch size once before its loops (12 bytes stored, 16 loaded, at 40 registers, three blocks of
+/// 512 an SM); without the spill it fits two. Any other spill, on either target, fails the
+/// report: a kernel near its registers tips over with a small change (the top-p parts from
+/// probabilities spilled 24 bytes on sm_90 in `8009612`, when only sm_75 was checked).
+const KNOWN_SPILLS: &[(&str, &str)] = &[("seeded_logits_f32", "sm_90"), ("seeded_logits_bf16", "sm_90")];
 
 pub struct Sm {
     pub target: Target,
@@ -140,14 +147,15 @@ pub fn run() -> Result<(), String> {
                 usage.spill_loads,
                 occ * 100.0
             );
-            if sm.target == Target::Sm75 && usage.spill_stores + usage.spill_loads > 0 {
-                spills.push(k.name.clone());
+            let known = KNOWN_SPILLS.iter().any(|&(name, arch)| name == k.name && arch == sm.arch);
+            if usage.spill_stores + usage.spill_loads > 0 && !known {
+                spills.push(format!("{} ({})", k.name, sm.arch));
             }
         }
     }
     if spills.is_empty() {
         Ok(())
     } else {
-        Err(format!("sm_75 spills in: {}", spills.join(", ")))
+        Err(format!("spills in: {}", spills.join(", ")))
     }
 }

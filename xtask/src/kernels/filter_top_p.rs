@@ -172,7 +172,7 @@ pub(super) fn histogram_shared() -> SharedDecl {
 
 /// Keys a step of [`histogram_part`]'s binning loop takes an invocation, at most.
 const UNROLL: u32 = 4;
-const _: () = assert!(super::filter_top_k::PART_COLS % (UNROLL * 1024) == 0);
+const _: () = assert!(super::filter_top_k::PART_COLS.is_multiple_of(UNROLL * 1024));
 /// [`UNROLL`] from logits; from probabilities two: at four the parts kernel spilled 24 bytes on
 /// sm_90 (its value's tests hold more registers than the five blocks an SM leave).
 fn unroll(input: Input) -> u32 {
