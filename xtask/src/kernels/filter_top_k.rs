@@ -62,7 +62,7 @@ pub const CAP: u32 = 256;
 /// The most columns of a part: the host splits a row into `ceil(vocab / PART_COLS)` parts.
 pub const PART_COLS: u32 = 4096;
 /// Words of a part's record in `partials`: its maximum (f32 bits), its sum of `exp(z - m)` (f32
-/// bits), how many candidates it lists, the largest key it leaves out below its boundary key,
+/// bits; 0 from a top-p row's part, whose histograms give the row's mass), how many candidates it lists, the largest key it leaves out below its boundary key,
 /// and its boundary key where it leaves some of it out (0: none); then `(key, column)` per
 /// candidate.
 pub const HEAD_WORDS: u32 = 5;
@@ -263,23 +263,18 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
     m
 }
 
-/// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`, by
-/// `weight`: [`values::weight`], or [`values::estimate_weight`] where `m` is finite), returned;
-/// `each(key, v, w)` also sees every column's key, value `v` and weight `w`.
-fn sum_part(
-    b: &mut Block,
-    (input, n, m): (Input, Expr, Expr),
-    weight: fn(Input, Expr, Expr) -> Expr,
-    each: &dyn Fn(&mut Block, Expr, Expr, Expr),
-) -> Expr {
+/// After [`load_part`]: the part's sum of weights at its largest `m` (`exp(z - m)`, `p / m`), by
+/// [`values::estimate_weight`] (`m` made finite), returned; `each(key)` also sees every column's
+/// key with mass.
+fn sum_part(b: &mut Block, (input, n, m): (Input, Expr, Expr), each: &dyn Fn(&mut Block, Expr)) -> Expr {
     b.let_("s", Ty::F32, f(0.0));
     b.for_("i", builtin(Builtin::LocalId), n, builtin(Builtin::BlockSize), |b, i| {
         let k = b.let_("k", Ty::U32, load_shared(KEYS, i));
         b.if_(k.clone().ne_(u(0)), |b| {
             let z = b.let_("kz", Ty::F32, key_value(k.clone()));
-            let w = b.let_("kw", Ty::F32, weight(input, z.clone(), m.clone()));
-            b.set("s", var("s") + w.clone());
-            each(b, k, z, w);
+            let w = b.let_("kw", Ty::F32, values::estimate_weight(input, z, m.clone()));
+            b.set("s", var("s") + w);
+            each(b, k);
         });
     });
     b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "part_s")
@@ -297,8 +292,8 @@ fn read_part(b: &mut Block, input: Input) {
     // exponential's error, `MASS_MARGIN`). A part whose maximum is not finite leaves its row to
     // the fallback, so its sum may weigh at 0 instead.
     let at = b.let_("m_finite", Ty::F32, select(is_finite(m.clone()), m.clone(), f(0.0)));
-    let count = |b: &mut Block, k: Expr, _: Expr, _: Expr| select::count(b, filter_top_p::HIST, top.clone(), k);
-    let s = sum_part(b, (input, n.clone(), at), values::estimate_weight, &count);
+    let count = |b: &mut Block, k: Expr| select::count(b, filter_top_p::HIST, top.clone(), k);
+    let s = sum_part(b, (input, n.clone(), at), &count);
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
     let items = select::Items { n: n.clone(), top, scratch: filter_top_p::HIST, key_at: &key_at };
     select::decide(b, items, var("kc") + u(1));

@@ -214,8 +214,8 @@ impl Level {
 }
 
 /// The first read of a part of a top-p row (`top_p_cut`): its columns into workgroup memory,
-/// its maximum and sum, and its histograms (see the module's step 1), into its slot; the row's
-/// last part to arrive estimates the cut.
+/// its maximum and its histograms (see the module's step 1), into its slot; the row's last part
+/// to arrive estimates the cut.
 pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     // The workgroup's previous part may still be copying its histograms out.
