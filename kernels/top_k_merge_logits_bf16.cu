@@ -44,8 +44,8 @@ __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned i
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
 
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned long long sk_red_u64[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
@@ -61,30 +61,6 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
-__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = ov > sk_v ? ov : sk_v;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_u32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = ov > sk_v ? ov : sk_v;
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_u32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const unsigned int sk_r = sk_red_u32[32];
-    __syncthreads();
-    return sk_r;
-}
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
@@ -106,6 +82,30 @@ __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     }
     __syncthreads();
     const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
     __syncthreads();
     return sk_r;
 }
@@ -733,6 +733,47 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     nb = (nb + cnt_s15); \
     mb = (mb + mas_s15); \
 }
+#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::for_each_quad */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (zx0 / temp); \
+    float cov = (cz - cut_mx); \
+    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                cut_race = (cut_race | sk_c0); \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    cut_race = (cut_race | sk_c1); \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
+    } \
+}
 #define sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept) { \
     /* built by kernels::filters::sweep_set */ \
     wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
@@ -749,7 +790,29 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     kept = in_set; \
 }
-#define sk_read_step_4(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at) { \
+#define sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, sk_c0, sk_c1, sk_c2, sk_c3, sk_c4, sk_c5, best, bestr, best_i, bestr_i) { \
+    /* built by kernels::filter_top_p::cut_part */ \
+    bool cut_above = ((cut_race & sk_c0) != 0u); \
+    const float sk_e35 = (zx0 * cut_rcp_t); \
+    bool cut_may = ((((sk_e35 + (fabsf(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= (cut_above ? fmaxf(best, cut_floor) : bestr)) || (sk_e35 >= (1.7014118e38f))); \
+    if ((cut_may && ((cut_race & sk_c1) != 0u))) { \
+        float score = ((zx0 / temp) + sk_gumbel(cut_w0)); \
+        if (cut_above) { \
+            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) { \
+                /* built by kernels::filter_top_k::keep_lower */ \
+                best = score; \
+                best_i = ((col_lo + i0) + sk_c3); \
+            } \
+        } else { \
+            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) { \
+                /* built by kernels::filter_top_k::keep_lower */ \
+                bestr = score; \
+                bestr_i = ((col_lo + i0) + sk_c5); \
+            } \
+        } \
+    } \
+}
+#define sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
@@ -770,7 +833,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         list_at = (list_at + 1u); \
     } \
 }
-#define sk_read_step_5(col_lo, li0, zx0, temp, mx, s_key, mine) { \
+#define sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
@@ -834,7 +897,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
-#define sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found) { \
+#define sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
@@ -856,8 +919,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)ov); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e197 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e197 + 8u)], rows[(sk_e197 + 9u)], rows[(sk_e197 + 10u)], col))); \
+        const unsigned int sk_e223 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e223 + 8u)], rows[(sk_e223 + 9u)], rows[(sk_e223 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
@@ -865,7 +928,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         best64_i = col; \
     } \
 }
-#define sk_read_step_7(col_lo, li0, zx0, temp, mx, rk_key, rk_mine) { \
+#define sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
@@ -877,6 +940,17 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     if ((key == rk_key)) { \
         /* built by kernels::filter_rank::token_at */ \
         rk_mine = (rk_mine + 1u); \
+    } \
+}
+#define sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
+    uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+    const unsigned int sk_e74 = (rcol & 3u); \
+    float score = (rz + sk_gumbel(((sk_e74 == 3u) ? ((w4).w) : ((sk_e74 == 2u) ? ((w4).z) : ((sk_e74 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    if (((score > best) || ((score == best) && (rcol < best_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best = score; \
+        best_i = rcol; \
     } \
 }
 #define sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more) { \
@@ -931,8 +1005,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = ((double)(rz - row_m)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e135 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e135 + 8u)], rows[(sk_e135 + 9u)], rows[(sk_e135 + 10u)], r))); \
+        const unsigned int sk_e161 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e161 + 8u)], rows[(sk_e161 + 9u)], rows[(sk_e161 + 10u)], r))); \
     } \
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
@@ -944,8 +1018,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     /* built by kernels::filters::select_step */ \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e42 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e42 ? tn64 : (((lim - sel_m) / (sk_e42 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e68 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e68 ? tn64 : (((lim - sel_m) / (sk_e68 ? 1ull : tie_v)) + 1ull)))); \
     lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
     sel_key = 0u; \
     sel_mask = 0u; \
@@ -956,14 +1030,33 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 #define sk_choose_bin(t_lo, tj, t_want, t_above, t_run) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e45 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e45 < 464u) ? (select_scratch[min(sk_e45, 463u)]) : 0u); \
+    const unsigned int sk_e71 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e71 < 464u) ? (select_scratch[min(sk_e71, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         select_scratch[507u] = ((t_lo + tj) + 1u); \
         select_scratch[508u] = (t_run - t_above); \
         select_scratch[509u] = t_c; \
     } \
     t_run = (t_run + t_c); \
+}
+#define sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const unsigned int sk_e25 = ((col_lo + i0) + 0u); \
+    const bool sk_e24 = (sk_e25 < col_hi); \
+    const float sk_e23 = sk_bf16(x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]); \
+    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : (0.0f)); \
+    const unsigned int sk_e28 = ((col_lo + i0) + 1u); \
+    const bool sk_e27 = (sk_e28 < col_hi); \
+    const float sk_e26 = sk_bf16(x[(base + (sk_e27 ? sk_e28 : (col_hi - 1u)))]); \
+    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : (0.0f)); \
+    const unsigned int sk_e31 = ((col_lo + i0) + 2u); \
+    const bool sk_e30 = (sk_e31 < col_hi); \
+    const float sk_e29 = sk_bf16(x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]); \
+    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : (0.0f)); \
+    const unsigned int sk_e34 = ((col_lo + i0) + 3u); \
+    const bool sk_e33 = (sk_e34 < col_hi); \
+    const float sk_e32 = sk_bf16(x[(base + (sk_e33 ? sk_e34 : (col_hi - 1u)))]); \
+    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : (0.0f)); \
 }
 #define sk_within(t_top, t_from, tk, t_span) { \
     /* built by kernels::select::within */ \
@@ -982,6 +1075,65 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         unsigned int t_slot = 0u; \
         t_slot = atomicAdd(&select_scratch[511u], 1u); \
         select_scratch[t_slot] = tk; \
+    } \
+}
+#define sk_race_one_2(rov, noisy, row, rcol, best64, best64_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
+    double s64 = ((double)rov); \
+    if (noisy) { \
+        /* built by kernels::seeded::score64 */ \
+        const unsigned int sk_e73 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], rcol))); \
+    } \
+    if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best64 = s64; \
+        best64_i = rcol; \
+    } \
+}
+#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::read_step */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (zx0 / temp); \
+    float cov = (cz - cut_mx); \
+    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                { \
+                    sk_race_one_2(cov, noisy, row, col, best64, best64_i); \
+                } \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    { \
+                        sk_race_one_2(cov, noisy, row, col, bestr64, bestr64_i); \
+                    } \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
     } \
 }
 #define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
@@ -1047,63 +1199,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
     } \
 }
-#define sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i) { \
-    /* built by kernels::filter_top_k::race_one */ \
-    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e73 = (col & 3u); \
-    float score = (tz + sk_gumbel(((sk_e73 == 3u) ? ((w4).w) : ((sk_e73 == 2u) ? ((w4).z) : ((sk_e73 == 1u) ? ((w4).y) : ((w4).x)))))); \
-    if (((score > best) || ((score == best) && (col < best_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
-        best = score; \
-        best_i = col; \
-    } \
-}
-#define sk_read_step_3(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (zx0 / temp); \
-    float cov = (cz - cut_mx); \
-    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
-        unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
-        if ((cg < cut_lo)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
-            if ((cw >= mp)) { \
-                { \
-                    sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best, best_i); \
-                } \
-            } \
-        } else { \
-            if ((cg <= cut_hi)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
-                if ((cw >= mp)) { \
-                    { \
-                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, bestr, bestr_i); \
-                    } \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
-            } \
-        } \
-    } \
-}
-#define sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank) { \
+#define sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
@@ -1120,77 +1216,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_gather(key); \
     } \
 }
-#define sk_race_one_2(tov, noisy, row, col, best64, best64_i) { \
-    /* built by kernels::filter_top_k::race_one */ \
-    double s64 = ((double)tov); \
-    if (noisy) { \
-        /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e72 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col))); \
-    } \
-    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
-        best64 = s64; \
-        best64_i = col; \
-    } \
-}
-#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (zx0 / temp); \
-    float cov = (cz - cut_mx); \
-    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
-        unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
-        if ((cg < cut_lo)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
-            if ((cw >= mp)) { \
-                { \
-                    sk_race_one_2(cov, noisy, row, col, best64, best64_i); \
-                } \
-            } \
-        } else { \
-            if ((cg <= cut_hi)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
-                if ((cw >= mp)) { \
-                    { \
-                        sk_race_one_2(cov, noisy, row, col, bestr64, bestr64_i); \
-                    } \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
-            } \
-        } \
-    } \
-}
-#define sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
-    /* built by kernels::filter_top_p::select_in_range */ \
-    const float sk_e46 = sk_bf16(x[(base + rcol)]); \
-    float rz_x = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46); \
-    float rz = (rz_x / temp); \
-    if (cut_seeded) { \
-        sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \
-    } else { \
-        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
-    } \
-}
-#define sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
+#define sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
@@ -1287,6 +1313,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int bestr_i = 4294967295u;
                             double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                             unsigned int bestr64_i = 4294967295u;
+                            float cut_rcp_t = ((1.0f) / temp);
                             if (cut_seeded) {
                                 // built by kernels::filter_top_p::cut_part
                                 for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -1322,36 +1349,136 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 }
                             } else {
                                 // built by kernels::filter_top_p::cut_part
-                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const unsigned int sk_e19 = (col_hi - col_lo);
-                                    const float sk_e18 = sk_bf16(x[(base + (col_lo + ((li0 < sk_e19) ? li0 : (sk_e19 - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
-                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const unsigned int sk_e21 = (col_hi - col_lo);
-                                    const float sk_e20 = sk_bf16(x[(base + (col_lo + ((li1 < sk_e21) ? li1 : (sk_e21 - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const unsigned int sk_e23 = (col_hi - col_lo);
-                                    const float sk_e22 = sk_bf16(x[(base + (col_lo + ((li2 < sk_e23) ? li2 : (sk_e23 - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const unsigned int sk_e25 = (col_hi - col_lo);
-                                    const float sk_e24 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e25) ? li3 : (sk_e25 - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                                float cut_floor = sk_bitcast<float>(4286578688u);
+                                unsigned int cut_race = 0u;
+                                {
+                                    // built by kernels::filter_values::for_each_quad
+                                    unsigned int i0 = (threadIdx.x * 4u);
+                                    float zx0 = (0.0f);
+                                    float zx1 = (0.0f);
+                                    float zx2 = (0.0f);
+                                    float zx3 = (0.0f);
+                                    unsigned int zx_at = (base + (col_lo + i0));
+                                    const unsigned int sk_e18 = (col_lo + i0);
+                                    if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        const float sk_e19 = sk_bf16(x[(size_t)(zx_at) + 0u]);
+                                        zx0 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
+                                        const float sk_e20 = sk_bf16(x[(size_t)(zx_at) + 1u]);
+                                        zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
+                                        const float sk_e21 = sk_bf16(x[(size_t)(zx_at) + 2u]);
+                                        zx2 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                                        const float sk_e22 = sk_bf16(x[(size_t)(zx_at) + 3u]);
+                                        zx3 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                                    } else {
+                                        sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
+                                    }
+                                    unsigned int li0 = (i0 + 0u);
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    unsigned int li1 = (i0 + 1u);
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    unsigned int li2 = (i0 + 2u);
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    unsigned int li3 = (i0 + 3u);
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        unsigned int cut_w0 = (cw4).x;
+                                        {
+                                            sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
+                                        }
+                                    }
+                                    float cut_first = (0.0f);
+                                    cut_first = sk_block_max_f32(best);
+                                    cut_floor = cut_first;
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        unsigned int cut_w1 = (cw4).y;
+                                        {
+                                            sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w2 = (cw4).z;
+                                        {
+                                            sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w3 = (cw4).w;
+                                        {
+                                            sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
+                                        }
+                                    }
+                                    float cut_step = (0.0f);
+                                    cut_step = sk_block_max_f32(best);
+                                    cut_floor = cut_step;
+                                    cut_race = 0u;
+                                }
+                                for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_quad
+                                    float zx0 = (0.0f);
+                                    float zx1 = (0.0f);
+                                    float zx2 = (0.0f);
+                                    float zx3 = (0.0f);
+                                    unsigned int zx_at = (base + (col_lo + i0));
+                                    const unsigned int sk_e39 = (col_lo + i0);
+                                    if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        const float sk_e40 = sk_bf16(x[(size_t)(zx_at) + 0u]);
+                                        zx0 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
+                                        const float sk_e41 = sk_bf16(x[(size_t)(zx_at) + 1u]);
+                                        zx1 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41);
+                                        const float sk_e42 = sk_bf16(x[(size_t)(zx_at) + 2u]);
+                                        zx2 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
+                                        const float sk_e43 = sk_bf16(x[(size_t)(zx_at) + 3u]);
+                                        zx3 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
+                                    } else {
+                                        sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
+                                    }
+                                    unsigned int li0 = (i0 + 0u);
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    unsigned int li1 = (i0 + 1u);
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    unsigned int li2 = (i0 + 2u);
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    unsigned int li3 = (i0 + 3u);
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        unsigned int cut_w0 = (cw4).x;
+                                        {
+                                            sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w1 = (cw4).y;
+                                        {
+                                            sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w2 = (cw4).z;
+                                        {
+                                            sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w3 = (cw4).w;
+                                        {
+                                            sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
+                                        }
+                                    }
+                                    cut_race = 0u;
                                 }
                             }
                             unsigned int part_n_above = 0u;
@@ -1479,12 +1606,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    const unsigned int sk_e34 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e34 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e34 + 0u)]))));
-                                    const unsigned int sk_e35 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e35 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e35 + 0u)]))));
-                                    const unsigned int sk_e36 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e36 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e36 + 0u)]))));
+                                    const unsigned int sk_e60 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)]))));
+                                    const unsigned int sk_e61 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)]))));
+                                    const unsigned int sk_e62 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1493,8 +1620,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const float sk_e37 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e37 > best) || ((sk_e37 == best) && (w_i < best_i)))) {
+                                        const float sk_e63 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e63 > best) || ((sk_e63 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1503,12 +1630,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const unsigned int sk_e39 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        const double sk_e38 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e39 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e39 + 0u)]))));
-                                        if (((sk_e38 > best64) || ((sk_e38 == best64) && (w_i64 < best64_i)))) {
+                                        const unsigned int sk_e65 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        const double sk_e64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e65 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e65 + 0u)]))));
+                                        if (((sk_e64 > best64) || ((sk_e64 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            const unsigned int sk_e40 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e40 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e40 + 0u)]))));
+                                            const unsigned int sk_e66 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e66 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e66 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1536,8 +1663,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 bool cut_listed = (short_all == 0u);
                                 bool cut_fits = (cut_listed && (n_range_all <= 2048u));
                                 bool cut_below_ends = ((max_below_all == 0u) || (w_below_all < mp));
-                                const unsigned int sk_e41 = (min_above_not_all ^ 4294967295u);
-                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e41 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e41 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
+                                const unsigned int sk_e67 = (min_above_not_all ^ 4294967295u);
+                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e67 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e67 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
                                 bool cut_sorted = (cut_sound && cut_fits);
                                 bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1727,8 +1854,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e43 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e43 ? tn64 : (((lim - sel_m) / (sk_e43 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e69 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e69 ? tn64 : (((lim - sel_m) / (sk_e69 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1781,8 +1908,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e44 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e44 < 464u) ? (select_scratch[min(sk_e44, 463u)]) : 0u));
+                                                const unsigned int sk_e70 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e70 < 464u) ? (select_scratch[min(sk_e70, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1836,7 +1963,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int rcol = listed_cols[(i + 2048u)];
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
+                                            const float sk_e72 = sk_bf16(x[(base + rcol)]);
+                                            float rz_x = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
+                                            float rz = (rz_x / temp);
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rov, noisy, row, rcol, best64, best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -1888,8 +2022,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int ri_p = (i / 640u);
                                             unsigned int ri_key = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e49 = (i / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((i - (sk_e49 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e75 = (i / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e75) * 1317u) + (5u + ((i - (sk_e75 * 640u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1998,8 +2132,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e51 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e51 ? tn64 : (((lim - sel_m) / (sk_e51 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e77 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e77 ? tn64 : (((lim - sel_m) / (sk_e77 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -2012,12 +2146,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e52 = (ti / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (5u + ((ti - (sk_e52 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e78 = (ti / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e78) * 1317u) + (5u + ((ti - (sk_e78 * 640u)) * 2u)))]);
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e53 = (ti / 640u);
-                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 1317u) + (6u + ((ti - (sk_e53 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e79 = (ti / 640u);
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e79) * 1317u) + (6u + ((ti - (sk_e79 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                         if ((tk != 0u)) {
                                             unsigned int t_in = (t_top - tk);
                                             unsigned int t_d = t_in;
@@ -2051,12 +2185,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e54 = (ti / 640u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e54) * 1317u) + (5u + ((ti - (sk_e54 * 640u)) * 2u)))]);
+                                                        const unsigned int sk_e80 = (ti / 640u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e80) * 1317u) + (5u + ((ti - (sk_e80 * 640u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e55 = (ti / 640u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e55) * 1317u) + (6u + ((ti - (sk_e55 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e81 = (ti / 640u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e81) * 1317u) + (6u + ((ti - (sk_e81 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2068,8 +2202,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e56 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e56 < 464u) ? (select_scratch[min(sk_e56, 463u)]) : 0u));
+                                                const unsigned int sk_e82 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e82 < 464u) ? (select_scratch[min(sk_e82, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -2103,12 +2237,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int ri_key = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e58 = (ti / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e58) * 1317u) + (5u + ((ti - (sk_e58 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e84 = (ti / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e84) * 1317u) + (5u + ((ti - (sk_e84 * 640u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e59 = (ti / 640u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e59) * 1317u) + (6u + ((ti - (sk_e59 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            const unsigned int sk_e85 = (ti / 640u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e85) * 1317u) + (6u + ((ti - (sk_e85 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2130,15 +2264,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int ri_p = (i / 640u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e60 = (i / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e60) * 1317u) + (5u + ((i - (sk_e60 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e86 = (i / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e86) * 1317u) + (5u + ((i - (sk_e86 * 640u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e61 = (i / 640u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e61) * 1317u) + (6u + ((i - (sk_e61 * 640u)) * 2u)))]);
+                                        const unsigned int sk_e87 = (i / 640u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
+                                            const float sk_e88 = sk_bf16(x[(base + rcol)]);
+                                            float rz_x = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
+                                            float rz = (rz_x / temp);
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rov, noisy, row, rcol, best64, best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -2148,8 +2289,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e65 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e65 ? tn64 : (((lim - sel_m) / (sk_e65 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e91 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e91 ? tn64 : (((lim - sel_m) / (sk_e91 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
@@ -2172,8 +2313,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e66 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e66 > best) || ((sk_e66 == best) && (w_i < best_i)))) {
+                                                    const float sk_e92 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e92 > best) || ((sk_e92 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2182,12 +2323,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e68 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    const double sk_e67 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e68 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e68 + 0u)]))));
-                                                    if (((sk_e67 > best64) || ((sk_e67 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e94 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    const double sk_e93 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e94 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e94 + 0u)]))));
+                                                    if (((sk_e93 > best64) || ((sk_e93 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e69 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e69 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e69 + 0u)]))));
+                                                        const unsigned int sk_e95 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e95 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e95 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2213,8 +2354,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols));
                                         unsigned int t_mine = 0u;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e70 = sk_bf16(x[(base + col)]);
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e70) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e70);
+                                            const float sk_e96 = sk_bf16(x[(base + col)]);
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2225,8 +2366,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         t_rank0 = sk_block_scan(t_mine);
                                         unsigned int t_rank = t_rank0;
                                         for (unsigned int col = t_first; col < t_last; col += 1u) {
-                                            const float sk_e71 = sk_bf16(x[(base + col)]);
-                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71);
+                                            const float sk_e97 = sk_bf16(x[(base + col)]);
+                                            float tz_x = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
@@ -2262,8 +2403,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e74 = sk_bf16(x[(base + ow_at)]);
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e74) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e74);
+                                        const float sk_e100 = sk_bf16(x[(base + ow_at)]);
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u));
@@ -2364,8 +2505,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int t_run = 0u;
                                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                             // built by kernels::select::choose_bin
-                                            const unsigned int sk_e75 = (t_lo + tj);
-                                            t_run = (t_run + ((sk_e75 < 464u) ? (select_scratch[min(sk_e75, 463u)]) : 0u));
+                                            const unsigned int sk_e101 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e101 < 464u) ? (select_scratch[min(sk_e101, 463u)]) : 0u));
                                         }
                                         unsigned int t_start = 0u;
                                         t_start = sk_block_scan(t_run);
@@ -2465,8 +2606,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e77 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e77) * 1317u) + (6u + ((gj - (sk_e77 * want)) * 2u)))];
+                                            const unsigned int sk_e103 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e103) * 1317u) + (6u + ((gj - (sk_e103 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2474,8 +2615,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e78 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e78 & 2147483648u) != 0u) ? (sk_e78 ^ 2147483648u) : (sk_e78 ^ 4294967295u)));
+                                    const unsigned int sk_e104 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -2512,9 +2653,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e80 = listed_cols[(1285u + r)];
-                                    const float sk_e79 = sk_bitcast<float>((((sk_e80 & 2147483648u) != 0u) ? (sk_e80 ^ 2147483648u) : (sk_e80 ^ 4294967295u)));
-                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e79 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e79 - row_m))));
+                                    const unsigned int sk_e106 = listed_cols[(1285u + r)];
+                                    const float sk_e105 = sk_bitcast<float>((((sk_e106 & 2147483648u) != 0u) ? (sk_e106 ^ 2147483648u) : (sk_e106 ^ 4294967295u)));
+                                    float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2534,148 +2675,148 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e82 = (col_hi - col_lo);
-                                        const float sk_e81 = sk_bf16(x[(base + (col_lo + ((li0 < sk_e82) ? li0 : (sk_e82 - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e81) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e81);
-                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e84 = (col_hi - col_lo);
-                                        const float sk_e83 = sk_bf16(x[(base + (col_lo + ((li1 < sk_e84) ? li1 : (sk_e84 - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83);
-                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e86 = (col_hi - col_lo);
-                                        const float sk_e85 = sk_bf16(x[(base + (col_lo + ((li2 < sk_e86) ? li2 : (sk_e86 - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e85) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e85);
-                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e88 = (col_hi - col_lo);
-                                        const float sk_e87 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e88) ? li3 : (sk_e88 - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e87) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e87);
-                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e90 = (col_hi - col_lo);
-                                        const float sk_e89 = sk_bf16(x[(base + (col_lo + ((li4 < sk_e90) ? li4 : (sk_e90 - 1u))))]);
-                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e89) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e89);
-                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e92 = (col_hi - col_lo);
-                                        const float sk_e91 = sk_bf16(x[(base + (col_lo + ((li5 < sk_e92) ? li5 : (sk_e92 - 1u))))]);
-                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e91) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e91);
-                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
-                                        const unsigned int sk_e94 = (col_hi - col_lo);
-                                        const float sk_e93 = sk_bf16(x[(base + (col_lo + ((li6 < sk_e94) ? li6 : (sk_e94 - 1u))))]);
-                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e93) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e93);
-                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
-                                        const unsigned int sk_e96 = (col_hi - col_lo);
-                                        const float sk_e95 = sk_bf16(x[(base + (col_lo + ((li7 < sk_e96) ? li7 : (sk_e96 - 1u))))]);
-                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e95) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e95);
-                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
-                                        const unsigned int sk_e98 = (col_hi - col_lo);
-                                        const float sk_e97 = sk_bf16(x[(base + (col_lo + ((li8 < sk_e98) ? li8 : (sk_e98 - 1u))))]);
-                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
-                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
-                                        const unsigned int sk_e100 = (col_hi - col_lo);
-                                        const float sk_e99 = sk_bf16(x[(base + (col_lo + ((li9 < sk_e100) ? li9 : (sk_e100 - 1u))))]);
-                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e99) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e99);
-                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
-                                        const unsigned int sk_e102 = (col_hi - col_lo);
-                                        const float sk_e101 = sk_bf16(x[(base + (col_lo + ((li10 < sk_e102) ? li10 : (sk_e102 - 1u))))]);
-                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101);
-                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
-                                        const unsigned int sk_e104 = (col_hi - col_lo);
-                                        const float sk_e103 = sk_bf16(x[(base + (col_lo + ((li11 < sk_e104) ? li11 : (sk_e104 - 1u))))]);
-                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e103) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e103);
-                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
-                                        const unsigned int sk_e106 = (col_hi - col_lo);
-                                        const float sk_e105 = sk_bf16(x[(base + (col_lo + ((li12 < sk_e106) ? li12 : (sk_e106 - 1u))))]);
-                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e105) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e105);
-                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
                                         const unsigned int sk_e108 = (col_hi - col_lo);
-                                        const float sk_e107 = sk_bf16(x[(base + (col_lo + ((li13 < sk_e108) ? li13 : (sk_e108 - 1u))))]);
-                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e107) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e107);
-                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        const float sk_e107 = sk_bf16(x[(base + (col_lo + ((li0 < sk_e108) ? li0 : (sk_e108 - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e107) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e107);
+                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                                         const unsigned int sk_e110 = (col_hi - col_lo);
-                                        const float sk_e109 = sk_bf16(x[(base + (col_lo + ((li14 < sk_e110) ? li14 : (sk_e110 - 1u))))]);
-                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109);
-                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        const float sk_e109 = sk_bf16(x[(base + (col_lo + ((li1 < sk_e110) ? li1 : (sk_e110 - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109);
+                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                                         const unsigned int sk_e112 = (col_hi - col_lo);
-                                        const float sk_e111 = sk_bf16(x[(base + (col_lo + ((li15 < sk_e112) ? li15 : (sk_e112 - 1u))))]);
-                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
+                                        const float sk_e111 = sk_bf16(x[(base + (col_lo + ((li2 < sk_e112) ? li2 : (sk_e112 - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111);
+                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                        const unsigned int sk_e114 = (col_hi - col_lo);
+                                        const float sk_e113 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e114) ? li3 : (sk_e114 - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113);
+                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
+                                        const unsigned int sk_e116 = (col_hi - col_lo);
+                                        const float sk_e115 = sk_bf16(x[(base + (col_lo + ((li4 < sk_e116) ? li4 : (sk_e116 - 1u))))]);
+                                        float zx4 = (((sk_bitcast<unsigned int>(sk_e115) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e115);
+                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
+                                        const unsigned int sk_e118 = (col_hi - col_lo);
+                                        const float sk_e117 = sk_bf16(x[(base + (col_lo + ((li5 < sk_e118) ? li5 : (sk_e118 - 1u))))]);
+                                        float zx5 = (((sk_bitcast<unsigned int>(sk_e117) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e117);
+                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
+                                        const unsigned int sk_e120 = (col_hi - col_lo);
+                                        const float sk_e119 = sk_bf16(x[(base + (col_lo + ((li6 < sk_e120) ? li6 : (sk_e120 - 1u))))]);
+                                        float zx6 = (((sk_bitcast<unsigned int>(sk_e119) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e119);
+                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                                        const unsigned int sk_e122 = (col_hi - col_lo);
+                                        const float sk_e121 = sk_bf16(x[(base + (col_lo + ((li7 < sk_e122) ? li7 : (sk_e122 - 1u))))]);
+                                        float zx7 = (((sk_bitcast<unsigned int>(sk_e121) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e121);
+                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                                        const unsigned int sk_e124 = (col_hi - col_lo);
+                                        const float sk_e123 = sk_bf16(x[(base + (col_lo + ((li8 < sk_e124) ? li8 : (sk_e124 - 1u))))]);
+                                        float zx8 = (((sk_bitcast<unsigned int>(sk_e123) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e123);
+                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                                        const unsigned int sk_e126 = (col_hi - col_lo);
+                                        const float sk_e125 = sk_bf16(x[(base + (col_lo + ((li9 < sk_e126) ? li9 : (sk_e126 - 1u))))]);
+                                        float zx9 = (((sk_bitcast<unsigned int>(sk_e125) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e125);
+                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                        const unsigned int sk_e128 = (col_hi - col_lo);
+                                        const float sk_e127 = sk_bf16(x[(base + (col_lo + ((li10 < sk_e128) ? li10 : (sk_e128 - 1u))))]);
+                                        float zx10 = (((sk_bitcast<unsigned int>(sk_e127) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e127);
+                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                        const unsigned int sk_e130 = (col_hi - col_lo);
+                                        const float sk_e129 = sk_bf16(x[(base + (col_lo + ((li11 < sk_e130) ? li11 : (sk_e130 - 1u))))]);
+                                        float zx11 = (((sk_bitcast<unsigned int>(sk_e129) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e129);
+                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        const unsigned int sk_e132 = (col_hi - col_lo);
+                                        const float sk_e131 = sk_bf16(x[(base + (col_lo + ((li12 < sk_e132) ? li12 : (sk_e132 - 1u))))]);
+                                        float zx12 = (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e131);
+                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        const unsigned int sk_e134 = (col_hi - col_lo);
+                                        const float sk_e133 = sk_bf16(x[(base + (col_lo + ((li13 < sk_e134) ? li13 : (sk_e134 - 1u))))]);
+                                        float zx13 = (((sk_bitcast<unsigned int>(sk_e133) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e133);
+                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        const unsigned int sk_e136 = (col_hi - col_lo);
+                                        const float sk_e135 = sk_bf16(x[(base + (col_lo + ((li14 < sk_e136) ? li14 : (sk_e136 - 1u))))]);
+                                        float zx14 = (((sk_bitcast<unsigned int>(sk_e135) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e135);
+                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        const unsigned int sk_e138 = (col_hi - col_lo);
+                                        const float sk_e137 = sk_bf16(x[(base + (col_lo + ((li15 < sk_e138) ? li15 : (sk_e138 - 1u))))]);
+                                        float zx15 = (((sk_bitcast<unsigned int>(sk_e137) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e137);
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e113 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e113 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e113 - row_m))))));
+                                            const float sk_e139 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e139 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e139 - row_m))))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e114 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e114 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e114 - row_m))))));
+                                            const float sk_e140 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e140 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e140 - row_m))))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e115 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e115 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e115 - row_m))))));
+                                            const float sk_e141 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e141 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e141 - row_m))))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e116 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e116 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e116 - row_m))))));
+                                            const float sk_e142 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e142 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e142 - row_m))))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e117 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e117 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e117 - row_m))))));
+                                            const float sk_e143 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e143 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e143 - row_m))))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e118 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e118 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e118 - row_m))))));
+                                            const float sk_e144 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e144 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e144 - row_m))))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e119 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e119 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e119 - row_m))))));
+                                            const float sk_e145 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e145 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e145 - row_m))))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e120 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e120 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e120 - row_m))))));
+                                            const float sk_e146 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e146 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e146 - row_m))))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e121 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e121 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e121 - row_m))))));
+                                            const float sk_e147 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e147 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e147 - row_m))))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e122 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e122 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e122 - row_m))))));
+                                            const float sk_e148 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e148 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e148 - row_m))))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e123 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e123 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e123 - row_m))))));
+                                            const float sk_e149 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e149 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e149 - row_m))))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e124 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e124 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e124 - row_m))))));
+                                            const float sk_e150 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e150 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e150 - row_m))))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e125 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e125 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e125 - row_m))))));
+                                            const float sk_e151 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e151 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e151 - row_m))))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e126 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e126 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e126 - row_m))))));
+                                            const float sk_e152 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e152 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e152 - row_m))))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e127 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e127 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e127 - row_m))))));
+                                            const float sk_e153 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e153 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e153 - row_m))))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e128 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e128 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e128 - row_m))))));
+                                            const float sk_e154 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e154 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e154 - row_m))))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2683,9 +2824,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e130 = listed_cols[(1285u + r)];
-                                        const float sk_e129 = sk_bitcast<float>((((sk_e130 & 2147483648u) != 0u) ? (sk_e130 ^ 2147483648u) : (sk_e130 ^ 4294967295u)));
-                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e129 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e129 - row_m))));
+                                        const unsigned int sk_e156 = listed_cols[(1285u + r)];
+                                        const float sk_e155 = sk_bitcast<float>((((sk_e156 & 2147483648u) != 0u) ? (sk_e156 ^ 2147483648u) : (sk_e156 ^ 4294967295u)));
+                                        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e155 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e155 - row_m))));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2700,10 +2841,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
-                                const unsigned int sk_e131 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = ((sk_bitcast<float>((((sk_e131 & 2147483648u) != 0u) ? (sk_e131 ^ 2147483648u) : (sk_e131 ^ 4294967295u))) - row_m) > (zt - row_m));
-                                const unsigned int sk_e132 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e132] & 2147483648u) != 0u) ? (listed_cols[sk_e132] ^ 2147483648u) : (listed_cols[sk_e132] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                                const unsigned int sk_e157 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = ((sk_bitcast<float>((((sk_e157 & 2147483648u) != 0u) ? (sk_e157 ^ 2147483648u) : (sk_e157 ^ 4294967295u))) - row_m) > (zt - row_m));
+                                const unsigned int sk_e158 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e158] & 2147483648u) != 0u) ? (listed_cols[sk_e158] ^ 2147483648u) : (listed_cols[sk_e158] ^ 4294967295u))) - row_m) > (zt - row_m)));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2752,16 +2893,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e133 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e133 + 1u)] == 1u) && (rows[(sk_e133 + 6u)] == 1u));
+                                    const unsigned int sk_e159 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e159 + 1u)] == 1u) && (rows[(sk_e159 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e134 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e134 & 2147483648u) != 0u) ? (sk_e134 ^ 2147483648u) : (sk_e134 ^ 4294967295u)));
+                                        const unsigned int sk_e160 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e160 & 2147483648u) != 0u) ? (sk_e160 ^ 2147483648u) : (sk_e160 ^ 4294967295u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2790,8 +2931,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     if (((flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        const float sk_e138 = sk_bf16(x[(base + ow_at)]);
-                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138);
+                                        const float sk_e164 = sk_bf16(x[(base + ow_at)]);
+                                        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e164) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e164);
                                         float ow_v = (ow_v_x / temp);
                                         if ((threadIdx.x == 0u)) {
                                             logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2808,21 +2949,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::left_out_kept
-                                        const unsigned int sk_e139 = (((slot * parts) + p) * 1317u);
-                                        unsigned int mo_lk = max(partials[(sk_e139 + 3u)], partials[(sk_e139 + 4u)]);
-                                        const float sk_e142 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e140 = ((sk_e142 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                                        const float sk_e141 = (sk_e142 - row_m);
-                                        const bool sk_e143 = (row_m == sk_bitcast<float>(4286578688u));
-                                        const bool sk_e144 = (row_m == sk_bitcast<float>(2139095040u));
-                                        if (((mo_lk != 0u) && (((sk_e144 ? sk_e140 : (sk_e143 ? (0.0f) : sk_exp(sk_e141))) > (0.0f)) && ((sk_e144 ? sk_e140 : (sk_e143 ? (0.0f) : sk_exp(sk_e141))) >= mp)))) {
+                                        const unsigned int sk_e165 = (((slot * parts) + p) * 1317u);
+                                        unsigned int mo_lk = max(partials[(sk_e165 + 3u)], partials[(sk_e165 + 4u)]);
+                                        const float sk_e168 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e166 = ((sk_e168 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                                        const float sk_e167 = (sk_e168 - row_m);
+                                        const bool sk_e169 = (row_m == sk_bitcast<float>(4286578688u));
+                                        const bool sk_e170 = (row_m == sk_bitcast<float>(2139095040u));
+                                        if (((mo_lk != 0u) && (((sk_e170 ? sk_e166 : (sk_e169 ? (0.0f) : sk_exp(sk_e167))) > (0.0f)) && ((sk_e170 ? sk_e166 : (sk_e169 ? (0.0f) : sk_exp(sk_e167))) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e145 = (row * 12u);
-                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e145 + 1u)] == 1u) && (rows[(sk_e145 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e171 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e171 + 1u)] == 1u) && (rows[(sk_e171 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2837,10 +2978,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
-                                                const unsigned int sk_e146 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e146 & 2147483648u) != 0u) ? (sk_e146 ^ 2147483648u) : (sk_e146 ^ 4294967295u)));
-                                                const float sk_e147 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
-                                                if (((sk_e147 > (0.0f)) && (sk_e147 >= mp))) {
+                                                const unsigned int sk_e172 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e172 & 2147483648u) != 0u) ? (sk_e172 ^ 2147483648u) : (sk_e172 ^ 4294967295u)));
+                                                const float sk_e173 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
+                                                if (((sk_e173 > (0.0f)) && (sk_e173 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i);
@@ -2868,8 +3009,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (((flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            const float sk_e150 = sk_bf16(x[(base + ow_at)]);
-                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e150) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e150);
+                                            const float sk_e176 = sk_bf16(x[(base + ow_at)]);
+                                            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e176) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e176);
                                             float ow_v = (ow_v_x / temp);
                                             if ((threadIdx.x == 0u)) {
                                                 logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u));
@@ -2897,17 +3038,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e151 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e151) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e151);
+                            const float sk_e177 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            float zx0 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e152 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e152) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e152);
+                            const float sk_e178 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            float zx1 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e153 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e153) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e153);
+                            const float sk_e179 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            float zx2 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e154 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e154) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e154);
+                            const float sk_e180 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            float zx3 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 unsigned int col = (col_lo + li0);
@@ -2951,8 +3092,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e155 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e155 : (sk_e155 - sel_a));
+                        const unsigned int sk_e181 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e181 : (sk_e181 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2968,28 +3109,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const float sk_e156 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156);
+                                    const float sk_e182 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
                                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const float sk_e157 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157);
+                                    const float sk_e183 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183);
                                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const float sk_e158 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158);
+                                    const float sk_e184 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e184) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e184);
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const float sk_e159 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159);
+                                    const float sk_e185 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
                                     }
                                 }
                             }
@@ -3002,8 +3143,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e160 = sk_bf16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160);
+                                const float sk_e186 = sk_bf16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3027,8 +3168,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filters::sweep_list
                                 unsigned int col = listed_cols[at];
-                                const float sk_e161 = sk_bf16(x[(base + col)]);
-                                float lx = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161);
+                                const float sk_e187 = sk_bf16(x[(base + col)]);
+                                float lx = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                 unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3068,8 +3209,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e162 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e162 == (sel_n + min(sel_tn, 64u))) || (!((sk_e162 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e188 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e188 == (sel_n + min(sel_tn, 64u))) || (!((sk_e188 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3119,8 +3260,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::filters::sweep_list
                                     unsigned int col = listed_cols[at];
-                                    const float sk_e163 = sk_bf16(x[(base + col)]);
-                                    float lx = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163);
+                                    const float sk_e189 = sk_bf16(x[(base + col)]);
+                                    float lx = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189);
                                     float zv = (lx / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                                     unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
@@ -3149,17 +3290,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e164 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e164) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e164);
+                                            const float sk_e190 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e190) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e190);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e165 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e165) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e165);
+                                            const float sk_e191 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e191) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e191);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e166 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166);
+                                            const float sk_e192 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e192) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e192);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e167 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167);
+                                            const float sk_e193 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3177,17 +3318,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                            const float sk_e168 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168);
+                                            const float sk_e194 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
                                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                            const float sk_e169 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169);
+                                            const float sk_e195 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
                                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                            const float sk_e170 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170);
+                                            const float sk_e196 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e196) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e196);
                                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                            const float sk_e171 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171);
+                                            const float sk_e197 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e197) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e197);
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                                             }
@@ -3320,8 +3461,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e173 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e173 ? tn64 : (((lim - sel_m) / (sk_e173 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e199 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e199 ? tn64 : (((lim - sel_m) / (sk_e199 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3345,28 +3486,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e174 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e174) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e174);
+                                            const float sk_e200 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e200);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e175 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e175) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e175);
+                                            const float sk_e201 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e176 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e176) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e176);
+                                            const float sk_e202 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e177 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177);
+                                            const float sk_e203 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e203) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e203);
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                                sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                                sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                                sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                                sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                             }
                                         }
                                     }
@@ -3380,8 +3521,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e178 = (row * 12u);
-                    if ((((rows[(sk_e178 + 1u)] == 1u) && (rows[(sk_e178 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e204 = (row * 12u);
+                    if ((((rows[(sk_e204 + 1u)] == 1u) && (rows[(sk_e204 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3398,28 +3539,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e179 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179);
+                                    const float sk_e205 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e205) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e205);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e180 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180);
+                                    const float sk_e206 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e206) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e206);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e181 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181);
+                                    const float sk_e207 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e207) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e207);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e182 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e182) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e182);
+                                    const float sk_e208 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e208) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e208);
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                 }
                             }
@@ -3464,13 +3605,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e183 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e183 & 2147483648u) != 0u) ? (sk_e183 ^ 2147483648u) : (sk_e183 ^ 4294967295u)));
+                                const unsigned int sk_e209 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e209 & 2147483648u) != 0u) ? (sk_e209 ^ 2147483648u) : (sk_e209 ^ 4294967295u)));
                                 double s64 = ((double)rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e184 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e184 + 8u)], rows[(sk_e184 + 9u)], rows[(sk_e184 + 10u)], r)));
+                                    const unsigned int sk_e210 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e210 + 8u)], rows[(sk_e210 + 9u)], rows[(sk_e210 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3511,28 +3652,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                             unsigned int li0 = (c0 + 0u);
-                                            const float sk_e185 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185);
+                                            const float sk_e211 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                            float zx0 = (((sk_bitcast<unsigned int>(sk_e211) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e211);
                                             unsigned int li1 = (c0 + 1u);
-                                            const float sk_e186 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
+                                            const float sk_e212 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                            float zx1 = (((sk_bitcast<unsigned int>(sk_e212) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e212);
                                             unsigned int li2 = (c0 + 2u);
-                                            const float sk_e187 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
+                                            const float sk_e213 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                            float zx2 = (((sk_bitcast<unsigned int>(sk_e213) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e213);
                                             unsigned int li3 = (c0 + 3u);
-                                            const float sk_e188 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e188) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e188);
+                                            const float sk_e214 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                            float zx3 = (((sk_bitcast<unsigned int>(sk_e214) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e214);
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li0, zx0, temp, mx, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li1, zx1, temp, mx, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li2, zx2, temp, mx, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li3, zx3, temp, mx, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, rk_mine);
                                             }
                                         }
                                     }
@@ -3552,28 +3693,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                         unsigned int li0 = (c0 + 0u);
-                                        const float sk_e189 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189);
+                                        const float sk_e215 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                        float zx0 = (((sk_bitcast<unsigned int>(sk_e215) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e215);
                                         unsigned int li1 = (c0 + 1u);
-                                        const float sk_e190 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e190) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e190);
+                                        const float sk_e216 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                        float zx1 = (((sk_bitcast<unsigned int>(sk_e216) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e216);
                                         unsigned int li2 = (c0 + 2u);
-                                        const float sk_e191 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e191) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e191);
+                                        const float sk_e217 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                        float zx2 = (((sk_bitcast<unsigned int>(sk_e217) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e217);
                                         unsigned int li3 = (c0 + 3u);
-                                        const float sk_e192 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e192) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e192);
+                                        const float sk_e218 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                        float zx3 = (((sk_bitcast<unsigned int>(sk_e218) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e218);
                                         if ((li0 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                     }
                                 }
@@ -3605,28 +3746,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e193 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193);
+                                    const float sk_e219 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e219) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e219);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e194 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e194) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e194);
+                                    const float sk_e220 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e220) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e220);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e195 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195);
+                                    const float sk_e221 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e221) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e221);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e196 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e196) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e196);
+                                    const float sk_e222 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e222) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e222);
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                 }
                             }
@@ -3648,17 +3789,17 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e201 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201);
+                                    const float sk_e227 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e227) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e227);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e202 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202);
+                                    const float sk_e228 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e228) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e228);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e203 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e203) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e203);
+                                    const float sk_e229 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e229) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e229);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e204 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e204) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e204);
+                                    const float sk_e230 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e230) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e230);
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3678,8 +3819,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e205 = sk_gumbel((w).x);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e205 : (zv + sk_e205)) : zv);
+                                            const float sk_e231 = sk_gumbel((w).x);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e231 : (zv + sk_e231)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3702,8 +3843,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e206 = sk_gumbel((w).y);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e206 : (zv + sk_e206)) : zv);
+                                            const float sk_e232 = sk_gumbel((w).y);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e232 : (zv + sk_e232)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3726,8 +3867,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e207 = sk_gumbel((w).z);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e207 : (zv + sk_e207)) : zv);
+                                            const float sk_e233 = sk_gumbel((w).z);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e233 : (zv + sk_e233)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3750,8 +3891,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            const float sk_e208 = sk_gumbel((w).w);
-                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e208 : (zv + sk_e208)) : zv);
+                                            const float sk_e234 = sk_gumbel((w).w);
+                                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e234 : (zv + sk_e234)) : zv);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3785,8 +3926,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                         // built by kernels::abi::write_results_as
                         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e209 = sk_bf16(x[(base + tok_at)]);
-                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e209) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e209) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e235 = sk_bf16(x[(base + tok_at)]);
+                            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e235) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e235) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

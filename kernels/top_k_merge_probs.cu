@@ -40,8 +40,8 @@ __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned i
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
 
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned long long sk_red_u64[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
@@ -57,30 +57,6 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
-__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = ov > sk_v ? ov : sk_v;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_u32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = ov > sk_v ? ov : sk_v;
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_u32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const unsigned int sk_r = sk_red_u32[32];
-    __syncthreads();
-    return sk_r;
-}
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
@@ -102,6 +78,30 @@ __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     }
     __syncthreads();
     const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
     __syncthreads();
     return sk_r;
 }
@@ -702,6 +702,47 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     nb = (nb + cnt_s15); \
     mb = (mb + mas_s15); \
 }
+#define sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::for_each_quad */ \
+    unsigned int col = (col_lo + li0); \
+    float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+    float cov = cz; \
+    float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
+    if ((cw > (0.0f))) { \
+        /* built by kernels::filter_top_p::cut_part */ \
+        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
+        unsigned long long cmv = sk_fixed(cw); \
+        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
+        if ((cg < cut_lo)) { \
+            n_above = (n_above + 1u); \
+            m_above = (m_above + cmv); \
+            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            if ((cw >= mp)) { \
+                cut_race = (cut_race | sk_c0); \
+            } \
+        } else { \
+            if ((cg <= cut_hi)) { \
+                n_range = (n_range + 1u); \
+                m_range = (m_range + cmv); \
+                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
+                max_range = max(max_range, ck); \
+                if ((cw >= mp)) { \
+                    cut_race = (cut_race | sk_c1); \
+                } \
+                unsigned int cut_at = 0u; \
+                cut_at = atomicAdd(&cut_listing[0u], 1u); \
+                if ((cut_at < 640u)) { \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
+                } \
+            } else { \
+                m_below = (m_below + cmv); \
+                max_below = max(max_below, ck); \
+                w_below = fmaxf(w_below, cw); \
+            } \
+        } \
+    } \
+}
 #define sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept) { \
     /* built by kernels::filters::sweep_set */ \
     wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f)); \
@@ -718,7 +759,29 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     kept = in_set; \
 }
-#define sk_read_step_4(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at) { \
+#define sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, sk_c0, sk_c1, sk_c2, sk_c3, sk_c4, sk_c5, best, bestr, best_i, bestr_i) { \
+    /* built by kernels::filter_top_p::cut_part */ \
+    bool cut_above = ((cut_race & sk_c0) != 0u); \
+    float cut_may_edge = ((cut_above ? fmaxf(best, cut_floor) : bestr) * sk_uniform((cut_w0 ^ 4294967295u))); \
+    bool cut_may = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < sk_bitcast<float>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge))); \
+    if ((cut_may && ((cut_race & sk_c1) != 0u))) { \
+        float score = ((((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)) / sk_exponential(cut_w0)); \
+        if (cut_above) { \
+            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) { \
+                /* built by kernels::filter_top_k::keep_lower */ \
+                best = score; \
+                best_i = ((col_lo + i0) + sk_c3); \
+            } \
+        } else { \
+            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) { \
+                /* built by kernels::filter_top_k::keep_lower */ \
+                bestr = score; \
+                bestr_i = ((col_lo + i0) + sk_c5); \
+            } \
+        } \
+    } \
+}
+#define sk_read_step_3(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -739,7 +802,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         list_at = (list_at + 1u); \
     } \
 }
-#define sk_read_step_5(col_lo, li0, zx0, s_key, mx, mine) { \
+#define sk_read_step_4(col_lo, li0, zx0, s_key, mx, mine) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -782,10 +845,10 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
         sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
     } \
-    const float sk_e34 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))); \
+    const float sk_e40 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))); \
     { \
         const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = sk_fixed(((sk_e34 == cut_mx) ? (1.0f) : (sk_e34 / cut_mx))); \
+        const unsigned long long sk_add = sk_fixed(((sk_e40 == cut_mx) ? (1.0f) : (sk_e40 / cut_mx))); \
         sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
         sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
         sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
@@ -804,7 +867,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
     } \
 }
-#define sk_read_step_6(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found) { \
+#define sk_read_step_5(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -821,7 +884,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         rk_seen = (rk_seen + 1u); \
     } \
 }
-#define sk_read_step_7(col_lo, li0, zx0, rk_key, rk_mine) { \
+#define sk_read_step_6(col_lo, li0, zx0, rk_key, rk_mine) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -840,13 +903,24 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double s64 = sk_log64(((double)zv)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e127 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], col))); \
+        const unsigned int sk_e133 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e133 + 8u)], rows[(sk_e133 + 9u)], rows[(sk_e133 + 10u)], col))); \
     } \
     if (((s64 > best64) || (best64_i == 4294967295u))) { \
         /* built by kernels::filters::keep_best */ \
         best64 = s64; \
         best64_i = col; \
+    } \
+}
+#define sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
+    uint4 w4 = sk_philox(make_uint4(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
+    const unsigned int sk_e46 = (rcol & 3u); \
+    float score = (rz / sk_exponential(((sk_e46 == 3u) ? ((w4).w) : ((sk_e46 == 2u) ? ((w4).z) : ((sk_e46 == 1u) ? ((w4).y) : ((w4).x)))))); \
+    if (((score > best) || ((score == best) && (rcol < best_i)))) { \
+        /* built by kernels::filter_top_k::keep_lower */ \
+        best = score; \
+        best_i = rcol; \
     } \
 }
 #define sk_decide(t_chosen, t_bin_above, t_bin_at, t_top, t_want, t_above, t_at, t_from, t_key, t_list_lo, t_list_width, t_listed, t_need, t_span, t_more) { \
@@ -900,8 +974,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     /* built by kernels::filters::select_step */ \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e35 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e35 ? tn64 : (((lim - sel_m) / (sk_e35 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e41 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e41 ? tn64 : (((lim - sel_m) / (sk_e41 ? 1ull : tie_v)) + 1ull)))); \
     lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v))); \
     sel_key = 0u; \
     sel_mask = 0u; \
@@ -912,8 +986,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
 }
 #define sk_choose_bin(t_lo, tj, t_want, t_above, t_run) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e38 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e38 < 464u) ? (select_scratch[min(sk_e38, 463u)]) : 0u); \
+    const unsigned int sk_e44 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e44 < 464u) ? (select_scratch[min(sk_e44, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         select_scratch[507u] = ((t_lo + tj) + 1u); \
         select_scratch[508u] = (t_run - t_above); \
@@ -921,7 +995,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     t_run = (t_run + t_c); \
 }
-#define sk_read_step_8(col_lo, li0, zx0, m) { \
+#define sk_read_step_7(col_lo, li0, zx0, m) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     if (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u)))) { \
@@ -956,18 +1030,18 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         select_scratch[t_slot] = tk; \
     } \
 }
-#define sk_merge_row(rz, noisy, row, r, best64, best64_i) { \
-    /* built by kernels::filter_top_k::merge_row */ \
+#define sk_race_one_2(rz, noisy, row, rcol, best64, best64_i) { \
+    /* built by kernels::filter_top_k::race_one */ \
     double s64 = sk_log64(((double)rz)); \
     if (noisy) { \
         /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e109 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], r))); \
+        const unsigned int sk_e45 = (row * 12u); \
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], rcol))); \
     } \
-    if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) { \
+    if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) { \
         /* built by kernels::filter_top_k::keep_lower */ \
         best64 = s64; \
-        best64_i = r; \
+        best64_i = rcol; \
     } \
 }
 #define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
@@ -987,7 +1061,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
             min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
             if ((cw >= mp)) { \
                 { \
-                    sk_merge_row(cz, noisy, row, col, best64, best64_i); \
+                    sk_race_one_2(cz, noisy, row, col, best64, best64_i); \
                 } \
             } \
         } else { \
@@ -998,7 +1072,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 max_range = max(max_range, ck); \
                 if ((cw >= mp)) { \
                     { \
-                        sk_merge_row(cz, noisy, row, col, bestr64, bestr64_i); \
+                        sk_race_one_2(cz, noisy, row, col, bestr64, bestr64_i); \
                     } \
                 } \
                 unsigned int cut_at = 0u; \
@@ -1078,7 +1152,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
     } \
 }
-#define sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank) { \
+#define sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -1095,7 +1169,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_gather(key); \
     } \
 }
-#define sk_read_step_10(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
+#define sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
@@ -1110,80 +1184,6 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     if (kept) { \
         sk_race_sweep(zv, noisy, row, col, best64, best64_i); \
-    } \
-}
-#define sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i) { \
-    /* built by kernels::filter_top_k::race_one */ \
-    uint4 w4 = sk_philox(make_uint4(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-    const unsigned int sk_e119 = (mo_col & 3u); \
-    float score = (mo_z / sk_exponential(((sk_e119 == 3u) ? ((w4).w) : ((sk_e119 == 2u) ? ((w4).z) : ((sk_e119 == 1u) ? ((w4).y) : ((w4).x)))))); \
-    if (((score > best) || ((score == best) && (mo_col < best_i)))) { \
-        /* built by kernels::filter_top_k::keep_lower */ \
-        best = score; \
-        best_i = mo_col; \
-    } \
-}
-#define sk_read_step_3(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    float cov = cz; \
-    float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
-        unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
-        if ((cg < cut_lo)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
-            if ((cw >= mp)) { \
-                { \
-                    sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, best, best_i); \
-                } \
-            } \
-        } else { \
-            if ((cg <= cut_hi)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
-                if ((cw >= mp)) { \
-                    { \
-                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, bestr, bestr_i); \
-                    } \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
-            } \
-        } \
-    } \
-}
-#define sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
-    /* built by kernels::filter_top_p::select_in_range */ \
-    float rz_x = x[(base + rcol)]; \
-    float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f)); \
-    if (cut_seeded) { \
-        sk_merge_row(rz, noisy, row, rcol, best64, best64_i); \
-    } else { \
-        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
-    } \
-}
-#define sk_tied_range(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i) { \
-    /* built by kernels::filter_top_p::tied_range */ \
-    if (cut_seeded) { \
-        sk_merge_row(tz, noisy, row, col, best64, best64_i); \
-    } else { \
-        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
     } \
 }
 
@@ -1297,32 +1297,152 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 }
                             } else {
                                 // built by kernels::filter_top_p::cut_part
-                                for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const unsigned int sk_e14 = (col_hi - col_lo);
-                                    float zx0 = x[(base + (col_lo + ((li0 < sk_e14) ? li0 : (sk_e14 - 1u))))];
-                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const unsigned int sk_e15 = (col_hi - col_lo);
-                                    float zx1 = x[(base + (col_lo + ((li1 < sk_e15) ? li1 : (sk_e15 - 1u))))];
-                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const unsigned int sk_e16 = (col_hi - col_lo);
-                                    float zx2 = x[(base + (col_lo + ((li2 < sk_e16) ? li2 : (sk_e16 - 1u))))];
-                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const unsigned int sk_e17 = (col_hi - col_lo);
-                                    float zx3 = x[(base + (col_lo + ((li3 < sk_e17) ? li3 : (sk_e17 - 1u))))];
+                                float cut_floor = sk_bitcast<float>(4286578688u);
+                                unsigned int cut_race = 0u;
+                                {
+                                    // built by kernels::filter_values::for_each_quad
+                                    unsigned int i0 = (threadIdx.x * 4u);
+                                    float zx0 = (0.0f);
+                                    float zx1 = (0.0f);
+                                    float zx2 = (0.0f);
+                                    float zx3 = (0.0f);
+                                    unsigned int zx_at = (base + (col_lo + i0));
+                                    const unsigned int sk_e14 = (col_lo + i0);
+                                    if (((sk_e14 < col_hi) && ((col_hi - sk_e14) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        zx0 = x[(size_t)(zx_at) + 0u];
+                                        zx1 = x[(size_t)(zx_at) + 1u];
+                                        zx2 = x[(size_t)(zx_at) + 2u];
+                                        zx3 = x[(size_t)(zx_at) + 3u];
+                                    } else {
+                                        // built by kernels::abi::load_quad_as
+                                        const unsigned int sk_e16 = ((col_lo + i0) + 0u);
+                                        const bool sk_e15 = (sk_e16 < col_hi);
+                                        zx0 = (sk_e15 ? (x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]) : (0.0f));
+                                        const unsigned int sk_e18 = ((col_lo + i0) + 1u);
+                                        const bool sk_e17 = (sk_e18 < col_hi);
+                                        zx1 = (sk_e17 ? (x[(base + (sk_e17 ? sk_e18 : (col_hi - 1u)))]) : (0.0f));
+                                        const unsigned int sk_e20 = ((col_lo + i0) + 2u);
+                                        const bool sk_e19 = (sk_e20 < col_hi);
+                                        zx2 = (sk_e19 ? (x[(base + (sk_e19 ? sk_e20 : (col_hi - 1u)))]) : (0.0f));
+                                        const unsigned int sk_e22 = ((col_lo + i0) + 3u);
+                                        const bool sk_e21 = (sk_e22 < col_hi);
+                                        zx3 = (sk_e21 ? (x[(base + (sk_e21 ? sk_e22 : (col_hi - 1u)))]) : (0.0f));
+                                    }
+                                    unsigned int li0 = (i0 + 0u);
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    unsigned int li1 = (i0 + 1u);
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    unsigned int li2 = (i0 + 2u);
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    unsigned int li3 = (i0 + 3u);
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                                     }
+                                    uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        unsigned int cut_w0 = (cw4).x;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
+                                        }
+                                    }
+                                    float cut_first = (0.0f);
+                                    cut_first = sk_block_max_f32(best);
+                                    cut_floor = cut_first;
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        unsigned int cut_w1 = (cw4).y;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w2 = (cw4).z;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w3 = (cw4).w;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
+                                        }
+                                    }
+                                    float cut_step = (0.0f);
+                                    cut_step = sk_block_max_f32(best);
+                                    cut_floor = cut_step;
+                                    cut_race = 0u;
+                                }
+                                for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                    // built by kernels::filter_values::for_each_quad
+                                    float zx0 = (0.0f);
+                                    float zx1 = (0.0f);
+                                    float zx2 = (0.0f);
+                                    float zx3 = (0.0f);
+                                    unsigned int zx_at = (base + (col_lo + i0));
+                                    const unsigned int sk_e23 = (col_lo + i0);
+                                    if (((sk_e23 < col_hi) && ((col_hi - sk_e23) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        zx0 = x[(size_t)(zx_at) + 0u];
+                                        zx1 = x[(size_t)(zx_at) + 1u];
+                                        zx2 = x[(size_t)(zx_at) + 2u];
+                                        zx3 = x[(size_t)(zx_at) + 3u];
+                                    } else {
+                                        // built by kernels::abi::load_quad_as
+                                        const unsigned int sk_e25 = ((col_lo + i0) + 0u);
+                                        const bool sk_e24 = (sk_e25 < col_hi);
+                                        zx0 = (sk_e24 ? (x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]) : (0.0f));
+                                        const unsigned int sk_e27 = ((col_lo + i0) + 1u);
+                                        const bool sk_e26 = (sk_e27 < col_hi);
+                                        zx1 = (sk_e26 ? (x[(base + (sk_e26 ? sk_e27 : (col_hi - 1u)))]) : (0.0f));
+                                        const unsigned int sk_e29 = ((col_lo + i0) + 2u);
+                                        const bool sk_e28 = (sk_e29 < col_hi);
+                                        zx2 = (sk_e28 ? (x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]) : (0.0f));
+                                        const unsigned int sk_e31 = ((col_lo + i0) + 3u);
+                                        const bool sk_e30 = (sk_e31 < col_hi);
+                                        zx3 = (sk_e30 ? (x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]) : (0.0f));
+                                    }
+                                    unsigned int li0 = (i0 + 0u);
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    unsigned int li1 = (i0 + 1u);
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    unsigned int li2 = (i0 + 2u);
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    unsigned int li3 = (i0 + 3u);
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    }
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        unsigned int cut_w0 = (cw4).x;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w1 = (cw4).y;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w2 = (cw4).z;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
+                                        }
+                                        unsigned int cut_w3 = (cw4).w;
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
+                                        }
+                                    }
+                                    cut_race = 0u;
                                 }
                             }
                             unsigned int part_n_above = 0u;
@@ -1450,12 +1570,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    const unsigned int sk_e26 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e26 + 0u)]))));
-                                    const unsigned int sk_e27 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e27 + 0u)]))));
-                                    const unsigned int sk_e28 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e28 + 0u)]))));
+                                    const unsigned int sk_e32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 0u)]))));
+                                    const unsigned int sk_e33 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e33 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e33 + 0u)]))));
+                                    const unsigned int sk_e34 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e34 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e34 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1464,8 +1584,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const float sk_e29 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e29 > best) || ((sk_e29 == best) && (w_i < best_i)))) {
+                                        const float sk_e35 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e35 > best) || ((sk_e35 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1474,12 +1594,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        const unsigned int sk_e31 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        const double sk_e30 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e31 + 0u)]))));
-                                        if (((sk_e30 > best64) || ((sk_e30 == best64) && (w_i64 < best64_i)))) {
+                                        const unsigned int sk_e37 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        const double sk_e36 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e37 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e37 + 0u)]))));
+                                        if (((sk_e36 > best64) || ((sk_e36 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            const unsigned int sk_e32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e32 + 0u)]))));
+                                            const unsigned int sk_e38 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e38 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e38 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1507,8 +1627,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 bool cut_listed = (short_all == 0u);
                                 bool cut_fits = (cut_listed && (n_range_all <= 2048u));
                                 bool cut_below_ends = ((max_below_all == 0u) || (w_below_all < mp));
-                                const unsigned int sk_e33 = (min_above_not_all ^ 4294967295u);
-                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e33 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e33 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
+                                const unsigned int sk_e39 = (min_above_not_all ^ 4294967295u);
+                                bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e39 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e39 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)));
                                 bool cut_sorted = (cut_sound && cut_fits);
                                 bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1698,8 +1818,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e36 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e36 ? tn64 : (((lim - sel_m) / (sk_e36 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e42 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e42 ? tn64 : (((lim - sel_m) / (sk_e42 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1752,8 +1872,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e37 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e37 < 464u) ? (select_scratch[min(sk_e37, 463u)]) : 0u));
+                                                const unsigned int sk_e43 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e43 < 464u) ? (select_scratch[min(sk_e43, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -1807,7 +1927,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int rcol = listed_cols[(i + 2048u)];
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
+                                            float rz_x = x[(base + rcol)];
+                                            float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f));
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rz, noisy, row, rcol, best64, best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -1859,8 +1985,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int ri_p = (i / 640u);
                                             unsigned int ri_key = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                const unsigned int sk_e41 = (i / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e41) * 1317u) + (5u + ((i - (sk_e41 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e47 = (i / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((i - (sk_e47 * 640u)) * 2u)))]);
                                             }
                                             unsigned int dk = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -1969,8 +2095,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     }
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e44 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e44 ? tn64 : (((lim - sel_m) / (sk_e44 ? 1ull : tie_v)) + 1ull))));
+                                    const bool sk_e50 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e50 ? tn64 : (((lim - sel_m) / (sk_e50 ? 1ull : tie_v)) + 1ull))));
                                     unsigned int t_top = 4294967295u;
                                     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::select::clear
@@ -1983,12 +2109,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int ri_key = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            const unsigned int sk_e45 = (ti / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e45) * 1317u) + (5u + ((ti - (sk_e45 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e51 = (ti / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((ti - (sk_e51 * 640u)) * 2u)))]);
                                         }
                                         unsigned int tk_key = ri_key;
-                                        const unsigned int sk_e46 = (ti / 640u);
-                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e46) * 1317u) + (6u + ((ti - (sk_e46 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                        const unsigned int sk_e52 = (ti / 640u);
+                                        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((ti - (sk_e52 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                         if ((tk != 0u)) {
                                             unsigned int t_in = (t_top - tk);
                                             unsigned int t_d = t_in;
@@ -2022,12 +2148,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                     unsigned int ri_key = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        const unsigned int sk_e47 = (ti / 640u);
-                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((ti - (sk_e47 * 640u)) * 2u)))]);
+                                                        const unsigned int sk_e53 = (ti / 640u);
+                                                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 1317u) + (5u + ((ti - (sk_e53 * 640u)) * 2u)))]);
                                                     }
                                                     unsigned int tk_key = ri_key;
-                                                    const unsigned int sk_e48 = (ti / 640u);
-                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e48) * 1317u) + (6u + ((ti - (sk_e48 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                                    const unsigned int sk_e54 = (ti / 640u);
+                                                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e54) * 1317u) + (6u + ((ti - (sk_e54 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2039,8 +2165,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int t_run = 0u;
                                             for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                                 // built by kernels::select::choose_bin
-                                                const unsigned int sk_e49 = (t_lo + tj);
-                                                t_run = (t_run + ((sk_e49 < 464u) ? (select_scratch[min(sk_e49, 463u)]) : 0u));
+                                                const unsigned int sk_e55 = (t_lo + tj);
+                                                t_run = (t_run + ((sk_e55 < 464u) ? (select_scratch[min(sk_e55, 463u)]) : 0u));
                                             }
                                             unsigned int t_start = 0u;
                                             t_start = sk_block_scan(t_run);
@@ -2074,12 +2200,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int ri_key = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                const unsigned int sk_e51 = (ti / 640u);
-                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((ti - (sk_e51 * 640u)) * 2u)))]);
+                                                const unsigned int sk_e57 = (ti / 640u);
+                                                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e57) * 1317u) + (5u + ((ti - (sk_e57 * 640u)) * 2u)))]);
                                             }
                                             unsigned int tk_key = ri_key;
-                                            const unsigned int sk_e52 = (ti / 640u);
-                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((ti - (sk_e52 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
+                                            const unsigned int sk_e58 = (ti / 640u);
+                                            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e58) * 1317u) + (6u + ((ti - (sk_e58 * 640u)) * 2u)))]) ^ 4294967295u) : 0u);
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2101,15 +2227,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int ri_p = (i / 640u);
                                         unsigned int ri_key = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            const unsigned int sk_e53 = (i / 640u);
-                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e53) * 1317u) + (5u + ((i - (sk_e53 * 640u)) * 2u)))]);
+                                            const unsigned int sk_e59 = (i / 640u);
+                                            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e59) * 1317u) + (5u + ((i - (sk_e59 * 640u)) * 2u)))]);
                                         }
                                         unsigned int rk = ri_key;
-                                        const unsigned int sk_e54 = (i / 640u);
-                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e54) * 1317u) + (6u + ((i - (sk_e54 * 640u)) * 2u)))]);
+                                        const unsigned int sk_e60 = (i / 640u);
+                                        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e60) * 1317u) + (6u + ((i - (sk_e60 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
+                                            float rz_x = x[(base + rcol)];
+                                            float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f));
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rz, noisy, row, rcol, best64, best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -2119,10 +2251,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     sel_tm = m_range_all;
                                     unsigned long long tn64 = ((unsigned long long)sel_tn);
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                                    const bool sk_e57 = (tie_v == 0ull);
-                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e57 ? tn64 : (((lim - sel_m) / (sk_e57 ? 1ull : tie_v)) + 1ull))));
-                                    const float sk_e58 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
-                                    unsigned int t_kept = ((((sk_e58 == cut_mx) ? (1.0f) : (sk_e58 / cut_mx)) >= mp) ? ties : 0u);
+                                    const bool sk_e63 = (tie_v == 0ull);
+                                    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e63 ? tn64 : (((lim - sel_m) / (sk_e63 ? 1ull : tie_v)) + 1ull))));
+                                    const float sk_e64 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                    unsigned int t_kept = ((((sk_e64 == cut_mx) ? (1.0f) : (sk_e64 / cut_mx)) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
                                     unsigned int t_base = 0u;
@@ -2144,8 +2276,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const float sk_e59 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e59 > best) || ((sk_e59 == best) && (w_i < best_i)))) {
+                                                    const float sk_e65 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e65 > best) || ((sk_e65 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2154,12 +2286,12 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    const unsigned int sk_e61 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    const double sk_e60 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)]))));
-                                                    if (((sk_e60 > best64) || ((sk_e60 == best64) && (w_i64 < best64_i)))) {
+                                                    const unsigned int sk_e67 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    const double sk_e66 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e67 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e67 + 0u)]))));
+                                                    if (((sk_e66 > best64) || ((sk_e66 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        const unsigned int sk_e62 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 0u)]))));
+                                                        const unsigned int sk_e68 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e68 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e68 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2201,7 +2333,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             float tov = tz;
                                             if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                                                 if ((t_rank < t_cut_left)) {
-                                                    sk_tied_range(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
+                                                    if (cut_seeded) {
+                                                        sk_race_one_2(tz, noisy, row, col, best64, best64_i);
+                                                    } else {
+                                                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i);
+                                                    }
                                                 }
                                                 t_rank = (t_rank + 1u);
                                             }
@@ -2324,8 +2460,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int t_run = 0u;
                                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                                             // built by kernels::select::choose_bin
-                                            const unsigned int sk_e65 = (t_lo + tj);
-                                            t_run = (t_run + ((sk_e65 < 464u) ? (select_scratch[min(sk_e65, 463u)]) : 0u));
+                                            const unsigned int sk_e71 = (t_lo + tj);
+                                            t_run = (t_run + ((sk_e71 < 464u) ? (select_scratch[min(sk_e71, 463u)]) : 0u));
                                         }
                                         unsigned int t_start = 0u;
                                         t_start = sk_block_scan(t_run);
@@ -2425,8 +2561,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            const unsigned int sk_e67 = (gj / want);
-                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e67) * 1317u) + (6u + ((gj - (sk_e67 * want)) * 2u)))];
+                                            const unsigned int sk_e73 = (gj / want);
+                                            listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e73) * 1317u) + (6u + ((gj - (sk_e73 * want)) * 2u)))];
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2434,8 +2570,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_sel = (t_above + t_take);
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e68 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e68 & 2147483648u) != 0u) ? (sk_e68 ^ 2147483648u) : (sk_e68 ^ 4294967295u)));
+                                    const unsigned int sk_e74 = listed_cols[(0u + i)];
+                                    float zi = sk_bitcast<float>((((sk_e74 & 2147483648u) != 0u) ? (sk_e74 ^ 2147483648u) : (sk_e74 ^ 4294967295u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -2472,9 +2608,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_lo = 0u;
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                    const unsigned int sk_e70 = listed_cols[(1285u + r)];
-                                    const float sk_e69 = sk_bitcast<float>((((sk_e70 & 2147483648u) != 0u) ? (sk_e70 ^ 2147483648u) : (sk_e70 ^ 4294967295u)));
-                                    float wr = ((sk_e69 == row_m) ? (1.0f) : (sk_e69 / row_m));
+                                    const unsigned int sk_e76 = listed_cols[(1285u + r)];
+                                    const float sk_e75 = sk_bitcast<float>((((sk_e76 & 2147483648u) != 0u) ? (sk_e76 ^ 2147483648u) : (sk_e76 ^ 4294967295u)));
+                                    float wr = ((sk_e75 == row_m) ? (1.0f) : (sk_e75 / row_m));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     float bf = sk_fixed_f32(br);
@@ -2494,132 +2630,132 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                        const unsigned int sk_e71 = (col_hi - col_lo);
-                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e71) ? li0 : (sk_e71 - 1u))))];
-                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                        const unsigned int sk_e72 = (col_hi - col_lo);
-                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e72) ? li1 : (sk_e72 - 1u))))];
-                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                        const unsigned int sk_e73 = (col_hi - col_lo);
-                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e73) ? li2 : (sk_e73 - 1u))))];
-                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                        const unsigned int sk_e74 = (col_hi - col_lo);
-                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e74) ? li3 : (sk_e74 - 1u))))];
-                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
-                                        const unsigned int sk_e75 = (col_hi - col_lo);
-                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e75) ? li4 : (sk_e75 - 1u))))];
-                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
-                                        const unsigned int sk_e76 = (col_hi - col_lo);
-                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e76) ? li5 : (sk_e76 - 1u))))];
-                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
                                         const unsigned int sk_e77 = (col_hi - col_lo);
-                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e77) ? li6 : (sk_e77 - 1u))))];
-                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
+                                        float zx0 = x[(base + (col_lo + ((li0 < sk_e77) ? li0 : (sk_e77 - 1u))))];
+                                        unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                                         const unsigned int sk_e78 = (col_hi - col_lo);
-                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e78) ? li7 : (sk_e78 - 1u))))];
-                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
+                                        float zx1 = x[(base + (col_lo + ((li1 < sk_e78) ? li1 : (sk_e78 - 1u))))];
+                                        unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                                         const unsigned int sk_e79 = (col_hi - col_lo);
-                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e79) ? li8 : (sk_e79 - 1u))))];
-                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
+                                        float zx2 = x[(base + (col_lo + ((li2 < sk_e79) ? li2 : (sk_e79 - 1u))))];
+                                        unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                                         const unsigned int sk_e80 = (col_hi - col_lo);
-                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e80) ? li9 : (sk_e80 - 1u))))];
-                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                        float zx3 = x[(base + (col_lo + ((li3 < sk_e80) ? li3 : (sk_e80 - 1u))))];
+                                        unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u));
                                         const unsigned int sk_e81 = (col_hi - col_lo);
-                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e81) ? li10 : (sk_e81 - 1u))))];
-                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                        float zx4 = x[(base + (col_lo + ((li4 < sk_e81) ? li4 : (sk_e81 - 1u))))];
+                                        unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u));
                                         const unsigned int sk_e82 = (col_hi - col_lo);
-                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e82) ? li11 : (sk_e82 - 1u))))];
-                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        float zx5 = x[(base + (col_lo + ((li5 < sk_e82) ? li5 : (sk_e82 - 1u))))];
+                                        unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u));
                                         const unsigned int sk_e83 = (col_hi - col_lo);
-                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e83) ? li12 : (sk_e83 - 1u))))];
-                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        float zx6 = x[(base + (col_lo + ((li6 < sk_e83) ? li6 : (sk_e83 - 1u))))];
+                                        unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u));
                                         const unsigned int sk_e84 = (col_hi - col_lo);
-                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e84) ? li13 : (sk_e84 - 1u))))];
-                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        float zx7 = x[(base + (col_lo + ((li7 < sk_e84) ? li7 : (sk_e84 - 1u))))];
+                                        unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u));
                                         const unsigned int sk_e85 = (col_hi - col_lo);
-                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e85) ? li14 : (sk_e85 - 1u))))];
-                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        float zx8 = x[(base + (col_lo + ((li8 < sk_e85) ? li8 : (sk_e85 - 1u))))];
+                                        unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u));
                                         const unsigned int sk_e86 = (col_hi - col_lo);
-                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e86) ? li15 : (sk_e86 - 1u))))];
+                                        float zx9 = x[(base + (col_lo + ((li9 < sk_e86) ? li9 : (sk_e86 - 1u))))];
+                                        unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u));
+                                        const unsigned int sk_e87 = (col_hi - col_lo);
+                                        float zx10 = x[(base + (col_lo + ((li10 < sk_e87) ? li10 : (sk_e87 - 1u))))];
+                                        unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u));
+                                        const unsigned int sk_e88 = (col_hi - col_lo);
+                                        float zx11 = x[(base + (col_lo + ((li11 < sk_e88) ? li11 : (sk_e88 - 1u))))];
+                                        unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u));
+                                        const unsigned int sk_e89 = (col_hi - col_lo);
+                                        float zx12 = x[(base + (col_lo + ((li12 < sk_e89) ? li12 : (sk_e89 - 1u))))];
+                                        unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u));
+                                        const unsigned int sk_e90 = (col_hi - col_lo);
+                                        float zx13 = x[(base + (col_lo + ((li13 < sk_e90) ? li13 : (sk_e90 - 1u))))];
+                                        unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u));
+                                        const unsigned int sk_e91 = (col_hi - col_lo);
+                                        float zx14 = x[(base + (col_lo + ((li14 < sk_e91) ? li14 : (sk_e91 - 1u))))];
+                                        unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u));
+                                        const unsigned int sk_e92 = (col_hi - col_lo);
+                                        float zx15 = x[(base + (col_lo + ((li15 < sk_e92) ? li15 : (sk_e92 - 1u))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e87 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e87 == row_m) ? (1.0f) : (sk_e87 / row_m))));
+                                            const float sk_e93 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e88 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e88 == row_m) ? (1.0f) : (sk_e88 / row_m))));
+                                            const float sk_e94 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e89 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e89 == row_m) ? (1.0f) : (sk_e89 / row_m))));
+                                            const float sk_e95 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e90 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e90 == row_m) ? (1.0f) : (sk_e90 / row_m))));
+                                            const float sk_e96 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e91 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e91 == row_m) ? (1.0f) : (sk_e91 / row_m))));
+                                            const float sk_e97 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e92 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e92 == row_m) ? (1.0f) : (sk_e92 / row_m))));
+                                            const float sk_e98 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e93 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m))));
+                                            const float sk_e99 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e94 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m))));
+                                            const float sk_e100 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e100 == row_m) ? (1.0f) : (sk_e100 / row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e95 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m))));
+                                            const float sk_e101 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e101 == row_m) ? (1.0f) : (sk_e101 / row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e96 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m))));
+                                            const float sk_e102 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e102 == row_m) ? (1.0f) : (sk_e102 / row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e97 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m))));
+                                            const float sk_e103 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e103 == row_m) ? (1.0f) : (sk_e103 / row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e98 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m))));
+                                            const float sk_e104 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e104 == row_m) ? (1.0f) : (sk_e104 / row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e99 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m))));
+                                            const float sk_e105 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e105 == row_m) ? (1.0f) : (sk_e105 / row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e100 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e100 == row_m) ? (1.0f) : (sk_e100 / row_m))));
+                                            const float sk_e106 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e106 == row_m) ? (1.0f) : (sk_e106 / row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e101 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e101 == row_m) ? (1.0f) : (sk_e101 / row_m))));
+                                            const float sk_e107 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e107 == row_m) ? (1.0f) : (sk_e107 / row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            const float sk_e102 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
-                                            rm_own = (rm_own + sk_fixed(((sk_e102 == row_m) ? (1.0f) : (sk_e102 / row_m))));
+                                            const float sk_e108 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f));
+                                            rm_own = (rm_own + sk_fixed(((sk_e108 == row_m) ? (1.0f) : (sk_e108 / row_m))));
                                         }
                                     }
                                     unsigned long long rm_row = 0ull;
@@ -2627,9 +2763,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned long long lim_row = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
-                                        const unsigned int sk_e104 = listed_cols[(1285u + r)];
-                                        const float sk_e103 = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
-                                        float wr = ((sk_e103 == row_m) ? (1.0f) : (sk_e103 / row_m));
+                                        const unsigned int sk_e110 = listed_cols[(1285u + r)];
+                                        const float sk_e109 = sk_bitcast<float>((((sk_e110 & 2147483648u) != 0u) ? (sk_e110 ^ 2147483648u) : (sk_e110 ^ 4294967295u)));
+                                        float wr = ((sk_e109 == row_m) ? (1.0f) : (sk_e109 / row_m));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2644,10 +2780,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 }
                                 float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
                                 bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
-                                const unsigned int sk_e105 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = (sk_bitcast<float>((((sk_e105 & 2147483648u) != 0u) ? (sk_e105 ^ 2147483648u) : (sk_e105 ^ 4294967295u))) > zt);
-                                const unsigned int sk_e106 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e106] & 2147483648u) != 0u) ? (listed_cols[sk_e106] ^ 2147483648u) : (listed_cols[sk_e106] ^ 4294967295u))) > zt));
+                                const unsigned int sk_e111 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                bool cut_above = (sk_bitcast<float>((((sk_e111 & 2147483648u) != 0u) ? (sk_e111 ^ 2147483648u) : (sk_e111 ^ 4294967295u))) > zt);
+                                const unsigned int sk_e112 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e112] & 2147483648u) != 0u) ? (listed_cols[sk_e112] ^ 2147483648u) : (listed_cols[sk_e112] ^ 4294967295u))) > zt));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2696,20 +2832,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                                     unsigned int best64_i = 4294967295u;
                                     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                                    const unsigned int sk_e107 = (row * 12u);
-                                    bool ow_ranked = ((rows[(sk_e107 + 1u)] == 1u) && (rows[(sk_e107 + 6u)] == 1u));
+                                    const unsigned int sk_e113 = (row * 12u);
+                                    bool ow_ranked = ((rows[(sk_e113 + 1u)] == 1u) && (rows[(sk_e113 + 6u)] == 1u));
                                     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
                                     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
                                     unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
                                     unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
-                                        const unsigned int sk_e108 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e108 & 2147483648u) != 0u) ? (sk_e108 ^ 2147483648u) : (sk_e108 ^ 4294967295u)));
+                                        const unsigned int sk_e114 = listed_cols[(1285u + r)];
+                                        float rz = sk_bitcast<float>((((sk_e114 & 2147483648u) != 0u) ? (sk_e114 ^ 2147483648u) : (sk_e114 ^ 4294967295u)));
                                         if (ow_ranked) {
-                                            sk_merge_row(rz, noisy, row, r, best64, best64_i);
+                                            sk_race_one_2(rz, noisy, row, r, best64, best64_i);
                                         } else {
-                                            sk_tied_range(ow_seeded, rz, noisy, row, rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i);
+                                            if (ow_seeded) {
+                                                sk_race_one_2(rz, noisy, row, rc, best64, best64_i);
+                                            } else {
+                                                sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i);
+                                            }
                                         }
                                     }
                                     float ow_win = (0.0f);
@@ -2742,18 +2882,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int mo_left = 0u;
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::left_out_kept
-                                        const unsigned int sk_e112 = (((slot * parts) + p) * 1317u);
-                                        unsigned int mo_lk = max(partials[(sk_e112 + 3u)], partials[(sk_e112 + 4u)]);
-                                        const float sk_e114 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                                        const float sk_e113 = ((sk_e114 == row_m) ? (1.0f) : (sk_e114 / row_m));
-                                        if (((mo_lk != 0u) && ((sk_e113 > (0.0f)) && (sk_e113 >= mp)))) {
+                                        const unsigned int sk_e118 = (((slot * parts) + p) * 1317u);
+                                        unsigned int mo_lk = max(partials[(sk_e118 + 3u)], partials[(sk_e118 + 4u)]);
+                                        const float sk_e120 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e119 = ((sk_e120 == row_m) ? (1.0f) : (sk_e120 / row_m));
+                                        if (((mo_lk != 0u) && ((sk_e119 > (0.0f)) && (sk_e119 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     unsigned int mo_uncovered = 0u;
                                     mo_uncovered = sk_block_max_u32(mo_left);
-                                    const unsigned int sk_e115 = (row * 12u);
-                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e115 + 1u)] == 1u) && (rows[(sk_e115 + 6u)] == 1u))))) {
+                                    const unsigned int sk_e121 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e121 + 1u)] == 1u) && (rows[(sk_e121 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         float best = sk_bitcast<float>(4286578688u);
                                         unsigned int best_i = 4294967295u;
@@ -2768,13 +2908,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int mo_p = (i / 257u);
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
-                                                const unsigned int sk_e116 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e116 & 2147483648u) != 0u) ? (sk_e116 ^ 2147483648u) : (sk_e116 ^ 4294967295u)));
-                                                const float sk_e117 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
-                                                if (((sk_e117 > (0.0f)) && (sk_e117 >= mp))) {
+                                                const unsigned int sk_e122 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
+                                                float mo_z = sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u)));
+                                                const float sk_e123 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
+                                                if (((sk_e123 > (0.0f)) && (sk_e123 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
                                                     if (mo_seeded) {
-                                                        sk_merge_row(mo_z, noisy, row, mo_col, best64, best64_i);
+                                                        sk_race_one_2(mo_z, noisy, row, mo_col, best64, best64_i);
                                                     } else {
                                                         sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i);
                                                     }
@@ -2830,16 +2970,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                             if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, m);
+                                sk_read_step_7(col_lo, li0, zx0, m);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, m);
+                                sk_read_step_7(col_lo, li1, zx1, m);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, m);
+                                sk_read_step_7(col_lo, li2, zx2, m);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, m);
+                                sk_read_step_7(col_lo, li3, zx3, m);
                             }
                         }
                     }
@@ -2864,8 +3004,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                         // built by kernels::filters::find_set
                         bool in_a = (stage <= sel_a);
-                        const unsigned int sk_e120 = (stage - 1u);
-                        unsigned int digit_pass = (in_a ? sk_e120 : (sk_e120 - sel_a));
+                        const unsigned int sk_e126 = (stage - 1u);
+                        unsigned int digit_pass = (in_a ? sk_e126 : (sk_e126 - sel_a));
                         unsigned int shift = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2889,16 +3029,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_3(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_3(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_3(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at);
+                                        sk_read_step_3(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at);
                                     }
                                 }
                             }
@@ -2975,8 +3115,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                const unsigned int sk_e121 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e121 == (sel_n + min(sel_tn, 64u))) || (!((sk_e121 < kk) && ((mass_before + mt) <= lim)))))) {
+                                const unsigned int sk_e127 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e127 == (sel_n + min(sel_tn, 64u))) || (!((sk_e127 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3218,8 +3358,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                         // built by kernels::filters::set_bounds
                         unsigned long long tn64 = ((unsigned long long)sel_tn);
                         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e123 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e123 ? tn64 : (((lim - sel_m) / (sk_e123 ? 1ull : tie_v)) + 1ull))));
+                        const bool sk_e129 = (tie_v == 0ull);
+                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e129 ? tn64 : (((lim - sel_m) / (sk_e129 ? 1ull : tie_v)) + 1ull))));
                         s_ties = ties;
                     }
                     unsigned int tie_rank = 0u;
@@ -3251,16 +3391,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int li3 = (c0 + 3u);
                                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li0, zx0, s_key, mx, mine);
+                                                sk_read_step_4(col_lo, li0, zx0, s_key, mx, mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li1, zx1, s_key, mx, mine);
+                                                sk_read_step_4(col_lo, li1, zx1, s_key, mx, mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li2, zx2, s_key, mx, mine);
+                                                sk_read_step_4(col_lo, li2, zx2, s_key, mx, mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li3, zx3, s_key, mx, mine);
+                                                sk_read_step_4(col_lo, li3, zx3, s_key, mx, mine);
                                             }
                                         }
                                     }
@@ -3274,8 +3414,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     bool rank_done = false;
                     bool rank_over = false;
                     unsigned int rank_col = 4294967295u;
-                    const unsigned int sk_e124 = (row * 12u);
-                    if ((((rows[(sk_e124 + 1u)] == 1u) && (rows[(sk_e124 + 6u)] == 1u)) && filtered)) {
+                    const unsigned int sk_e130 = (row * 12u);
+                    if ((((rows[(sk_e130 + 1u)] == 1u) && (rows[(sk_e130 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3300,16 +3440,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_8(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_8(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
+                                        sk_read_step_8(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
                                     }
                                 }
                             }
@@ -3354,13 +3494,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned int bestrk64_i = 4294967295u;
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
-                                const unsigned int sk_e125 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e125 & 2147483648u) != 0u) ? (sk_e125 ^ 2147483648u) : (sk_e125 ^ 4294967295u)));
+                                const unsigned int sk_e131 = listed_cols[r];
+                                float rk_v = sk_bitcast<float>((((sk_e131 & 2147483648u) != 0u) ? (sk_e131 ^ 2147483648u) : (sk_e131 ^ 4294967295u)));
                                 double s64 = sk_log64(((double)rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    const unsigned int sk_e126 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e126 + 8u)], rows[(sk_e126 + 9u)], rows[(sk_e126 + 10u)], r)));
+                                    const unsigned int sk_e132 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e132 + 8u)], rows[(sk_e132 + 9u)], rows[(sk_e132 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3409,16 +3549,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int li3 = (c0 + 3u);
                                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li0, zx0, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li0, zx0, rk_key, rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li1, zx1, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li1, zx1, rk_key, rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li2, zx2, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li2, zx2, rk_key, rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li3, zx3, rk_key, rk_mine);
+                                                sk_read_step_6(col_lo, li3, zx3, rk_key, rk_mine);
                                             }
                                         }
                                     }
@@ -3446,16 +3586,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int li3 = (c0 + 3u);
                                         float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                         if ((li0 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found);
+                                            sk_read_step_5(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found);
                                         }
                                     }
                                 }
@@ -3495,16 +3635,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_9(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_9(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                        sk_read_step_9(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                                     }
                                 }
                             }
@@ -3654,8 +3794,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                     if (((flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((threadIdx.x == 0u)) {
-                            const float sk_e131 = x[(base + tok_at)];
-                            logprobs[row] = (valid ? ((sk_e131 > (0.0f)) ? sk_log(sk_e131) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
+                            const float sk_e137 = x[(base + tok_at)];
+                            logprobs[row] = (valid ? ((sk_e137 > (0.0f)) ? sk_log(sk_e137) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                         }
                     }
                     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

@@ -32,8 +32,8 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     return f;
 }
 
-__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -41,30 +41,6 @@ __shared__ unsigned int sk_many_u32[96];
 __shared__ unsigned long long sk_many_u64[128];
 __shared__ __align__(16) unsigned int cut_listing[1];
 
-__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = ov > sk_v ? ov : sk_v;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_u32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = ov > sk_v ? ov : sk_v;
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_u32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const unsigned int sk_r = sk_red_u32[32];
-    __syncthreads();
-    return sk_r;
-}
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
@@ -86,6 +62,30 @@ __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     }
     __syncthreads();
     const float sk_r = sk_red_f32[32];
+    __syncthreads();
+    return sk_r;
+}
+__device__ __forceinline__ unsigned int sk_block_max_u32(unsigned int sk_v) {
+    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+        unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+        sk_v = ov > sk_v ? ov : sk_v;
+    }
+    if ((threadIdx.x & 31u) == 0u) {
+        sk_red_u32[threadIdx.x >> 5] = sk_v;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32u) {
+        sk_v = threadIdx.x < SK_WARPS ? sk_red_u32[threadIdx.x] : 0u;
+        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
+            unsigned int ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
+            sk_v = ov > sk_v ? ov : sk_v;
+        }
+        if (threadIdx.x == 0u) {
+            sk_red_u32[32] = sk_v;
+        }
+    }
+    __syncthreads();
+    const unsigned int sk_r = sk_red_u32[32];
     __syncthreads();
     return sk_r;
 }
@@ -453,8 +453,8 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
-#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below) { \
-    /* built by kernels::filter_values::read_step */ \
+#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below) { \
+    /* built by kernels::filter_values::for_each_quad */ \
     unsigned int col = (col_lo + li0); \
     float cz = (zx0 / temp); \
     float cov = (cz - cut_mx); \
@@ -469,17 +469,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
             m_above = (m_above + cmv); \
             min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
             if ((cw >= mp)) { \
-                { \
-                    /* built by kernels::filter_top_k::race_one */ \
-                    uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-                    const unsigned int sk_e26 = (col & 3u); \
-                    float score = (cz + sk_gumbel(((sk_e26 == 3u) ? ((w4).w) : ((sk_e26 == 2u) ? ((w4).z) : ((sk_e26 == 1u) ? ((w4).y) : ((w4).x)))))); \
-                    if (((score > best) || ((score == best) && (col < best_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
-                        best = score; \
-                        best_i = col; \
-                    } \
-                } \
+                cut_race = (cut_race | sk_c0); \
             } \
         } else { \
             if ((cg <= cut_hi)) { \
@@ -488,17 +478,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
                 max_range = max(max_range, ck); \
                 if ((cw >= mp)) { \
-                    { \
-                        /* built by kernels::filter_top_k::race_one */ \
-                        uint4 w4 = sk_philox(make_uint4(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-                        const unsigned int sk_e27 = (col & 3u); \
-                        float score = (cz + sk_gumbel(((sk_e27 == 3u) ? ((w4).w) : ((sk_e27 == 2u) ? ((w4).z) : ((sk_e27 == 1u) ? ((w4).y) : ((w4).x)))))); \
-                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) { \
-                            /* built by kernels::filter_top_k::keep_lower */ \
-                            bestr = score; \
-                            bestr_i = col; \
-                        } \
-                    } \
+                    cut_race = (cut_race | sk_c1); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
@@ -514,7 +494,48 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         } \
     } \
 }
-#define sk_cut_part(cov, noisy, row, col, best64, best64_i) { \
+#define sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, sk_c0, sk_c1, sk_c2, sk_c3, sk_c4, sk_c5, best, bestr, best_i, bestr_i) { \
+    /* built by kernels::filter_top_p::cut_part */ \
+    bool cut_above = ((cut_race & sk_c0) != 0u); \
+    const float sk_e35 = (zx0 * cut_rcp_t); \
+    bool cut_may = ((((sk_e35 + (fabsf(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= (cut_above ? fmaxf(best, cut_floor) : bestr)) || (sk_e35 >= (1.7014118e38f))); \
+    if ((cut_may && ((cut_race & sk_c1) != 0u))) { \
+        float score = ((zx0 / temp) + sk_gumbel(cut_w0)); \
+        if (cut_above) { \
+            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) { \
+                /* built by kernels::filter_top_k::keep_lower */ \
+                best = score; \
+                best_i = ((col_lo + i0) + sk_c3); \
+            } \
+        } else { \
+            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) { \
+                /* built by kernels::filter_top_k::keep_lower */ \
+                bestr = score; \
+                bestr_i = ((col_lo + i0) + sk_c5); \
+            } \
+        } \
+    } \
+}
+#define sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3) { \
+    /* built by kernels::abi::load_quad_as */ \
+    const unsigned int sk_e25 = ((col_lo + i0) + 0u); \
+    const bool sk_e24 = (sk_e25 < col_hi); \
+    const float sk_e23 = sk_f16(x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]); \
+    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : (0.0f)); \
+    const unsigned int sk_e28 = ((col_lo + i0) + 1u); \
+    const bool sk_e27 = (sk_e28 < col_hi); \
+    const float sk_e26 = sk_f16(x[(base + (sk_e27 ? sk_e28 : (col_hi - 1u)))]); \
+    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : (0.0f)); \
+    const unsigned int sk_e31 = ((col_lo + i0) + 2u); \
+    const bool sk_e30 = (sk_e31 < col_hi); \
+    const float sk_e29 = sk_f16(x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]); \
+    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : (0.0f)); \
+    const unsigned int sk_e34 = ((col_lo + i0) + 3u); \
+    const bool sk_e33 = (sk_e34 < col_hi); \
+    const float sk_e32 = sk_f16(x[(base + (sk_e33 ? sk_e34 : (col_hi - 1u)))]); \
+    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : (0.0f)); \
+}
+#define sk_cut_part_2(cov, noisy, row, col, best64, best64_i) { \
     /* built by kernels::filter_top_p::cut_part */ \
     { \
         /* built by kernels::filter_top_k::race_one */ \
@@ -547,7 +568,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
             m_above = (m_above + cmv); \
             min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
             if ((cw >= mp)) { \
-                sk_cut_part(cov, noisy, row, col, best64, best64_i); \
+                sk_cut_part_2(cov, noisy, row, col, best64, best64_i); \
             } \
         } else { \
             if ((cg <= cut_hi)) { \
@@ -556,7 +577,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
                 max_range = max(max_range, ck); \
                 if ((cw >= mp)) { \
-                    sk_cut_part(cov, noisy, row, col, bestr64, bestr64_i); \
+                    sk_cut_part_2(cov, noisy, row, col, bestr64, bestr64_i); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
@@ -643,6 +664,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                     unsigned int bestr_i = 4294967295u;
                     double bestr64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int bestr64_i = 4294967295u;
+                    float cut_rcp_t = ((1.0f) / temp);
                     if (cut_seeded) {
                         // built by kernels::filter_top_p::cut_part
                         for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -678,36 +700,136 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                         }
                     } else {
                         // built by kernels::filter_top_p::cut_part
-                        for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const unsigned int sk_e19 = (col_hi - col_lo);
-                            const float sk_e18 = sk_f16(x[(base + (col_lo + ((li0 < sk_e19) ? li0 : (sk_e19 - 1u))))]);
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
-                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const unsigned int sk_e21 = (col_hi - col_lo);
-                            const float sk_e20 = sk_f16(x[(base + (col_lo + ((li1 < sk_e21) ? li1 : (sk_e21 - 1u))))]);
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const unsigned int sk_e23 = (col_hi - col_lo);
-                            const float sk_e22 = sk_f16(x[(base + (col_lo + ((li2 < sk_e23) ? li2 : (sk_e23 - 1u))))]);
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const unsigned int sk_e25 = (col_hi - col_lo);
-                            const float sk_e24 = sk_f16(x[(base + (col_lo + ((li3 < sk_e25) ? li3 : (sk_e25 - 1u))))]);
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                        float cut_floor = sk_bitcast<float>(4286578688u);
+                        unsigned int cut_race = 0u;
+                        {
+                            // built by kernels::filter_values::for_each_quad
+                            unsigned int i0 = (threadIdx.x * 4u);
+                            float zx0 = (0.0f);
+                            float zx1 = (0.0f);
+                            float zx2 = (0.0f);
+                            float zx3 = (0.0f);
+                            unsigned int zx_at = (base + (col_lo + i0));
+                            const unsigned int sk_e18 = (col_lo + i0);
+                            if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
+                                // built by kernels::abi::load_quad_as
+                                const float sk_e19 = sk_f16(x[(size_t)(zx_at) + 0u]);
+                                zx0 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
+                                const float sk_e20 = sk_f16(x[(size_t)(zx_at) + 1u]);
+                                zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
+                                const float sk_e21 = sk_f16(x[(size_t)(zx_at) + 2u]);
+                                zx2 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
+                                const float sk_e22 = sk_f16(x[(size_t)(zx_at) + 3u]);
+                                zx3 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
+                            } else {
+                                sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
+                            }
+                            unsigned int li0 = (i0 + 0u);
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                             }
+                            unsigned int li1 = (i0 + 1u);
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                             }
+                            unsigned int li2 = (i0 + 2u);
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                             }
+                            unsigned int li3 = (i0 + 3u);
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best, best_i, n_range, m_range, min_range_not, max_range, bestr, bestr_i, m_below, max_below, w_below);
+                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
                             }
+                            uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
+                            if ((cut_race != 0u)) {
+                                // built by kernels::filter_top_p::cut_part
+                                cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                unsigned int cut_w0 = (cw4).x;
+                                {
+                                    sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
+                                }
+                            }
+                            float cut_first = (0.0f);
+                            cut_first = sk_block_max_f32(best);
+                            cut_floor = cut_first;
+                            if ((cut_race != 0u)) {
+                                // built by kernels::filter_top_p::cut_part
+                                unsigned int cut_w1 = (cw4).y;
+                                {
+                                    sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
+                                }
+                                unsigned int cut_w2 = (cw4).z;
+                                {
+                                    sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
+                                }
+                                unsigned int cut_w3 = (cw4).w;
+                                {
+                                    sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
+                                }
+                            }
+                            float cut_step = (0.0f);
+                            cut_step = sk_block_max_f32(best);
+                            cut_floor = cut_step;
+                            cut_race = 0u;
+                        }
+                        for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                            // built by kernels::filter_values::for_each_quad
+                            float zx0 = (0.0f);
+                            float zx1 = (0.0f);
+                            float zx2 = (0.0f);
+                            float zx3 = (0.0f);
+                            unsigned int zx_at = (base + (col_lo + i0));
+                            const unsigned int sk_e39 = (col_lo + i0);
+                            if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
+                                // built by kernels::abi::load_quad_as
+                                const float sk_e40 = sk_f16(x[(size_t)(zx_at) + 0u]);
+                                zx0 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
+                                const float sk_e41 = sk_f16(x[(size_t)(zx_at) + 1u]);
+                                zx1 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41);
+                                const float sk_e42 = sk_f16(x[(size_t)(zx_at) + 2u]);
+                                zx2 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
+                                const float sk_e43 = sk_f16(x[(size_t)(zx_at) + 3u]);
+                                zx3 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
+                            } else {
+                                sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
+                            }
+                            unsigned int li0 = (i0 + 0u);
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            }
+                            unsigned int li1 = (i0 + 1u);
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            }
+                            unsigned int li2 = (i0 + 2u);
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            }
+                            unsigned int li3 = (i0 + 3u);
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            }
+                            if ((cut_race != 0u)) {
+                                // built by kernels::filter_top_p::cut_part
+                                uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                unsigned int cut_w0 = (cw4).x;
+                                {
+                                    sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
+                                }
+                                unsigned int cut_w1 = (cw4).y;
+                                {
+                                    sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
+                                }
+                                unsigned int cut_w2 = (cw4).z;
+                                {
+                                    sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
+                                }
+                                unsigned int cut_w3 = (cw4).w;
+                                {
+                                    sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
+                                }
+                            }
+                            cut_race = 0u;
                         }
                     }
                     unsigned int part_n_above = 0u;

@@ -22,8 +22,8 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> partials: array<atomic<u32>>;
 @group(0) @binding(8) var<uniform> params: Params;
 
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
@@ -51,19 +51,6 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return unpack2x16float(w)[i & 1u];
 }
-fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
-    sk_red_u32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_u32[0];
-    workgroupBarrier();
-    return sk_r;
-}
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
     workgroupBarrier();
@@ -74,6 +61,19 @@ fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
         workgroupBarrier();
     }
     let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
     workgroupBarrier();
     return sk_r;
 }
@@ -822,6 +822,69 @@ fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_
     *sk_io_cn = cn;
     *sk_io_cm = cm;
 }
+fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_grid_scale: f32, cut_lo: f32, mp: f32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+    var n_above: u32 = *sk_io_n_above;
+    var m_above: u64 = *sk_io_m_above;
+    var min_above_not: u32 = *sk_io_min_above_not;
+    var cut_race: u32 = *sk_io_cut_race;
+    var n_range: u32 = *sk_io_n_range;
+    var m_range: u64 = *sk_io_m_range;
+    var min_range_not: u32 = *sk_io_min_range_not;
+    var max_range: u32 = *sk_io_max_range;
+    var m_below: u64 = *sk_io_m_below;
+    var max_below: u32 = *sk_io_max_below;
+    var w_below: f32 = *sk_io_w_below;
+    // built by kernels::filter_values::for_each_quad
+    var col: u32 = (col_lo + li0);
+    var cz: f32 = (zx0 / temp);
+    var cov: f32 = (cz - cut_mx);
+    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+    if ((cw > (0.0f))) {
+        // built by kernels::filter_top_p::cut_part
+        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+        var cmv: u64 = sk_fixed(cw);
+        var cg: f32 = (grid_r - floor((cz * cut_grid_scale)));
+        if ((cg < cut_lo)) {
+            n_above = (n_above + 1u);
+            m_above = (m_above + cmv);
+            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            if ((cw >= mp)) {
+                cut_race = (cut_race | sk_c0);
+            }
+        } else {
+            if ((cg <= cut_hi)) {
+                n_range = (n_range + 1u);
+                m_range = (m_range + cmv);
+                min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                max_range = max(max_range, ck);
+                if ((cw >= mp)) {
+                    cut_race = (cut_race | sk_c1);
+                }
+                var cut_at: u32 = 0u;
+                cut_at = atomicAdd(&cut_listing[0u], 1u);
+                if ((cut_at < 640u)) {
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
+                }
+            } else {
+                m_below = (m_below + cmv);
+                max_below = max(max_below, ck);
+                w_below = max(w_below, cw);
+            }
+        }
+    }
+    *sk_io_n_above = n_above;
+    *sk_io_m_above = m_above;
+    *sk_io_min_above_not = min_above_not;
+    *sk_io_cut_race = cut_race;
+    *sk_io_n_range = n_range;
+    *sk_io_m_range = m_range;
+    *sk_io_min_range_not = min_range_not;
+    *sk_io_max_range = max_range;
+    *sk_io_m_below = m_below;
+    *sk_io_max_below = max_below;
+    *sk_io_w_below = w_below;
+}
 fn sk_sweep_set(mx: f32, zv: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
     var wv: f32 = *sk_io_wv;
     var ok: bool = *sk_io_ok;
@@ -850,7 +913,37 @@ fn sk_sweep_set(mx: f32, zv: f32, key: u32, s_key: u32, mp: f32, searched: bool,
     *sk_io_tie_rank = tie_rank;
     *sk_io_kept = kept;
 }
-fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, sk_io_list_at: ptr<function, u32>) {
+fn sk_cut_part(cut_race: u32, zx0: f32, cut_rcp_t: f32, cut_w0: u32, cut_floor: f32, temp: f32, col_lo: u32, i0: u32, sk_c0: u32, sk_c1: u32, sk_c2: u32, sk_c3: u32, sk_c4: u32, sk_c5: u32, sk_io_best: ptr<function, f32>, sk_io_bestr: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_bestr_i: ptr<function, u32>) {
+    var best: f32 = *sk_io_best;
+    var bestr: f32 = *sk_io_bestr;
+    var best_i: u32 = *sk_io_best_i;
+    var bestr_i: u32 = *sk_io_bestr_i;
+    // built by kernels::filter_top_p::cut_part
+    var cut_above: bool = ((cut_race & sk_c0) != 0u);
+    let sk_e35: f32 = (zx0 * cut_rcp_t);
+    var cut_may: bool = ((((sk_e35 + (abs(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= select(bestr, max(best, cut_floor), cut_above)) || (sk_e35 >= (1.7014118e38f)));
+    if ((cut_may && ((cut_race & sk_c1) != 0u))) {
+        var score: f32 = ((zx0 / temp) + sk_gumbel(cut_w0));
+        if (cut_above) {
+            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) {
+                // built by kernels::filter_top_k::keep_lower
+                best = score;
+                best_i = ((col_lo + i0) + sk_c3);
+            }
+        } else {
+            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) {
+                // built by kernels::filter_top_k::keep_lower
+                bestr = score;
+                bestr_i = ((col_lo + i0) + sk_c5);
+            }
+        }
+    }
+    *sk_io_best = best;
+    *sk_io_bestr = bestr;
+    *sk_io_best_i = best_i;
+    *sk_io_bestr_i = bestr_i;
+}
+fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, sk_io_list_at: ptr<function, u32>) {
     var list_at: u32 = *sk_io_list_at;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -873,7 +966,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask:
     }
     *sk_io_list_at = list_at;
 }
-fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u32, sk_io_mine: ptr<function, u32>) {
+fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u32, sk_io_mine: ptr<function, u32>) {
     var mine: u32 = *sk_io_mine;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -901,7 +994,7 @@ fn sk_select_in_range(dk: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, m
     (*cnt)[digit] += 1u;
     (*mas)[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
 }
-fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
+fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
     var rk_seen: u32 = *sk_io_rk_seen;
     var rk_found: u32 = *sk_io_rk_found;
     // built by kernels::filter_values::read_step
@@ -929,8 +1022,8 @@ fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = f64(ov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e197: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e197 + 8u)], rows[(sk_e197 + 9u)], rows[(sk_e197 + 10u)], col)));
+        let sk_e223: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e223 + 8u)], rows[(sk_e223 + 9u)], rows[(sk_e223 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -940,7 +1033,7 @@ fn sk_race_sweep(ov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
 }
-fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
+fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
     var rk_mine: u32 = *sk_io_rk_mine;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -955,6 +1048,21 @@ fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u
         rk_mine = (rk_mine + 1u);
     }
     *sk_io_rk_mine = rk_mine;
+}
+fn sk_race_one(rcol: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, rz: f32, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::filter_top_k::race_one
+    var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+    let sk_e74: u32 = (rcol & 3u);
+    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e74 == 1u)), w4[2], (sk_e74 == 2u)), w4[3], (sk_e74 == 3u))));
+    if (((score > best) || ((score == best) && (rcol < best_i)))) {
+        // built by kernels::filter_top_k::keep_lower
+        best = score;
+        best_i = rcol;
+    }
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
 }
 fn sk_decide(t_chosen: u32, t_bin_above: u32, t_bin_at: u32, t_top: u32, t_want: u32, sk_io_t_above: ptr<function, u32>, sk_io_t_at: ptr<function, u32>, sk_io_t_from: ptr<function, u32>, sk_io_t_key: ptr<function, u32>, sk_io_t_list_lo: ptr<function, u32>, sk_io_t_list_width: ptr<function, u32>, sk_io_t_listed: ptr<function, u32>, sk_io_t_need: ptr<function, u32>, sk_io_t_span: ptr<function, u32>, sk_io_t_more: ptr<function, bool>) {
     var t_above: u32 = *sk_io_t_above;
@@ -1030,8 +1138,8 @@ fn sk_merge_row(rz: f32, row_m: f32, noisy: bool, row: u32, r: u32, sk_io_best64
     var s64: f64 = f64((rz - row_m));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e135: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e135 + 8u)], rows[(sk_e135 + 9u)], rows[(sk_e135 + 10u)], r)));
+        let sk_e161: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e161 + 8u)], rows[(sk_e161 + 9u)], rows[(sk_e161 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
@@ -1052,8 +1160,8 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     // built by kernels::filters::select_step
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e42: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e42)) + 1lu), tn64, sk_e42)));
+    let sk_e68: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e68)) + 1lu), tn64, sk_e68)));
     lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
     sel_key = 0u;
     sel_mask = 0u;
@@ -1072,8 +1180,8 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
 fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr<function, u32>) {
     var t_run: u32 = *sk_io_t_run;
     // built by kernels::select::choose_bin
-    let sk_e45: u32 = (t_lo + tj);
-    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e45, 463u)]), (sk_e45 < 464u));
+    let sk_e71: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e71, 463u)]), (sk_e71 < 464u));
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
         atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
         atomicStore(&select_scratch[508u], (t_run - t_above));
@@ -1081,6 +1189,33 @@ fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr
     }
     t_run = (t_run + t_c);
     *sk_io_t_run = t_run;
+}
+fn sk_load_quad_as(col_lo: u32, i0: u32, col_hi: u32, base: u32, sk_io_zx0: ptr<function, f32>, sk_io_zx1: ptr<function, f32>, sk_io_zx2: ptr<function, f32>, sk_io_zx3: ptr<function, f32>) {
+    var zx0: f32 = *sk_io_zx0;
+    var zx1: f32 = *sk_io_zx1;
+    var zx2: f32 = *sk_io_zx2;
+    var zx3: f32 = *sk_io_zx3;
+    // built by kernels::abi::load_quad_as
+    let sk_e25: u32 = ((col_lo + i0) + 0u);
+    let sk_e24: bool = (sk_e25 < col_hi);
+    let sk_e23: f32 = sk_load_x((base + select((col_hi - 1u), sk_e25, sk_e24)));
+    zx0 = select((0.0f), select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)), sk_e24);
+    let sk_e28: u32 = ((col_lo + i0) + 1u);
+    let sk_e27: bool = (sk_e28 < col_hi);
+    let sk_e26: f32 = sk_load_x((base + select((col_hi - 1u), sk_e28, sk_e27)));
+    zx1 = select((0.0f), select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)), sk_e27);
+    let sk_e31: u32 = ((col_lo + i0) + 2u);
+    let sk_e30: bool = (sk_e31 < col_hi);
+    let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sk_e31, sk_e30)));
+    zx2 = select((0.0f), select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)), sk_e30);
+    let sk_e34: u32 = ((col_lo + i0) + 3u);
+    let sk_e33: bool = (sk_e34 < col_hi);
+    let sk_e32: f32 = sk_load_x((base + select((col_hi - 1u), sk_e34, sk_e33)));
+    zx3 = select((0.0f), select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)), sk_e33);
+    *sk_io_zx0 = zx0;
+    *sk_io_zx1 = zx1;
+    *sk_io_zx2 = zx2;
+    *sk_io_zx3 = zx3;
 }
 fn sk_within(t_top: u32, t_from: u32, tk: u32, t_span: u32) {
     // built by kernels::select::within
@@ -1101,154 +1236,20 @@ fn sk_within_2(t_top: u32, t_list_lo: u32, tk: u32, t_list_width: u32) {
         atomicStore(&select_scratch[t_slot], tk);
     }
 }
-fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filters::digit_counts
-    var digit: u32 = ((key >> shift) & 15u);
-    (*cnt)[digit] += 1u;
-    (*mas)[digit] += mv;
-}
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = (zx0 / temp);
-    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if (((key & sel_mask) == sel_key)) {
-        // built by kernels::filters::candidate
-        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        sk_digit_counts(key, shift, mv, cnt, mas);
-    }
-}
-fn sk_race_one(col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, tz: f32, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::filter_top_k::race_one
-    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e73: u32 = (col & 3u);
-    var score: f32 = (tz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e73 == 1u)), w4[2], (sk_e73 == 2u)), w4[3], (sk_e73 == 3u))));
-    if (((score > best) || ((score == best) && (col < best_i)))) {
-        // built by kernels::filter_top_k::keep_lower
-        best = score;
-        best_i = col;
-    }
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
-fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_grid_scale: f32, cut_lo: f32, mp: f32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
-    var n_above: u32 = *sk_io_n_above;
-    var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    var n_range: u32 = *sk_io_n_range;
-    var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
-    var bestr: f32 = *sk_io_bestr;
-    var bestr_i: u32 = *sk_io_bestr_i;
-    var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var cz: f32 = (zx0 / temp);
-    var cov: f32 = (cz - cut_mx);
-    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
-    if ((cw > (0.0f))) {
-        // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-        var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - floor((cz * cut_grid_scale)));
-        if ((cg < cut_lo)) {
-            n_above = (n_above + 1u);
-            m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-            if ((cw >= mp)) {
-                {
-                    sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &best, &best_i);
-                }
-            }
-        } else {
-            if ((cg <= cut_hi)) {
-                n_range = (n_range + 1u);
-                m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
-                if ((cw >= mp)) {
-                    {
-                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &bestr, &bestr_i);
-                    }
-                }
-                var cut_at: u32 = 0u;
-                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 640u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
-                }
-            } else {
-                m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
-            }
-        }
-    }
-    *sk_io_n_above = n_above;
-    *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-    *sk_io_n_range = n_range;
-    *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
-    *sk_io_bestr = bestr;
-    *sk_io_bestr_i = bestr_i;
-    *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
-}
-fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = (zx0 / temp);
-    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    var kept: bool = false;
-    if (((!searched) || (key >= s_key))) {
-        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-    }
-    if (kept) {
-        sk_gather(key);
-    }
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-}
-fn sk_race_one_2(tov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+fn sk_race_one_2(rov: f32, noisy: bool, row: u32, rcol: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
     // built by kernels::filter_top_k::race_one
-    var s64: f64 = f64(tov);
+    var s64: f64 = f64(rov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e72: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col)));
+        let sk_e73: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], rcol)));
     }
-    if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
+    if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best64 = s64;
-        best64_i = col;
+        best64_i = rcol;
     }
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
@@ -1326,26 +1327,53 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_
     *sk_io_max_below = max_below;
     *sk_io_w_below = w_below;
 }
-fn sk_select_in_range_2(base: u32, rcol: u32, temp: f32, cut_seeded: bool, rov: f32, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::filter_top_p::select_in_range
-    let sk_e46: f32 = sk_load_x((base + rcol));
-    var rz_x: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
-    var rz: f32 = (rz_x / temp);
-    if (cut_seeded) {
-        sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
-    } else {
-        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
+fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filters::digit_counts
+    var digit: u32 = ((key >> shift) & 15u);
+    (*cnt)[digit] += 1u;
+    (*mas)[digit] += mv;
 }
-fn sk_read_step_9(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    if (((key & sel_mask) == sel_key)) {
+        // built by kernels::filters::candidate
+        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+        ok = (wv > (0.0f));
+        mv = sk_fixed(wv);
+    }
+    if (ok) {
+        sk_digit_counts(key, shift, mv, cnt, mas);
+    }
+}
+fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
+    var all_mass: u64 = *sk_io_all_mass;
+    var tie_rank: u32 = *sk_io_tie_rank;
+    // built by kernels::filter_values::read_step
+    var col: u32 = (col_lo + li0);
+    var zv: f32 = (zx0 / temp);
+    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
+    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var wv: f32 = (0.0f);
+    var ok: bool = false;
+    var mv: u64 = 0lu;
+    var kept: bool = false;
+    if (((!searched) || (key >= s_key))) {
+        sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+    }
+    if (kept) {
+        sk_gather(key);
+    }
+    *sk_io_all_mass = all_mass;
+    *sk_io_tie_rank = tie_rank;
+}
+fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
     var all_mass: u64 = *sk_io_all_mass;
     var tie_rank: u32 = *sk_io_tie_rank;
     var best64: f64 = *sk_io_best64;
@@ -1450,6 +1478,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestr_i: u32 = 4294967295u;
                             var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
                             var bestr64_i: u32 = 4294967295u;
+                            var cut_rcp_t: f32 = ((1.0f) / temp);
                             if (cut_seeded) {
                                 // built by kernels::filter_top_p::cut_part
                                 for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
@@ -1485,36 +1514,136 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             } else {
                                 // built by kernels::filter_top_p::cut_part
-                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    var li0: u32 = (i0 + (BLOCK * 0u));
-                                    let sk_e19: u32 = (col_hi - col_lo);
-                                    let sk_e18: f32 = sk_load_x((base + (col_lo + select((sk_e19 - 1u), li0, (li0 < sk_e19)))));
-                                    var zx0: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
-                                    var li1: u32 = (i0 + (BLOCK * 1u));
-                                    let sk_e21: u32 = (col_hi - col_lo);
-                                    let sk_e20: f32 = sk_load_x((base + (col_lo + select((sk_e21 - 1u), li1, (li1 < sk_e21)))));
-                                    var zx1: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                                    var li2: u32 = (i0 + (BLOCK * 2u));
-                                    let sk_e23: u32 = (col_hi - col_lo);
-                                    let sk_e22: f32 = sk_load_x((base + (col_lo + select((sk_e23 - 1u), li2, (li2 < sk_e23)))));
-                                    var zx2: f32 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                                    var li3: u32 = (i0 + (BLOCK * 3u));
-                                    let sk_e25: u32 = (col_hi - col_lo);
-                                    let sk_e24: f32 = sk_load_x((base + (col_lo + select((sk_e25 - 1u), li3, (li3 < sk_e25)))));
-                                    var zx3: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                var cut_floor: f32 = bitcast<f32>(4286578688u);
+                                var cut_race: u32 = 0u;
+                                {
+                                    // built by kernels::filter_values::for_each_quad
+                                    var i0: u32 = (sk_lid * 4u);
+                                    var zx0: f32 = (0.0f);
+                                    var zx1: f32 = (0.0f);
+                                    var zx2: f32 = (0.0f);
+                                    var zx3: f32 = (0.0f);
+                                    var zx_at: u32 = (base + (col_lo + i0));
+                                    let sk_e18: u32 = (col_lo + i0);
+                                    if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        let sk_e19: f32 = sk_load_x((zx_at + 0u));
+                                        zx0 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+                                        let sk_e20: f32 = sk_load_x((zx_at + 1u));
+                                        zx1 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                                        let sk_e21: f32 = sk_load_x((zx_at + 2u));
+                                        zx2 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
+                                        let sk_e22: f32 = sk_load_x((zx_at + 3u));
+                                        zx3 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+                                    } else {
+                                        sk_load_quad_as(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+                                    }
+                                    var li0: u32 = (i0 + 0u);
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var li1: u32 = (i0 + 1u);
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var li2: u32 = (i0 + 2u);
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var li3: u32 = (i0 + 3u);
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        var cut_w0: u32 = cw4[0];
+                                        {
+                                            sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                    }
+                                    var cut_first: f32 = (0.0f);
+                                    cut_first = sk_block_max_f32(sk_lid, best);
+                                    cut_floor = cut_first;
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        var cut_w1: u32 = cw4[1];
+                                        {
+                                            sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w2: u32 = cw4[2];
+                                        {
+                                            sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w3: u32 = cw4[3];
+                                        {
+                                            sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                    }
+                                    var cut_step: f32 = (0.0f);
+                                    cut_step = sk_block_max_f32(sk_lid, best);
+                                    cut_floor = cut_step;
+                                    cut_race = 0u;
+                                }
+                                for (var i0: u32 = ((sk_lid + BLOCK) * 4u); i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                                    // built by kernels::filter_values::for_each_quad
+                                    var zx0: f32 = (0.0f);
+                                    var zx1: f32 = (0.0f);
+                                    var zx2: f32 = (0.0f);
+                                    var zx3: f32 = (0.0f);
+                                    var zx_at: u32 = (base + (col_lo + i0));
+                                    let sk_e39: u32 = (col_lo + i0);
+                                    if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        let sk_e40: f32 = sk_load_x((zx_at + 0u));
+                                        zx0 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
+                                        let sk_e41: f32 = sk_load_x((zx_at + 1u));
+                                        zx1 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
+                                        let sk_e42: f32 = sk_load_x((zx_at + 2u));
+                                        zx2 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
+                                        let sk_e43: f32 = sk_load_x((zx_at + 3u));
+                                        zx3 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+                                    } else {
+                                        sk_load_quad_as(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+                                    }
+                                    var li0: u32 = (i0 + 0u);
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    var li1: u32 = (i0 + 1u);
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    var li2: u32 = (i0 + 2u);
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    var li3: u32 = (i0 + 3u);
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        var cut_w0: u32 = cw4[0];
+                                        {
+                                            sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w1: u32 = cw4[1];
+                                        {
+                                            sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w2: u32 = cw4[2];
+                                        {
+                                            sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w3: u32 = cw4[3];
+                                        {
+                                            sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                    }
+                                    cut_race = 0u;
                                 }
                             }
                             var part_n_above: u32 = 0u;
@@ -1642,12 +1771,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    let sk_e34: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e34 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e34 + 0u)]))));
-                                    let sk_e35: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e35 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e35 + 0u)]))));
-                                    let sk_e36: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e36 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e36 + 0u)]))));
+                                    let sk_e60: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e60 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e60 + 0u)]))));
+                                    let sk_e61: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e61 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e61 + 0u)]))));
+                                    let sk_e62: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e62 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e62 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1656,8 +1785,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e37: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e37 > best) || ((sk_e37 == best) && (w_i < best_i)))) {
+                                        let sk_e63: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e63 > best) || ((sk_e63 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1666,12 +1795,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e39: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        let sk_e38: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e39 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e39 + 0u)]))));
-                                        if (((sk_e38 > best64) || ((sk_e38 == best64) && (w_i64 < best64_i)))) {
+                                        let sk_e65: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        let sk_e64: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e65 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e65 + 0u)]))));
+                                        if (((sk_e64 > best64) || ((sk_e64 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            let sk_e40: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e40 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e40 + 0u)]))));
+                                            let sk_e66: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e66 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e66 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1699,8 +1828,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var cut_listed: bool = (short_all == 0u);
                                 var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
                                 var cut_below_ends: bool = ((max_below_all == 0u) || (w_below_all < mp));
-                                let sk_e41: u32 = (min_above_not_all ^ 4294967295u);
-                                var cut_sound: bool = select((((((sk_e41 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e41 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
+                                let sk_e67: u32 = (min_above_not_all ^ 4294967295u);
+                                var cut_sound: bool = select((((((sk_e67 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e67 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
                                 var cut_sorted: bool = (cut_sound && cut_fits);
                                 var cut_one_value: bool = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 var cut_tied: bool = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1860,8 +1989,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e43: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e43)) + 1lu), tn64, sk_e43)));
+                                    let sk_e69: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e69)) + 1lu), tn64, sk_e69)));
                                     var t_top: u32 = 4294967295u;
                                     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                         // built by kernels::select::clear
@@ -1914,8 +2043,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e44: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e44, 463u)]), (sk_e44 < 464u)));
+                                                let sk_e70: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e70, 463u)]), (sk_e70 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -1969,7 +2098,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rcol: u32 = listed_cols[(i + 2048u)];
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                                            let sk_e72: f32 = sk_load_x((base + rcol));
+                                            var rz_x: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
+                                            var rz: f32 = (rz_x / temp);
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -1991,8 +2127,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_p: u32 = (i / 640u);
                                             var ri_key: u32 = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                let sk_e49: u32 = (i / 640u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e49) * 1317u) + (5u + ((i - (sk_e49 * 640u)) * 2u)))]);
+                                                let sk_e75: u32 = (i / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e75) * 1317u) + (5u + ((i - (sk_e75 * 640u)) * 2u)))]);
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -2101,8 +2237,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e51: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e51)) + 1lu), tn64, sk_e51)));
+                                    let sk_e77: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e77)) + 1lu), tn64, sk_e77)));
                                     var t_top: u32 = 4294967295u;
                                     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                         // built by kernels::select::clear
@@ -2115,12 +2251,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            let sk_e52: u32 = (ti / 640u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 1317u) + (5u + ((ti - (sk_e52 * 640u)) * 2u)))]);
+                                            let sk_e78: u32 = (ti / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e78) * 1317u) + (5u + ((ti - (sk_e78 * 640u)) * 2u)))]);
                                         }
                                         var tk_key: u32 = ri_key;
-                                        let sk_e53: u32 = (ti / 640u);
-                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e53) * 1317u) + (6u + ((ti - (sk_e53 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                        let sk_e79: u32 = (ti / 640u);
+                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e79) * 1317u) + (6u + ((ti - (sk_e79 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                         if ((tk != 0u)) {
                                             var t_in: u32 = (t_top - tk);
                                             var t_d: u32 = t_in;
@@ -2154,12 +2290,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var ri_key: u32 = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e54: u32 = (ti / 640u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e54) * 1317u) + (5u + ((ti - (sk_e54 * 640u)) * 2u)))]);
+                                                        let sk_e80: u32 = (ti / 640u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e80) * 1317u) + (5u + ((ti - (sk_e80 * 640u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e55: u32 = (ti / 640u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e55) * 1317u) + (6u + ((ti - (sk_e55 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    let sk_e81: u32 = (ti / 640u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e81) * 1317u) + (6u + ((ti - (sk_e81 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2171,8 +2307,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e56: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e56, 463u)]), (sk_e56 < 464u)));
+                                                let sk_e82: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e82, 463u)]), (sk_e82 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -2206,12 +2342,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_key: u32 = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                let sk_e58: u32 = (ti / 640u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e58) * 1317u) + (5u + ((ti - (sk_e58 * 640u)) * 2u)))]);
+                                                let sk_e84: u32 = (ti / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e84) * 1317u) + (5u + ((ti - (sk_e84 * 640u)) * 2u)))]);
                                             }
                                             var tk_key: u32 = ri_key;
-                                            let sk_e59: u32 = (ti / 640u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e59) * 1317u) + (6u + ((ti - (sk_e59 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            let sk_e85: u32 = (ti / 640u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e85) * 1317u) + (6u + ((ti - (sk_e85 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2233,15 +2369,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 640u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            let sk_e60: u32 = (i / 640u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e60) * 1317u) + (5u + ((i - (sk_e60 * 640u)) * 2u)))]);
+                                            let sk_e86: u32 = (i / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e86) * 1317u) + (5u + ((i - (sk_e86 * 640u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e61: u32 = (i / 640u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e61) * 1317u) + (6u + ((i - (sk_e61 * 640u)) * 2u)))]);
+                                        let sk_e87: u32 = (i / 640u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                                            let sk_e88: f32 = sk_load_x((base + rcol));
+                                            var rz_x: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
+                                            var rz: f32 = (rz_x / temp);
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -2251,8 +2394,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e65: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e65)) + 1lu), tn64, sk_e65)));
+                                    let sk_e91: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e91)) + 1lu), tn64, sk_e91)));
                                     var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)))) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
@@ -2275,8 +2418,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e66: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e66 > best) || ((sk_e66 == best) && (w_i < best_i)))) {
+                                                    let sk_e92: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e92 > best) || ((sk_e92 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2285,12 +2428,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e68: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    let sk_e67: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e68 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e68 + 0u)]))));
-                                                    if (((sk_e67 > best64) || ((sk_e67 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e94: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    let sk_e93: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e94 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e94 + 0u)]))));
+                                                    if (((sk_e93 > best64) || ((sk_e93 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e69: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e69 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e69 + 0u)]))));
+                                                        let sk_e95: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e95 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e95 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2316,8 +2459,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
                                         var t_mine: u32 = 0u;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                            let sk_e70: f32 = sk_load_x((base + col));
-                                            var tz_x: f32 = select(sk_e70, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e70) & 2147483647u) > 2139095040u));
+                                            let sk_e96: f32 = sk_load_x((base + col));
+                                            var tz_x: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2328,8 +2471,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         t_rank0 = sk_block_scan(sk_lid, t_mine);
                                         var t_rank: u32 = t_rank0;
                                         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-                                            let sk_e71: f32 = sk_load_x((base + col));
-                                            var tz_x: f32 = select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u));
+                                            let sk_e97: f32 = sk_load_x((base + col));
+                                            var tz_x: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -2365,8 +2508,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (((params.flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        let sk_e74: f32 = sk_load_x((base + ow_at));
-                                        var ow_v_x: f32 = select(sk_e74, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e74) & 2147483647u) > 2139095040u));
+                                        let sk_e100: f32 = sk_load_x((base + ow_at));
+                                        var ow_v_x: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
                                         var ow_v: f32 = (ow_v_x / temp);
                                         if ((sk_lid == 0u)) {
                                             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);
@@ -2467,8 +2610,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_run: u32 = 0u;
                                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                             // built by kernels::select::choose_bin
-                                            let sk_e75: u32 = (t_lo + tj);
-                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e75, 463u)]), (sk_e75 < 464u)));
+                                            let sk_e101: u32 = (t_lo + tj);
+                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e101, 463u)]), (sk_e101 < 464u)));
                                         }
                                         var t_start: u32 = 0u;
                                         t_start = sk_block_scan(sk_lid, t_run);
@@ -2568,8 +2711,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e77: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e77) * 1317u) + (6u + ((gj - (sk_e77 * want)) * 2u)))]);
+                                            let sk_e103: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e103) * 1317u) + (6u + ((gj - (sk_e103 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2577,8 +2720,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e78: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e78 ^ 4294967295u), (sk_e78 ^ 2147483648u), ((sk_e78 & 2147483648u) != 0u)));
+                                    let sk_e104: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e104 ^ 4294967295u), (sk_e104 ^ 2147483648u), ((sk_e104 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                                     listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -2615,9 +2758,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e80: u32 = listed_cols[(1285u + r)];
-                                    let sk_e79: f32 = bitcast<f32>(select((sk_e80 ^ 4294967295u), (sk_e80 ^ 2147483648u), ((sk_e80 & 2147483648u) != 0u)));
-                                    var wr: f32 = select(select(sk_exp((sk_e79 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e79 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                    let sk_e106: u32 = listed_cols[(1285u + r)];
+                                    let sk_e105: f32 = bitcast<f32>(select((sk_e106 ^ 4294967295u), (sk_e106 ^ 2147483648u), ((sk_e106 & 2147483648u) != 0u)));
+                                    var wr: f32 = select(select(sk_exp((sk_e105 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e105 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2637,148 +2780,148 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e82: u32 = (col_hi - col_lo);
-                                        let sk_e81: f32 = sk_load_x((base + (col_lo + select((sk_e82 - 1u), li0, (li0 < sk_e82)))));
-                                        var zx0: f32 = select(sk_e81, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e81) & 2147483647u) > 2139095040u));
-                                        var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e84: u32 = (col_hi - col_lo);
-                                        let sk_e83: f32 = sk_load_x((base + (col_lo + select((sk_e84 - 1u), li1, (li1 < sk_e84)))));
-                                        var zx1: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
-                                        var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e86: u32 = (col_hi - col_lo);
-                                        let sk_e85: f32 = sk_load_x((base + (col_lo + select((sk_e86 - 1u), li2, (li2 < sk_e86)))));
-                                        var zx2: f32 = select(sk_e85, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e85) & 2147483647u) > 2139095040u));
-                                        var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e88: u32 = (col_hi - col_lo);
-                                        let sk_e87: f32 = sk_load_x((base + (col_lo + select((sk_e88 - 1u), li3, (li3 < sk_e88)))));
-                                        var zx3: f32 = select(sk_e87, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e87) & 2147483647u) > 2139095040u));
-                                        var li4: u32 = (i0 + (BLOCK * 4u));
-                                        let sk_e90: u32 = (col_hi - col_lo);
-                                        let sk_e89: f32 = sk_load_x((base + (col_lo + select((sk_e90 - 1u), li4, (li4 < sk_e90)))));
-                                        var zx4: f32 = select(sk_e89, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e89) & 2147483647u) > 2139095040u));
-                                        var li5: u32 = (i0 + (BLOCK * 5u));
-                                        let sk_e92: u32 = (col_hi - col_lo);
-                                        let sk_e91: f32 = sk_load_x((base + (col_lo + select((sk_e92 - 1u), li5, (li5 < sk_e92)))));
-                                        var zx5: f32 = select(sk_e91, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e91) & 2147483647u) > 2139095040u));
-                                        var li6: u32 = (i0 + (BLOCK * 6u));
-                                        let sk_e94: u32 = (col_hi - col_lo);
-                                        let sk_e93: f32 = sk_load_x((base + (col_lo + select((sk_e94 - 1u), li6, (li6 < sk_e94)))));
-                                        var zx6: f32 = select(sk_e93, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e93) & 2147483647u) > 2139095040u));
-                                        var li7: u32 = (i0 + (BLOCK * 7u));
-                                        let sk_e96: u32 = (col_hi - col_lo);
-                                        let sk_e95: f32 = sk_load_x((base + (col_lo + select((sk_e96 - 1u), li7, (li7 < sk_e96)))));
-                                        var zx7: f32 = select(sk_e95, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e95) & 2147483647u) > 2139095040u));
-                                        var li8: u32 = (i0 + (BLOCK * 8u));
-                                        let sk_e98: u32 = (col_hi - col_lo);
-                                        let sk_e97: f32 = sk_load_x((base + (col_lo + select((sk_e98 - 1u), li8, (li8 < sk_e98)))));
-                                        var zx8: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
-                                        var li9: u32 = (i0 + (BLOCK * 9u));
-                                        let sk_e100: u32 = (col_hi - col_lo);
-                                        let sk_e99: f32 = sk_load_x((base + (col_lo + select((sk_e100 - 1u), li9, (li9 < sk_e100)))));
-                                        var zx9: f32 = select(sk_e99, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e99) & 2147483647u) > 2139095040u));
-                                        var li10: u32 = (i0 + (BLOCK * 10u));
-                                        let sk_e102: u32 = (col_hi - col_lo);
-                                        let sk_e101: f32 = sk_load_x((base + (col_lo + select((sk_e102 - 1u), li10, (li10 < sk_e102)))));
-                                        var zx10: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
-                                        var li11: u32 = (i0 + (BLOCK * 11u));
-                                        let sk_e104: u32 = (col_hi - col_lo);
-                                        let sk_e103: f32 = sk_load_x((base + (col_lo + select((sk_e104 - 1u), li11, (li11 < sk_e104)))));
-                                        var zx11: f32 = select(sk_e103, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e103) & 2147483647u) > 2139095040u));
-                                        var li12: u32 = (i0 + (BLOCK * 12u));
-                                        let sk_e106: u32 = (col_hi - col_lo);
-                                        let sk_e105: f32 = sk_load_x((base + (col_lo + select((sk_e106 - 1u), li12, (li12 < sk_e106)))));
-                                        var zx12: f32 = select(sk_e105, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e105) & 2147483647u) > 2139095040u));
-                                        var li13: u32 = (i0 + (BLOCK * 13u));
                                         let sk_e108: u32 = (col_hi - col_lo);
-                                        let sk_e107: f32 = sk_load_x((base + (col_lo + select((sk_e108 - 1u), li13, (li13 < sk_e108)))));
-                                        var zx13: f32 = select(sk_e107, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e107) & 2147483647u) > 2139095040u));
-                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        let sk_e107: f32 = sk_load_x((base + (col_lo + select((sk_e108 - 1u), li0, (li0 < sk_e108)))));
+                                        var zx0: f32 = select(sk_e107, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e107) & 2147483647u) > 2139095040u));
+                                        var li1: u32 = (i0 + (BLOCK * 1u));
                                         let sk_e110: u32 = (col_hi - col_lo);
-                                        let sk_e109: f32 = sk_load_x((base + (col_lo + select((sk_e110 - 1u), li14, (li14 < sk_e110)))));
-                                        var zx14: f32 = select(sk_e109, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e109) & 2147483647u) > 2139095040u));
-                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        let sk_e109: f32 = sk_load_x((base + (col_lo + select((sk_e110 - 1u), li1, (li1 < sk_e110)))));
+                                        var zx1: f32 = select(sk_e109, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e109) & 2147483647u) > 2139095040u));
+                                        var li2: u32 = (i0 + (BLOCK * 2u));
                                         let sk_e112: u32 = (col_hi - col_lo);
-                                        let sk_e111: f32 = sk_load_x((base + (col_lo + select((sk_e112 - 1u), li15, (li15 < sk_e112)))));
-                                        var zx15: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
+                                        let sk_e111: f32 = sk_load_x((base + (col_lo + select((sk_e112 - 1u), li2, (li2 < sk_e112)))));
+                                        var zx2: f32 = select(sk_e111, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e111) & 2147483647u) > 2139095040u));
+                                        var li3: u32 = (i0 + (BLOCK * 3u));
+                                        let sk_e114: u32 = (col_hi - col_lo);
+                                        let sk_e113: f32 = sk_load_x((base + (col_lo + select((sk_e114 - 1u), li3, (li3 < sk_e114)))));
+                                        var zx3: f32 = select(sk_e113, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e113) & 2147483647u) > 2139095040u));
+                                        var li4: u32 = (i0 + (BLOCK * 4u));
+                                        let sk_e116: u32 = (col_hi - col_lo);
+                                        let sk_e115: f32 = sk_load_x((base + (col_lo + select((sk_e116 - 1u), li4, (li4 < sk_e116)))));
+                                        var zx4: f32 = select(sk_e115, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e115) & 2147483647u) > 2139095040u));
+                                        var li5: u32 = (i0 + (BLOCK * 5u));
+                                        let sk_e118: u32 = (col_hi - col_lo);
+                                        let sk_e117: f32 = sk_load_x((base + (col_lo + select((sk_e118 - 1u), li5, (li5 < sk_e118)))));
+                                        var zx5: f32 = select(sk_e117, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e117) & 2147483647u) > 2139095040u));
+                                        var li6: u32 = (i0 + (BLOCK * 6u));
+                                        let sk_e120: u32 = (col_hi - col_lo);
+                                        let sk_e119: f32 = sk_load_x((base + (col_lo + select((sk_e120 - 1u), li6, (li6 < sk_e120)))));
+                                        var zx6: f32 = select(sk_e119, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e119) & 2147483647u) > 2139095040u));
+                                        var li7: u32 = (i0 + (BLOCK * 7u));
+                                        let sk_e122: u32 = (col_hi - col_lo);
+                                        let sk_e121: f32 = sk_load_x((base + (col_lo + select((sk_e122 - 1u), li7, (li7 < sk_e122)))));
+                                        var zx7: f32 = select(sk_e121, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e121) & 2147483647u) > 2139095040u));
+                                        var li8: u32 = (i0 + (BLOCK * 8u));
+                                        let sk_e124: u32 = (col_hi - col_lo);
+                                        let sk_e123: f32 = sk_load_x((base + (col_lo + select((sk_e124 - 1u), li8, (li8 < sk_e124)))));
+                                        var zx8: f32 = select(sk_e123, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e123) & 2147483647u) > 2139095040u));
+                                        var li9: u32 = (i0 + (BLOCK * 9u));
+                                        let sk_e126: u32 = (col_hi - col_lo);
+                                        let sk_e125: f32 = sk_load_x((base + (col_lo + select((sk_e126 - 1u), li9, (li9 < sk_e126)))));
+                                        var zx9: f32 = select(sk_e125, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e125) & 2147483647u) > 2139095040u));
+                                        var li10: u32 = (i0 + (BLOCK * 10u));
+                                        let sk_e128: u32 = (col_hi - col_lo);
+                                        let sk_e127: f32 = sk_load_x((base + (col_lo + select((sk_e128 - 1u), li10, (li10 < sk_e128)))));
+                                        var zx10: f32 = select(sk_e127, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e127) & 2147483647u) > 2139095040u));
+                                        var li11: u32 = (i0 + (BLOCK * 11u));
+                                        let sk_e130: u32 = (col_hi - col_lo);
+                                        let sk_e129: f32 = sk_load_x((base + (col_lo + select((sk_e130 - 1u), li11, (li11 < sk_e130)))));
+                                        var zx11: f32 = select(sk_e129, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e129) & 2147483647u) > 2139095040u));
+                                        var li12: u32 = (i0 + (BLOCK * 12u));
+                                        let sk_e132: u32 = (col_hi - col_lo);
+                                        let sk_e131: f32 = sk_load_x((base + (col_lo + select((sk_e132 - 1u), li12, (li12 < sk_e132)))));
+                                        var zx12: f32 = select(sk_e131, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e131) & 2147483647u) > 2139095040u));
+                                        var li13: u32 = (i0 + (BLOCK * 13u));
+                                        let sk_e134: u32 = (col_hi - col_lo);
+                                        let sk_e133: f32 = sk_load_x((base + (col_lo + select((sk_e134 - 1u), li13, (li13 < sk_e134)))));
+                                        var zx13: f32 = select(sk_e133, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e133) & 2147483647u) > 2139095040u));
+                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        let sk_e136: u32 = (col_hi - col_lo);
+                                        let sk_e135: f32 = sk_load_x((base + (col_lo + select((sk_e136 - 1u), li14, (li14 < sk_e136)))));
+                                        var zx14: f32 = select(sk_e135, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e135) & 2147483647u) > 2139095040u));
+                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        let sk_e138: u32 = (col_hi - col_lo);
+                                        let sk_e137: f32 = sk_load_x((base + (col_lo + select((sk_e138 - 1u), li15, (li15 < sk_e138)))));
+                                        var zx15: f32 = select(sk_e137, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e137) & 2147483647u) > 2139095040u));
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e113: f32 = (zx0 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e113 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e113 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e139: f32 = (zx0 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e139 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e139 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e114: f32 = (zx1 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e114 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e114 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e140: f32 = (zx1 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e140 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e140 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e115: f32 = (zx2 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e115 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e115 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e141: f32 = (zx2 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e141 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e141 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e116: f32 = (zx3 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e116 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e116 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e142: f32 = (zx3 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e142 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e142 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e117: f32 = (zx4 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e117 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e117 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e143: f32 = (zx4 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e143 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e143 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e118: f32 = (zx5 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e118 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e118 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e144: f32 = (zx5 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e144 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e144 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e119: f32 = (zx6 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e119 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e119 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e145: f32 = (zx6 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e145 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e145 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e120: f32 = (zx7 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e120 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e120 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e146: f32 = (zx7 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e146 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e146 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e121: f32 = (zx8 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e121 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e121 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e147: f32 = (zx8 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e147 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e147 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e122: f32 = (zx9 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e122 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e122 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e148: f32 = (zx9 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e148 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e148 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e123: f32 = (zx10 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e123 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e123 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e149: f32 = (zx10 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e149 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e149 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e124: f32 = (zx11 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e124 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e124 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e150: f32 = (zx11 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e150 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e150 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e125: f32 = (zx12 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e125 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e125 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e151: f32 = (zx12 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e151 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e151 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e126: f32 = (zx13 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e126 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e126 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e152: f32 = (zx13 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e152 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e152 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e127: f32 = (zx14 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e127 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e127 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e153: f32 = (zx14 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e153 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e153 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e128: f32 = (zx15 / temp);
-                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e128 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e128 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                            let sk_e154: f32 = (zx15 / temp);
+                                            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e154 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e154 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2786,9 +2929,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e130: u32 = listed_cols[(1285u + r)];
-                                        let sk_e129: f32 = bitcast<f32>(select((sk_e130 ^ 4294967295u), (sk_e130 ^ 2147483648u), ((sk_e130 & 2147483648u) != 0u)));
-                                        var wr: f32 = select(select(sk_exp((sk_e129 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e129 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                        let sk_e156: u32 = listed_cols[(1285u + r)];
+                                        let sk_e155: f32 = bitcast<f32>(select((sk_e156 ^ 4294967295u), (sk_e156 ^ 2147483648u), ((sk_e156 & 2147483648u) != 0u)));
+                                        var wr: f32 = select(select(sk_exp((sk_e155 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e155 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2803,10 +2946,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-                                let sk_e131: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = ((bitcast<f32>(select((sk_e131 ^ 4294967295u), (sk_e131 ^ 2147483648u), ((sk_e131 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
-                                let sk_e132: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e132] ^ 4294967295u), (listed_cols[sk_e132] ^ 2147483648u), ((listed_cols[sk_e132] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                                let sk_e157: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = ((bitcast<f32>(select((sk_e157 ^ 4294967295u), (sk_e157 ^ 2147483648u), ((sk_e157 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                                let sk_e158: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e158] ^ 4294967295u), (listed_cols[sk_e158] ^ 2147483648u), ((listed_cols[sk_e158] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2855,16 +2998,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e133: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e133 + 1u)] == 1u) && (rows[(sk_e133 + 6u)] == 1u));
+                                    let sk_e159: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e159 + 1u)] == 1u) && (rows[(sk_e159 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e134: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e134 ^ 4294967295u), (sk_e134 ^ 2147483648u), ((sk_e134 & 2147483648u) != 0u)));
+                                        let sk_e160: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e160 ^ 4294967295u), (sk_e160 ^ 2147483648u), ((sk_e160 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2893,8 +3036,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     if (((params.flags & 1u) != 0u)) {
                                         // built by kernels::abi::write_results_as
-                                        let sk_e138: f32 = sk_load_x((base + ow_at));
-                                        var ow_v_x: f32 = select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u));
+                                        let sk_e164: f32 = sk_load_x((base + ow_at));
+                                        var ow_v_x: f32 = select(sk_e164, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e164) & 2147483647u) > 2139095040u));
                                         var ow_v: f32 = (ow_v_x / temp);
                                         if ((sk_lid == 0u)) {
                                             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -2911,21 +3054,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::left_out_kept
-                                        let sk_e139: u32 = (((slot * parts) + p) * 1317u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e139 + 3u)]), atomicLoad(&partials[(sk_e139 + 4u)]));
-                                        let sk_e142: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e140: f32 = select((0.0f), (1.0f), (sk_e142 == bitcast<f32>(2139095040u)));
-                                        let sk_e141: f32 = (sk_e142 - row_m);
-                                        let sk_e143: bool = (row_m == bitcast<f32>(4286578688u));
-                                        let sk_e144: bool = (row_m == bitcast<f32>(2139095040u));
-                                        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e141), (0.0f), sk_e143), sk_e140, sk_e144) > (0.0f)) && (select(select(sk_exp(sk_e141), (0.0f), sk_e143), sk_e140, sk_e144) >= mp)))) {
+                                        let sk_e165: u32 = (((slot * parts) + p) * 1317u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e165 + 3u)]), atomicLoad(&partials[(sk_e165 + 4u)]));
+                                        let sk_e168: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e166: f32 = select((0.0f), (1.0f), (sk_e168 == bitcast<f32>(2139095040u)));
+                                        let sk_e167: f32 = (sk_e168 - row_m);
+                                        let sk_e169: bool = (row_m == bitcast<f32>(4286578688u));
+                                        let sk_e170: bool = (row_m == bitcast<f32>(2139095040u));
+                                        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e167), (0.0f), sk_e169), sk_e166, sk_e170) > (0.0f)) && (select(select(sk_exp(sk_e167), (0.0f), sk_e169), sk_e166, sk_e170) >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e145: u32 = (row * 12u);
-                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e145 + 1u)] == 1u) && (rows[(sk_e145 + 6u)] == 1u))))) {
+                                    let sk_e171: u32 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e171 + 1u)] == 1u) && (rows[(sk_e171 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2940,10 +3083,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]))) {
-                                                let sk_e146: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e146 ^ 4294967295u), (sk_e146 ^ 2147483648u), ((sk_e146 & 2147483648u) != 0u)));
-                                                let sk_e147: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                                                if (((sk_e147 > (0.0f)) && (sk_e147 >= mp))) {
+                                                let sk_e172: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e172 ^ 4294967295u), (sk_e172 ^ 2147483648u), ((sk_e172 & 2147483648u) != 0u)));
+                                                let sk_e173: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                                                if (((sk_e173 > (0.0f)) && (sk_e173 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
                                                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
@@ -2971,8 +3114,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (((params.flags & 1u) != 0u)) {
                                             // built by kernels::abi::write_results_as
-                                            let sk_e150: f32 = sk_load_x((base + ow_at));
-                                            var ow_v_x: f32 = select(sk_e150, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e150) & 2147483647u) > 2139095040u));
+                                            let sk_e176: f32 = sk_load_x((base + ow_at));
+                                            var ow_v_x: f32 = select(sk_e176, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e176) & 2147483647u) > 2139095040u));
                                             var ow_v: f32 = (ow_v_x / temp);
                                             if ((sk_lid == 0u)) {
                                                 logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);
@@ -3000,17 +3143,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
-                            let sk_e151: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e151, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e151) & 2147483647u) > 2139095040u));
+                            let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                            var zx0: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
                             var li1: u32 = (i0 + (BLOCK * 1u));
-                            let sk_e152: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e152, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e152) & 2147483647u) > 2139095040u));
+                            let sk_e178: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                            var zx1: f32 = select(sk_e178, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e178) & 2147483647u) > 2139095040u));
                             var li2: u32 = (i0 + (BLOCK * 2u));
-                            let sk_e153: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e153, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e153) & 2147483647u) > 2139095040u));
+                            let sk_e179: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                            var zx2: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
                             var li3: u32 = (i0 + (BLOCK * 3u));
-                            let sk_e154: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e154, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e154) & 2147483647u) > 2139095040u));
+                            let sk_e180: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                            var zx3: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
                                 // built by kernels::filter_values::read_step
                                 var col: u32 = (col_lo + li0);
@@ -3054,8 +3197,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e155: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e155 - sel_a), sk_e155, in_a);
+                        let sk_e181: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e181 - sel_a), sk_e181, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -3071,28 +3214,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                     // built by kernels::filter_values::for_each_read
                                     var li0: u32 = (i0 + (BLOCK * 0u));
-                                    let sk_e156: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e156, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e156) & 2147483647u) > 2139095040u));
+                                    let sk_e182: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (i0 + (BLOCK * 1u));
-                                    let sk_e157: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e157, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e157) & 2147483647u) > 2139095040u));
+                                    let sk_e183: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (i0 + (BLOCK * 2u));
-                                    let sk_e158: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
+                                    let sk_e184: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e184, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e184) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (i0 + (BLOCK * 3u));
-                                    let sk_e159: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e159, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e159) & 2147483647u) > 2139095040u));
+                                    let sk_e185: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
+                                        sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
+                                        sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
+                                        sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
+                                        sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
                                     }
                                 }
                             }
@@ -3105,8 +3248,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e160: f32 = sk_load_x((base + col));
-                                var lx: f32 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
+                                let sk_e186: f32 = sk_load_x((base + col));
+                                var lx: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3130,8 +3273,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                 // built by kernels::filters::sweep_list
                                 var col: u32 = listed_cols[at];
-                                let sk_e161: f32 = sk_load_x((base + col));
-                                var lx: f32 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
+                                let sk_e187: f32 = sk_load_x((base + col));
+                                var lx: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                 var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3171,8 +3314,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e162: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e162 == (sel_n + min(sel_tn, 64u))) || (!((sk_e162 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e188: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e188 == (sel_n + min(sel_tn, 64u))) || (!((sk_e188 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3192,8 +3335,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                                     // built by kernels::filters::sweep_list
                                     var col: u32 = listed_cols[at];
-                                    let sk_e163: f32 = sk_load_x((base + col));
-                                    var lx: f32 = select(sk_e163, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e163) & 2147483647u) > 2139095040u));
+                                    let sk_e189: f32 = sk_load_x((base + col));
+                                    var lx: f32 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
                                     var zv: f32 = (lx / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                                     var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
@@ -3222,17 +3365,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e164: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e164, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e164) & 2147483647u) > 2139095040u));
+                                            let sk_e190: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e190, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e190) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e165: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e165, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e165) & 2147483647u) > 2139095040u));
+                                            let sk_e191: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e191, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e191) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e166: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
+                                            let sk_e192: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e192, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e192) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e167: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
+                                            let sk_e193: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
@@ -3250,17 +3393,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                                             // built by kernels::filter_values::for_each_read
                                             var li0: u32 = (i0 + (BLOCK * 0u));
-                                            let sk_e168: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e168, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e168) & 2147483647u) > 2139095040u));
+                                            let sk_e194: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e194, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e194) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (i0 + (BLOCK * 1u));
-                                            let sk_e169: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
+                                            let sk_e195: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (i0 + (BLOCK * 2u));
-                                            let sk_e170: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
+                                            let sk_e196: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e196, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e196) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (i0 + (BLOCK * 3u));
-                                            let sk_e171: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e171, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e171) & 2147483647u) > 2139095040u));
+                                            let sk_e197: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e197, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e197) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
                                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                                             }
@@ -3393,8 +3536,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e173: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e173)) + 1lu), tn64, sk_e173)));
+                        let sk_e199: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e199)) + 1lu), tn64, sk_e199)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3418,28 +3561,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e174: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e174, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e174) & 2147483647u) > 2139095040u));
+                                            let sk_e200: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e200, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e200) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e175: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e175, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e175) & 2147483647u) > 2139095040u));
+                                            let sk_e201: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e176: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e176, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e176) & 2147483647u) > 2139095040u));
+                                            let sk_e202: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
+                                            let sk_e203: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e203, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e203) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                                sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                                sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                                sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                                sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                             }
                                         }
                                     }
@@ -3453,8 +3596,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e178: u32 = (row * 12u);
-                    if ((((rows[(sk_e178 + 1u)] == 1u) && (rows[(sk_e178 + 6u)] == 1u)) && filtered)) {
+                    let sk_e204: u32 = (row * 12u);
+                    if ((((rows[(sk_e204 + 1u)] == 1u) && (rows[(sk_e204 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3471,28 +3614,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e179: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
+                                    let sk_e205: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e205, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e205) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e180: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
+                                    let sk_e206: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e206, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e206) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e181: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e181, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e181) & 2147483647u) > 2139095040u));
+                                    let sk_e207: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e207, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e207) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e182: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
+                                    let sk_e208: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e208, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e208) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                 }
                             }
@@ -3537,13 +3680,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e183: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e183 ^ 4294967295u), (sk_e183 ^ 2147483648u), ((sk_e183 & 2147483648u) != 0u)));
+                                let sk_e209: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e209 ^ 4294967295u), (sk_e209 ^ 2147483648u), ((sk_e209 & 2147483648u) != 0u)));
                                 var s64: f64 = f64(rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e184: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e184 + 8u)], rows[(sk_e184 + 9u)], rows[(sk_e184 + 10u)], r)));
+                                    let sk_e210: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e210 + 8u)], rows[(sk_e210 + 9u)], rows[(sk_e210 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3584,28 +3727,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                             var li0: u32 = (c0 + 0u);
-                                            let sk_e185: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                            var zx0: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
+                                            let sk_e211: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                            var zx0: f32 = select(sk_e211, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e211) & 2147483647u) > 2139095040u));
                                             var li1: u32 = (c0 + 1u);
-                                            let sk_e186: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                            var zx1: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
+                                            let sk_e212: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                            var zx1: f32 = select(sk_e212, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e212) & 2147483647u) > 2139095040u));
                                             var li2: u32 = (c0 + 2u);
-                                            let sk_e187: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                            var zx2: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
+                                            let sk_e213: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                            var zx2: f32 = select(sk_e213, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e213) & 2147483647u) > 2139095040u));
                                             var li3: u32 = (c0 + 3u);
-                                            let sk_e188: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                            var zx3: f32 = select(sk_e188, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e188) & 2147483647u) > 2139095040u));
+                                            let sk_e214: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                            var zx3: f32 = select(sk_e214, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e214) & 2147483647u) > 2139095040u));
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
                                             }
                                         }
                                     }
@@ -3625,28 +3768,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                         var li0: u32 = (c0 + 0u);
-                                        let sk_e189: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                        var zx0: f32 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
+                                        let sk_e215: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                        var zx0: f32 = select(sk_e215, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e215) & 2147483647u) > 2139095040u));
                                         var li1: u32 = (c0 + 1u);
-                                        let sk_e190: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                        var zx1: f32 = select(sk_e190, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e190) & 2147483647u) > 2139095040u));
+                                        let sk_e216: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                        var zx1: f32 = select(sk_e216, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e216) & 2147483647u) > 2139095040u));
                                         var li2: u32 = (c0 + 2u);
-                                        let sk_e191: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                        var zx2: f32 = select(sk_e191, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e191) & 2147483647u) > 2139095040u));
+                                        let sk_e217: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                        var zx2: f32 = select(sk_e217, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e217) & 2147483647u) > 2139095040u));
                                         var li3: u32 = (c0 + 3u);
-                                        let sk_e192: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                        var zx3: f32 = select(sk_e192, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e192) & 2147483647u) > 2139095040u));
+                                        let sk_e218: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                        var zx3: f32 = select(sk_e218, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e218) & 2147483647u) > 2139095040u));
                                         if ((li0 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                     }
                                 }
@@ -3678,28 +3821,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e193: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
+                                    let sk_e219: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e219, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e219) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e194: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e194, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e194) & 2147483647u) > 2139095040u));
+                                    let sk_e220: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e220, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e220) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e195: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
+                                    let sk_e221: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e221, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e221) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e196: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e196, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e196) & 2147483647u) > 2139095040u));
+                                    let sk_e222: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e222, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e222) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_8(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_8(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_8(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_8(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                 }
                             }
@@ -3721,17 +3864,17 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e201: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
+                                    let sk_e227: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var zx0: f32 = select(sk_e227, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e227) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e202: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
+                                    let sk_e228: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = select(sk_e228, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e228) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e203: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e203, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e203) & 2147483647u) > 2139095040u));
+                                    let sk_e229: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = select(sk_e229, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e229) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e204: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e204, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e204) & 2147483647u) > 2139095040u));
+                                    let sk_e230: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = select(sk_e230, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e230) & 2147483647u) > 2139095040u));
                                     if (noisy) {
                                         // built by kernels::filters::race_sweep
                                         w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -3751,8 +3894,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e205: f32 = sk_gumbel(w[0]);
-                                            var score: f32 = select(zv, select((zv + sk_e205), sk_e205, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e231: f32 = sk_gumbel(w[0]);
+                                            var score: f32 = select(zv, select((zv + sk_e231), sk_e231, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3775,8 +3918,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e206: f32 = sk_gumbel(w[1]);
-                                            var score: f32 = select(zv, select((zv + sk_e206), sk_e206, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e232: f32 = sk_gumbel(w[1]);
+                                            var score: f32 = select(zv, select((zv + sk_e232), sk_e232, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3799,8 +3942,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e207: f32 = sk_gumbel(w[2]);
-                                            var score: f32 = select(zv, select((zv + sk_e207), sk_e207, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e233: f32 = sk_gumbel(w[2]);
+                                            var score: f32 = select(zv, select((zv + sk_e233), sk_e233, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3823,8 +3966,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (kept) {
                                             // built by kernels::filters::race_sweep
-                                            let sk_e208: f32 = sk_gumbel(w[3]);
-                                            var score: f32 = select(zv, select((zv + sk_e208), sk_e208, (zv == bitcast<f32>(2139095040u))), noisy);
+                                            let sk_e234: f32 = sk_gumbel(w[3]);
+                                            var score: f32 = select(zv, select((zv + sk_e234), sk_e234, (zv == bitcast<f32>(2139095040u))), noisy);
                                             if (((score > best) || (best_i == 4294967295u))) {
                                                 // built by kernels::filters::keep_best
                                                 best = score;
@@ -3858,8 +4001,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::abi::write_results_as
                         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                         if ((sk_lid == 0u)) {
-                            let sk_e209: f32 = sk_load_x((base + tok_at));
-                            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e209, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e209) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                            let sk_e235: f32 = sk_load_x((base + tok_at));
+                            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e235, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e235) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

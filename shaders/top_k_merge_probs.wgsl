@@ -22,8 +22,8 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> partials: array<atomic<u32>>;
 @group(0) @binding(8) var<uniform> params: Params;
 
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
@@ -47,19 +47,6 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
-    sk_red_u32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_u32[0];
-    workgroupBarrier();
-    return sk_r;
-}
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
     workgroupBarrier();
@@ -70,6 +57,19 @@ fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
         workgroupBarrier();
     }
     let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
     workgroupBarrier();
     return sk_r;
 }
@@ -789,6 +789,69 @@ fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_
     *sk_io_cn = cn;
     *sk_io_cm = cm;
 }
+fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+    var n_above: u32 = *sk_io_n_above;
+    var m_above: u64 = *sk_io_m_above;
+    var min_above_not: u32 = *sk_io_min_above_not;
+    var cut_race: u32 = *sk_io_cut_race;
+    var n_range: u32 = *sk_io_n_range;
+    var m_range: u64 = *sk_io_m_range;
+    var min_range_not: u32 = *sk_io_min_range_not;
+    var max_range: u32 = *sk_io_max_range;
+    var m_below: u64 = *sk_io_m_below;
+    var max_below: u32 = *sk_io_max_below;
+    var w_below: f32 = *sk_io_w_below;
+    // built by kernels::filter_values::for_each_quad
+    var col: u32 = (col_lo + li0);
+    var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+    var cov: f32 = cz;
+    var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
+    if ((cw > (0.0f))) {
+        // built by kernels::filter_top_p::cut_part
+        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
+        var cmv: u64 = sk_fixed(cw);
+        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
+        if ((cg < cut_lo)) {
+            n_above = (n_above + 1u);
+            m_above = (m_above + cmv);
+            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            if ((cw >= mp)) {
+                cut_race = (cut_race | sk_c0);
+            }
+        } else {
+            if ((cg <= cut_hi)) {
+                n_range = (n_range + 1u);
+                m_range = (m_range + cmv);
+                min_range_not = max(min_range_not, (ck ^ 4294967295u));
+                max_range = max(max_range, ck);
+                if ((cw >= mp)) {
+                    cut_race = (cut_race | sk_c1);
+                }
+                var cut_at: u32 = 0u;
+                cut_at = atomicAdd(&cut_listing[0u], 1u);
+                if ((cut_at < 640u)) {
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
+                }
+            } else {
+                m_below = (m_below + cmv);
+                max_below = max(max_below, ck);
+                w_below = max(w_below, cw);
+            }
+        }
+    }
+    *sk_io_n_above = n_above;
+    *sk_io_m_above = m_above;
+    *sk_io_min_above_not = min_above_not;
+    *sk_io_cut_race = cut_race;
+    *sk_io_n_range = n_range;
+    *sk_io_m_range = m_range;
+    *sk_io_min_range_not = min_range_not;
+    *sk_io_max_range = max_range;
+    *sk_io_m_below = m_below;
+    *sk_io_max_below = max_below;
+    *sk_io_w_below = w_below;
+}
 fn sk_sweep_set(zv: f32, mx: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
     var wv: f32 = *sk_io_wv;
     var ok: bool = *sk_io_ok;
@@ -817,7 +880,37 @@ fn sk_sweep_set(zv: f32, mx: f32, key: u32, s_key: u32, mp: f32, searched: bool,
     *sk_io_tie_rank = tie_rank;
     *sk_io_kept = kept;
 }
-fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx: f32, sk_io_list_at: ptr<function, u32>) {
+fn sk_cut_part(cut_race: u32, cut_floor: f32, cut_w0: u32, zx0: f32, col_lo: u32, i0: u32, sk_c0: u32, sk_c1: u32, sk_c2: u32, sk_c3: u32, sk_c4: u32, sk_c5: u32, sk_io_best: ptr<function, f32>, sk_io_bestr: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_bestr_i: ptr<function, u32>) {
+    var best: f32 = *sk_io_best;
+    var bestr: f32 = *sk_io_bestr;
+    var best_i: u32 = *sk_io_best_i;
+    var bestr_i: u32 = *sk_io_bestr_i;
+    // built by kernels::filter_top_p::cut_part
+    var cut_above: bool = ((cut_race & sk_c0) != 0u);
+    var cut_may_edge: f32 = (select(bestr, max(best, cut_floor), cut_above) * sk_uniform((cut_w0 ^ 4294967295u)));
+    var cut_may: bool = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < bitcast<f32>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge)));
+    if ((cut_may && ((cut_race & sk_c1) != 0u))) {
+        var score: f32 = (select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) / sk_exponential(cut_w0));
+        if (cut_above) {
+            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) {
+                // built by kernels::filter_top_k::keep_lower
+                best = score;
+                best_i = ((col_lo + i0) + sk_c3);
+            }
+        } else {
+            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) {
+                // built by kernels::filter_top_k::keep_lower
+                bestr = score;
+                bestr_i = ((col_lo + i0) + sk_c5);
+            }
+        }
+    }
+    *sk_io_best = best;
+    *sk_io_bestr = bestr;
+    *sk_io_best_i = best_i;
+    *sk_io_bestr_i = bestr_i;
+}
+fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx: f32, sk_io_list_at: ptr<function, u32>) {
     var list_at: u32 = *sk_io_list_at;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -840,7 +933,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, 
     }
     *sk_io_list_at = list_at;
 }
-fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mine: ptr<function, u32>) {
+fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mine: ptr<function, u32>) {
     var mine: u32 = *sk_io_mine;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -866,10 +959,10 @@ fn sk_select_in_range(dk: u32, shift: u32, cut_mx: f32, cnt: ptr<function, array
     // built by kernels::filter_top_p::select_in_range
     var digit: u32 = ((dk >> shift) & 15u);
     (*cnt)[digit] += 1u;
-    let sk_e34: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
-    (*mas)[digit] += sk_fixed(select((sk_e34 / cut_mx), (1.0f), (sk_e34 == cut_mx)));
+    let sk_e40: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
+    (*mas)[digit] += sk_fixed(select((sk_e40 / cut_mx), (1.0f), (sk_e40 == cut_mx)));
 }
-fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
+fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
     var rk_seen: u32 = *sk_io_rk_seen;
     var rk_found: u32 = *sk_io_rk_found;
     // built by kernels::filter_values::read_step
@@ -890,7 +983,7 @@ fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io
     *sk_io_rk_seen = rk_seen;
     *sk_io_rk_found = rk_found;
 }
-fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
+fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
     var rk_mine: u32 = *sk_io_rk_mine;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -913,8 +1006,8 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     var s64: f64 = sk_log64(f64(zv));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e127: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e127 + 8u)], rows[(sk_e127 + 9u)], rows[(sk_e127 + 10u)], col)));
+        let sk_e133: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e133 + 8u)], rows[(sk_e133 + 9u)], rows[(sk_e133 + 10u)], col)));
     }
     if (((s64 > best64) || (best64_i == 4294967295u))) {
         // built by kernels::filters::keep_best
@@ -923,6 +1016,21 @@ fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     }
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
+}
+fn sk_race_one(rcol: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, rz: f32, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
+    var best: f32 = *sk_io_best;
+    var best_i: u32 = *sk_io_best_i;
+    // built by kernels::filter_top_k::race_one
+    var w4: vec4<u32> = sk_philox(vec4<u32>(((rcol & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+    let sk_e46: u32 = (rcol & 3u);
+    var score: f32 = (rz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e46 == 1u)), w4[2], (sk_e46 == 2u)), w4[3], (sk_e46 == 3u))));
+    if (((score > best) || ((score == best) && (rcol < best_i)))) {
+        // built by kernels::filter_top_k::keep_lower
+        best = score;
+        best_i = rcol;
+    }
+    *sk_io_best = best;
+    *sk_io_best_i = best_i;
 }
 fn sk_decide(t_chosen: u32, t_bin_above: u32, t_bin_at: u32, t_top: u32, t_want: u32, sk_io_t_above: ptr<function, u32>, sk_io_t_at: ptr<function, u32>, sk_io_t_from: ptr<function, u32>, sk_io_t_key: ptr<function, u32>, sk_io_t_list_lo: ptr<function, u32>, sk_io_t_list_width: ptr<function, u32>, sk_io_t_listed: ptr<function, u32>, sk_io_t_need: ptr<function, u32>, sk_io_t_span: ptr<function, u32>, sk_io_t_more: ptr<function, bool>) {
     var t_above: u32 = *sk_io_t_above;
@@ -1002,8 +1110,8 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
     // built by kernels::filters::select_step
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e35: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e35)) + 1lu), tn64, sk_e35)));
+    let sk_e41: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e41)) + 1lu), tn64, sk_e41)));
     lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
     sel_key = 0u;
     sel_mask = 0u;
@@ -1022,8 +1130,8 @@ fn sk_select_step_2(kk: u32, pp: f32, sk_io_sel_tn: ptr<function, u32>, sk_io_se
 fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr<function, u32>) {
     var t_run: u32 = *sk_io_t_run;
     // built by kernels::select::choose_bin
-    let sk_e38: u32 = (t_lo + tj);
-    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e38, 463u)]), (sk_e38 < 464u));
+    let sk_e44: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e44, 463u)]), (sk_e44 < 464u));
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
         atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
         atomicStore(&select_scratch[508u], (t_run - t_above));
@@ -1032,7 +1140,7 @@ fn sk_choose_bin(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr
     t_run = (t_run + t_c);
     *sk_io_t_run = t_run;
 }
-fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) {
+fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
@@ -1069,20 +1177,20 @@ fn sk_within_2(t_top: u32, t_list_lo: u32, tk: u32, t_list_width: u32) {
         atomicStore(&select_scratch[t_slot], tk);
     }
 }
-fn sk_merge_row(rz: f32, noisy: bool, row: u32, r: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+fn sk_race_one_2(rz: f32, noisy: bool, row: u32, rcol: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
-    // built by kernels::filter_top_k::merge_row
+    // built by kernels::filter_top_k::race_one
     var s64: f64 = sk_log64(f64(rz));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e109: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e109 + 8u)], rows[(sk_e109 + 9u)], rows[(sk_e109 + 10u)], r)));
+        let sk_e45: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e45 + 8u)], rows[(sk_e45 + 9u)], rows[(sk_e45 + 10u)], rcol)));
     }
-    if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
+    if (((s64 > best64) || ((s64 == best64) && (rcol < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best64 = s64;
-        best64_i = r;
+        best64_i = rcol;
     }
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
@@ -1118,7 +1226,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
             min_above_not = max(min_above_not, (ck ^ 4294967295u));
             if ((cw >= mp)) {
                 {
-                    sk_merge_row(cz, noisy, row, col, &best64, &best64_i);
+                    sk_race_one_2(cz, noisy, row, col, &best64, &best64_i);
                 }
             }
         } else {
@@ -1129,7 +1237,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
                 max_range = max(max_range, ck);
                 if ((cw >= mp)) {
                     {
-                        sk_merge_row(cz, noisy, row, col, &bestr64, &bestr64_i);
+                        sk_race_one_2(cz, noisy, row, col, &bestr64, &bestr64_i);
                     }
                 }
                 var cut_at: u32 = 0u;
@@ -1185,7 +1293,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx
         sk_digit_counts(key, shift, mv, cnt, mas);
     }
 }
-fn sk_read_step_9(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
+fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
     var all_mass: u64 = *sk_io_all_mass;
     var tie_rank: u32 = *sk_io_tie_rank;
     // built by kernels::filter_values::read_step
@@ -1206,7 +1314,7 @@ fn sk_read_step_9(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     *sk_io_all_mass = all_mass;
     *sk_io_tie_rank = tie_rank;
 }
-fn sk_read_step_10(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+fn sk_read_step_9(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
     var all_mass: u64 = *sk_io_all_mass;
     var tie_rank: u32 = *sk_io_tie_rank;
     var best64: f64 = *sk_io_best64;
@@ -1230,128 +1338,6 @@ fn sk_read_step_10(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, 
     *sk_io_tie_rank = tie_rank;
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
-}
-fn sk_race_one(mo_col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, mo_z: f32, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::filter_top_k::race_one
-    var w4: vec4<u32> = sk_philox(vec4<u32>(((mo_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e119: u32 = (mo_col & 3u);
-    var score: f32 = (mo_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e119 == 1u)), w4[2], (sk_e119 == 2u)), w4[3], (sk_e119 == 3u))));
-    if (((score > best) || ((score == best) && (mo_col < best_i)))) {
-        // built by kernels::filter_top_k::keep_lower
-        best = score;
-        best_i = mo_col;
-    }
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
-fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
-    var n_above: u32 = *sk_io_n_above;
-    var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    var n_range: u32 = *sk_io_n_range;
-    var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
-    var bestr: f32 = *sk_io_bestr;
-    var bestr_i: u32 = *sk_io_bestr_i;
-    var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-    var cov: f32 = cz;
-    var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
-    if ((cw > (0.0f))) {
-        // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
-        var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
-        if ((cg < cut_lo)) {
-            n_above = (n_above + 1u);
-            m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
-            if ((cw >= mp)) {
-                {
-                    sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &best, &best_i);
-                }
-            }
-        } else {
-            if ((cg <= cut_hi)) {
-                n_range = (n_range + 1u);
-                m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
-                if ((cw >= mp)) {
-                    {
-                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cz, &bestr, &bestr_i);
-                    }
-                }
-                var cut_at: u32 = 0u;
-                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 640u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
-                }
-            } else {
-                m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
-            }
-        }
-    }
-    *sk_io_n_above = n_above;
-    *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-    *sk_io_n_range = n_range;
-    *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
-    *sk_io_bestr = bestr;
-    *sk_io_bestr_i = bestr_i;
-    *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
-}
-fn sk_select_in_range_2(base: u32, rcol: u32, cut_seeded: bool, noisy: bool, row: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::filter_top_p::select_in_range
-    var rz_x: f32 = x[(base + rcol)];
-    var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
-    if (cut_seeded) {
-        sk_merge_row(rz, noisy, row, rcol, &best64, &best64_i);
-    } else {
-        sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
-fn sk_tied_range(cut_seeded: bool, tz: f32, noisy: bool, row: u32, col: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::filter_top_p::tied_range
-    if (cut_seeded) {
-        sk_merge_row(tz, noisy, row, col, &best64, &best64_i);
-    } else {
-        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best, &best_i);
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
 }
 
 @compute @workgroup_size(256)
@@ -1464,32 +1450,152 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                             } else {
                                 // built by kernels::filter_top_p::cut_part
-                                for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    var li0: u32 = (i0 + (BLOCK * 0u));
-                                    let sk_e14: u32 = (col_hi - col_lo);
-                                    var zx0: f32 = x[(base + (col_lo + select((sk_e14 - 1u), li0, (li0 < sk_e14))))];
-                                    var li1: u32 = (i0 + (BLOCK * 1u));
-                                    let sk_e15: u32 = (col_hi - col_lo);
-                                    var zx1: f32 = x[(base + (col_lo + select((sk_e15 - 1u), li1, (li1 < sk_e15))))];
-                                    var li2: u32 = (i0 + (BLOCK * 2u));
-                                    let sk_e16: u32 = (col_hi - col_lo);
-                                    var zx2: f32 = x[(base + (col_lo + select((sk_e16 - 1u), li2, (li2 < sk_e16))))];
-                                    var li3: u32 = (i0 + (BLOCK * 3u));
-                                    let sk_e17: u32 = (col_hi - col_lo);
-                                    var zx3: f32 = x[(base + (col_lo + select((sk_e17 - 1u), li3, (li3 < sk_e17))))];
+                                var cut_floor: f32 = bitcast<f32>(4286578688u);
+                                var cut_race: u32 = 0u;
+                                {
+                                    // built by kernels::filter_values::for_each_quad
+                                    var i0: u32 = (sk_lid * 4u);
+                                    var zx0: f32 = (0.0f);
+                                    var zx1: f32 = (0.0f);
+                                    var zx2: f32 = (0.0f);
+                                    var zx3: f32 = (0.0f);
+                                    var zx_at: u32 = (base + (col_lo + i0));
+                                    let sk_e14: u32 = (col_lo + i0);
+                                    if (((sk_e14 < col_hi) && ((col_hi - sk_e14) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        zx0 = x[(zx_at + 0u)];
+                                        zx1 = x[(zx_at + 1u)];
+                                        zx2 = x[(zx_at + 2u)];
+                                        zx3 = x[(zx_at + 3u)];
+                                    } else {
+                                        // built by kernels::abi::load_quad_as
+                                        let sk_e16: u32 = ((col_lo + i0) + 0u);
+                                        let sk_e15: bool = (sk_e16 < col_hi);
+                                        zx0 = select((0.0f), x[(base + select((col_hi - 1u), sk_e16, sk_e15))], sk_e15);
+                                        let sk_e18: u32 = ((col_lo + i0) + 1u);
+                                        let sk_e17: bool = (sk_e18 < col_hi);
+                                        zx1 = select((0.0f), x[(base + select((col_hi - 1u), sk_e18, sk_e17))], sk_e17);
+                                        let sk_e20: u32 = ((col_lo + i0) + 2u);
+                                        let sk_e19: bool = (sk_e20 < col_hi);
+                                        zx2 = select((0.0f), x[(base + select((col_hi - 1u), sk_e20, sk_e19))], sk_e19);
+                                        let sk_e22: u32 = ((col_lo + i0) + 3u);
+                                        let sk_e21: bool = (sk_e22 < col_hi);
+                                        zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e22, sk_e21))], sk_e21);
+                                    }
+                                    var li0: u32 = (i0 + 0u);
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var li1: u32 = (i0 + 1u);
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var li2: u32 = (i0 + 2u);
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var li3: u32 = (i0 + 3u);
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_3(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                                     }
+                                    var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        var cut_w0: u32 = cw4[0];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                    }
+                                    var cut_first: f32 = (0.0f);
+                                    cut_first = sk_block_max_f32(sk_lid, best);
+                                    cut_floor = cut_first;
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        var cut_w1: u32 = cw4[1];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w2: u32 = cw4[2];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w3: u32 = cw4[3];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                    }
+                                    var cut_step: f32 = (0.0f);
+                                    cut_step = sk_block_max_f32(sk_lid, best);
+                                    cut_floor = cut_step;
+                                    cut_race = 0u;
+                                }
+                                for (var i0: u32 = ((sk_lid + BLOCK) * 4u); i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                                    // built by kernels::filter_values::for_each_quad
+                                    var zx0: f32 = (0.0f);
+                                    var zx1: f32 = (0.0f);
+                                    var zx2: f32 = (0.0f);
+                                    var zx3: f32 = (0.0f);
+                                    var zx_at: u32 = (base + (col_lo + i0));
+                                    let sk_e23: u32 = (col_lo + i0);
+                                    if (((sk_e23 < col_hi) && ((col_hi - sk_e23) >= 4u))) {
+                                        // built by kernels::abi::load_quad_as
+                                        zx0 = x[(zx_at + 0u)];
+                                        zx1 = x[(zx_at + 1u)];
+                                        zx2 = x[(zx_at + 2u)];
+                                        zx3 = x[(zx_at + 3u)];
+                                    } else {
+                                        // built by kernels::abi::load_quad_as
+                                        let sk_e25: u32 = ((col_lo + i0) + 0u);
+                                        let sk_e24: bool = (sk_e25 < col_hi);
+                                        zx0 = select((0.0f), x[(base + select((col_hi - 1u), sk_e25, sk_e24))], sk_e24);
+                                        let sk_e27: u32 = ((col_lo + i0) + 1u);
+                                        let sk_e26: bool = (sk_e27 < col_hi);
+                                        zx1 = select((0.0f), x[(base + select((col_hi - 1u), sk_e27, sk_e26))], sk_e26);
+                                        let sk_e29: u32 = ((col_lo + i0) + 2u);
+                                        let sk_e28: bool = (sk_e29 < col_hi);
+                                        zx2 = select((0.0f), x[(base + select((col_hi - 1u), sk_e29, sk_e28))], sk_e28);
+                                        let sk_e31: u32 = ((col_lo + i0) + 3u);
+                                        let sk_e30: bool = (sk_e31 < col_hi);
+                                        zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e31, sk_e30))], sk_e30);
+                                    }
+                                    var li0: u32 = (i0 + 0u);
+                                    if ((li0 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    var li1: u32 = (i0 + 1u);
+                                    if ((li1 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    var li2: u32 = (i0 + 2u);
+                                    if ((li2 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    var li3: u32 = (i0 + 3u);
+                                    if ((li3 < (col_hi - col_lo))) {
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    }
+                                    if ((cut_race != 0u)) {
+                                        // built by kernels::filter_top_p::cut_part
+                                        var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        var cut_w0: u32 = cw4[0];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w1: u32 = cw4[1];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w2: u32 = cw4[2];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                        var cut_w3: u32 = cw4[3];
+                                        {
+                                            sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
+                                        }
+                                    }
+                                    cut_race = 0u;
                                 }
                             }
                             var part_n_above: u32 = 0u;
@@ -1617,12 +1723,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                                         r_short = 1u;
                                     }
-                                    let sk_e26: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                                    r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e26 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e26 + 0u)]))));
-                                    let sk_e27: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                                    r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e27 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e27 + 0u)]))));
-                                    let sk_e28: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                                    r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e28 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e28 + 0u)]))));
+                                    let sk_e32: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                                    r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e32 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e32 + 0u)]))));
+                                    let sk_e33: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                                    r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e33 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e33 + 0u)]))));
+                                    let sk_e34: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                                    r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e34 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e34 + 0u)]))));
                                     r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                                     r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                                     r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -1631,8 +1737,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                                     if ((w_i != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e29: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                                        if (((sk_e29 > best) || ((sk_e29 == best) && (w_i < best_i)))) {
+                                        let sk_e35: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                                        if (((sk_e35 > best) || ((sk_e35 == best) && (w_i < best_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                                             best_i = w_i;
@@ -1641,12 +1747,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                                     if ((w_i64 != 4294967295u)) {
                                         // built by kernels::filter_top_p::take_winners
-                                        let sk_e31: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                        let sk_e30: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e31 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e31 + 0u)]))));
-                                        if (((sk_e30 > best64) || ((sk_e30 == best64) && (w_i64 < best64_i)))) {
+                                        let sk_e37: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                        let sk_e36: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e37 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e37 + 0u)]))));
+                                        if (((sk_e36 > best64) || ((sk_e36 == best64) && (w_i64 < best64_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
-                                            let sk_e32: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                                            best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e32 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e32 + 0u)]))));
+                                            let sk_e38: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                                            best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e38 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e38 + 0u)]))));
                                             best64_i = w_i64;
                                         }
                                     }
@@ -1674,8 +1780,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var cut_listed: bool = (short_all == 0u);
                                 var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
                                 var cut_below_ends: bool = ((max_below_all == 0u) || (w_below_all < mp));
-                                let sk_e33: u32 = (min_above_not_all ^ 4294967295u);
-                                var cut_sound: bool = select((((((sk_e33 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e33 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
+                                let sk_e39: u32 = (min_above_not_all ^ 4294967295u);
+                                var cut_sound: bool = select((((((sk_e39 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e39 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
                                 var cut_sorted: bool = (cut_sound && cut_fits);
                                 var cut_one_value: bool = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
                                 var cut_tied: bool = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -1835,8 +1941,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e36: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e36)) + 1lu), tn64, sk_e36)));
+                                    let sk_e42: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e42)) + 1lu), tn64, sk_e42)));
                                     var t_top: u32 = 4294967295u;
                                     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                         // built by kernels::select::clear
@@ -1889,8 +1995,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e37: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e37, 463u)]), (sk_e37 < 464u)));
+                                                let sk_e43: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e43, 463u)]), (sk_e43 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -1944,7 +2050,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rcol: u32 = listed_cols[(i + 2048u)];
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                                            var rz_x: f32 = x[(base + rcol)];
+                                            var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rz, noisy, row, rcol, &best64, &best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -1966,8 +2078,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_p: u32 = (i / 640u);
                                             var ri_key: u32 = 0u;
                                             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                                let sk_e41: u32 = (i / 640u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e41) * 1317u) + (5u + ((i - (sk_e41 * 640u)) * 2u)))]);
+                                                let sk_e47: u32 = (i / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((i - (sk_e47 * 640u)) * 2u)))]);
                                             }
                                             var dk: u32 = ri_key;
                                             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -2076,8 +2188,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     }
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e44: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e44)) + 1lu), tn64, sk_e44)));
+                                    let sk_e50: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e50)) + 1lu), tn64, sk_e50)));
                                     var t_top: u32 = 4294967295u;
                                     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                         // built by kernels::select::clear
@@ -2090,12 +2202,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_key: u32 = 0u;
                                         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                             // built by kernels::filter_top_p::select_in_range
-                                            let sk_e45: u32 = (ti / 640u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e45) * 1317u) + (5u + ((ti - (sk_e45 * 640u)) * 2u)))]);
+                                            let sk_e51: u32 = (ti / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((ti - (sk_e51 * 640u)) * 2u)))]);
                                         }
                                         var tk_key: u32 = ri_key;
-                                        let sk_e46: u32 = (ti / 640u);
-                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e46) * 1317u) + (6u + ((ti - (sk_e46 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                        let sk_e52: u32 = (ti / 640u);
+                                        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((ti - (sk_e52 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                         if ((tk != 0u)) {
                                             var t_in: u32 = (t_top - tk);
                                             var t_d: u32 = t_in;
@@ -2129,12 +2241,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                     var ri_key: u32 = 0u;
                                                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                         // built by kernels::filter_top_p::select_in_range
-                                                        let sk_e47: u32 = (ti / 640u);
-                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e47) * 1317u) + (5u + ((ti - (sk_e47 * 640u)) * 2u)))]);
+                                                        let sk_e53: u32 = (ti / 640u);
+                                                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e53) * 1317u) + (5u + ((ti - (sk_e53 * 640u)) * 2u)))]);
                                                     }
                                                     var tk_key: u32 = ri_key;
-                                                    let sk_e48: u32 = (ti / 640u);
-                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e48) * 1317u) + (6u + ((ti - (sk_e48 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                                    let sk_e54: u32 = (ti / 640u);
+                                                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e54) * 1317u) + (6u + ((ti - (sk_e54 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                                     if ((tk != 0u)) {
                                                         sk_within(t_top, t_from, tk, t_span);
                                                     }
@@ -2146,8 +2258,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var t_run: u32 = 0u;
                                             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                                 // built by kernels::select::choose_bin
-                                                let sk_e49: u32 = (t_lo + tj);
-                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e49, 463u)]), (sk_e49 < 464u)));
+                                                let sk_e55: u32 = (t_lo + tj);
+                                                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e55, 463u)]), (sk_e55 < 464u)));
                                             }
                                             var t_start: u32 = 0u;
                                             t_start = sk_block_scan(sk_lid, t_run);
@@ -2181,12 +2293,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ri_key: u32 = 0u;
                                             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                                                 // built by kernels::filter_top_p::select_in_range
-                                                let sk_e51: u32 = (ti / 640u);
-                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e51) * 1317u) + (5u + ((ti - (sk_e51 * 640u)) * 2u)))]);
+                                                let sk_e57: u32 = (ti / 640u);
+                                                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e57) * 1317u) + (5u + ((ti - (sk_e57 * 640u)) * 2u)))]);
                                             }
                                             var tk_key: u32 = ri_key;
-                                            let sk_e52: u32 = (ti / 640u);
-                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e52) * 1317u) + (6u + ((ti - (sk_e52 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                                            let sk_e58: u32 = (ti / 640u);
+                                            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e58) * 1317u) + (6u + ((ti - (sk_e58 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                                             if ((tk != 0u)) {
                                                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
                                             }
@@ -2208,15 +2320,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var ri_p: u32 = (i / 640u);
                                         var ri_key: u32 = 0u;
                                         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                                            let sk_e53: u32 = (i / 640u);
-                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e53) * 1317u) + (5u + ((i - (sk_e53 * 640u)) * 2u)))]);
+                                            let sk_e59: u32 = (i / 640u);
+                                            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e59) * 1317u) + (5u + ((i - (sk_e59 * 640u)) * 2u)))]);
                                         }
                                         var rk: u32 = ri_key;
-                                        let sk_e54: u32 = (i / 640u);
-                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e54) * 1317u) + (6u + ((i - (sk_e54 * 640u)) * 2u)))]);
+                                        let sk_e60: u32 = (i / 640u);
+                                        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e60) * 1317u) + (6u + ((i - (sk_e60 * 640u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
-                                            sk_select_in_range_2(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                                            var rz_x: f32 = x[(base + rcol)];
+                                            var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
+                                            if (cut_seeded) {
+                                                sk_race_one_2(rz, noisy, row, rcol, &best64, &best64_i);
+                                            } else {
+                                                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                                            }
                                         }
                                     }
                                 }
@@ -2226,10 +2344,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     sel_tm = m_range_all;
                                     var tn64: u64 = u64(sel_tn);
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                                    let sk_e57: bool = (tie_v == 0lu);
-                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e57)) + 1lu), tn64, sk_e57)));
-                                    let sk_e58: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
-                                    var t_kept: u32 = select(0u, ties, (select((sk_e58 / cut_mx), (1.0f), (sk_e58 == cut_mx)) >= mp));
+                                    let sk_e63: bool = (tie_v == 0lu);
+                                    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e63)) + 1lu), tn64, sk_e63)));
+                                    let sk_e64: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                    var t_kept: u32 = select(0u, ties, (select((sk_e64 / cut_mx), (1.0f), (sk_e64 == cut_mx)) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
                                     var t_base: u32 = 0u;
@@ -2251,8 +2369,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                                                 if ((w_i != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e59: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                                                    if (((sk_e59 > best) || ((sk_e59 == best) && (w_i < best_i)))) {
+                                                    let sk_e65: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                                                    if (((sk_e65 > best) || ((sk_e65 == best) && (w_i < best_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
                                                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                                                         best_i = w_i;
@@ -2261,12 +2379,12 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                                                 if ((w_i64 != 4294967295u)) {
                                                     // built by kernels::filter_top_p::take_winners
-                                                    let sk_e61: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                    let sk_e60: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e61 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e61 + 0u)]))));
-                                                    if (((sk_e60 > best64) || ((sk_e60 == best64) && (w_i64 < best64_i)))) {
+                                                    let sk_e67: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                    let sk_e66: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e67 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e67 + 0u)]))));
+                                                    if (((sk_e66 > best64) || ((sk_e66 == best64) && (w_i64 < best64_i)))) {
                                                         // built by kernels::filter_top_k::keep_lower
-                                                        let sk_e62: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e62 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e62 + 0u)]))));
+                                                        let sk_e68: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                                                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e68 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e68 + 0u)]))));
                                                         best64_i = w_i64;
                                                     }
                                                 }
@@ -2308,7 +2426,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tov: f32 = tz;
                                             if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > (0.0f)))) {
                                                 if ((t_rank < t_cut_left)) {
-                                                    sk_tied_range(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                                                    if (cut_seeded) {
+                                                        sk_race_one_2(tz, noisy, row, col, &best64, &best64_i);
+                                                    } else {
+                                                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best, &best_i);
+                                                    }
                                                 }
                                                 t_rank = (t_rank + 1u);
                                             }
@@ -2431,8 +2553,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var t_run: u32 = 0u;
                                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                                             // built by kernels::select::choose_bin
-                                            let sk_e65: u32 = (t_lo + tj);
-                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e65, 463u)]), (sk_e65 < 464u)));
+                                            let sk_e71: u32 = (t_lo + tj);
+                                            t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e71, 463u)]), (sk_e71 < 464u)));
                                         }
                                         var t_start: u32 = 0u;
                                         t_start = sk_block_scan(sk_lid, t_run);
@@ -2532,8 +2654,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         }
                                         if (g_take) {
                                             listed_cols[(0u + g_out)] = gk;
-                                            let sk_e67: u32 = (gj / want);
-                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e67) * 1317u) + (6u + ((gj - (sk_e67 * want)) * 2u)))]);
+                                            let sk_e73: u32 = (gj / want);
+                                            listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e73) * 1317u) + (6u + ((gj - (sk_e73 * want)) * 2u)))]);
                                             g_out = (g_out + 1u);
                                         }
                                     }
@@ -2541,8 +2663,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_sel: u32 = (t_above + t_take);
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                                    let sk_e68: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e68 ^ 4294967295u), (sk_e68 ^ 2147483648u), ((sk_e68 & 2147483648u) != 0u)));
+                                    let sk_e74: u32 = listed_cols[(0u + i)];
+                                    var zi: f32 = bitcast<f32>(select((sk_e74 ^ 4294967295u), (sk_e74 ^ 2147483648u), ((sk_e74 & 2147483648u) != 0u)));
                                     listed_cols[(514u + i)] = bitcast<u32>(zi);
                                     listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2579,9 +2701,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_lo: u32 = 0u;
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                    let sk_e70: u32 = listed_cols[(1285u + r)];
-                                    let sk_e69: f32 = bitcast<f32>(select((sk_e70 ^ 4294967295u), (sk_e70 ^ 2147483648u), ((sk_e70 & 2147483648u) != 0u)));
-                                    var wr: f32 = select((sk_e69 / row_m), (1.0f), (sk_e69 == row_m));
+                                    let sk_e76: u32 = listed_cols[(1285u + r)];
+                                    let sk_e75: f32 = bitcast<f32>(select((sk_e76 ^ 4294967295u), (sk_e76 ^ 2147483648u), ((sk_e76 & 2147483648u) != 0u)));
+                                    var wr: f32 = select((sk_e75 / row_m), (1.0f), (sk_e75 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                     var bf: f32 = sk_fixed_f32(br);
@@ -2601,132 +2723,132 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
                                         // built by kernels::filter_values::for_each_read
                                         var li0: u32 = (i0 + (BLOCK * 0u));
-                                        let sk_e71: u32 = (col_hi - col_lo);
-                                        var zx0: f32 = x[(base + (col_lo + select((sk_e71 - 1u), li0, (li0 < sk_e71))))];
-                                        var li1: u32 = (i0 + (BLOCK * 1u));
-                                        let sk_e72: u32 = (col_hi - col_lo);
-                                        var zx1: f32 = x[(base + (col_lo + select((sk_e72 - 1u), li1, (li1 < sk_e72))))];
-                                        var li2: u32 = (i0 + (BLOCK * 2u));
-                                        let sk_e73: u32 = (col_hi - col_lo);
-                                        var zx2: f32 = x[(base + (col_lo + select((sk_e73 - 1u), li2, (li2 < sk_e73))))];
-                                        var li3: u32 = (i0 + (BLOCK * 3u));
-                                        let sk_e74: u32 = (col_hi - col_lo);
-                                        var zx3: f32 = x[(base + (col_lo + select((sk_e74 - 1u), li3, (li3 < sk_e74))))];
-                                        var li4: u32 = (i0 + (BLOCK * 4u));
-                                        let sk_e75: u32 = (col_hi - col_lo);
-                                        var zx4: f32 = x[(base + (col_lo + select((sk_e75 - 1u), li4, (li4 < sk_e75))))];
-                                        var li5: u32 = (i0 + (BLOCK * 5u));
-                                        let sk_e76: u32 = (col_hi - col_lo);
-                                        var zx5: f32 = x[(base + (col_lo + select((sk_e76 - 1u), li5, (li5 < sk_e76))))];
-                                        var li6: u32 = (i0 + (BLOCK * 6u));
                                         let sk_e77: u32 = (col_hi - col_lo);
-                                        var zx6: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li6, (li6 < sk_e77))))];
-                                        var li7: u32 = (i0 + (BLOCK * 7u));
+                                        var zx0: f32 = x[(base + (col_lo + select((sk_e77 - 1u), li0, (li0 < sk_e77))))];
+                                        var li1: u32 = (i0 + (BLOCK * 1u));
                                         let sk_e78: u32 = (col_hi - col_lo);
-                                        var zx7: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li7, (li7 < sk_e78))))];
-                                        var li8: u32 = (i0 + (BLOCK * 8u));
+                                        var zx1: f32 = x[(base + (col_lo + select((sk_e78 - 1u), li1, (li1 < sk_e78))))];
+                                        var li2: u32 = (i0 + (BLOCK * 2u));
                                         let sk_e79: u32 = (col_hi - col_lo);
-                                        var zx8: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li8, (li8 < sk_e79))))];
-                                        var li9: u32 = (i0 + (BLOCK * 9u));
+                                        var zx2: f32 = x[(base + (col_lo + select((sk_e79 - 1u), li2, (li2 < sk_e79))))];
+                                        var li3: u32 = (i0 + (BLOCK * 3u));
                                         let sk_e80: u32 = (col_hi - col_lo);
-                                        var zx9: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li9, (li9 < sk_e80))))];
-                                        var li10: u32 = (i0 + (BLOCK * 10u));
+                                        var zx3: f32 = x[(base + (col_lo + select((sk_e80 - 1u), li3, (li3 < sk_e80))))];
+                                        var li4: u32 = (i0 + (BLOCK * 4u));
                                         let sk_e81: u32 = (col_hi - col_lo);
-                                        var zx10: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li10, (li10 < sk_e81))))];
-                                        var li11: u32 = (i0 + (BLOCK * 11u));
+                                        var zx4: f32 = x[(base + (col_lo + select((sk_e81 - 1u), li4, (li4 < sk_e81))))];
+                                        var li5: u32 = (i0 + (BLOCK * 5u));
                                         let sk_e82: u32 = (col_hi - col_lo);
-                                        var zx11: f32 = x[(base + (col_lo + select((sk_e82 - 1u), li11, (li11 < sk_e82))))];
-                                        var li12: u32 = (i0 + (BLOCK * 12u));
+                                        var zx5: f32 = x[(base + (col_lo + select((sk_e82 - 1u), li5, (li5 < sk_e82))))];
+                                        var li6: u32 = (i0 + (BLOCK * 6u));
                                         let sk_e83: u32 = (col_hi - col_lo);
-                                        var zx12: f32 = x[(base + (col_lo + select((sk_e83 - 1u), li12, (li12 < sk_e83))))];
-                                        var li13: u32 = (i0 + (BLOCK * 13u));
+                                        var zx6: f32 = x[(base + (col_lo + select((sk_e83 - 1u), li6, (li6 < sk_e83))))];
+                                        var li7: u32 = (i0 + (BLOCK * 7u));
                                         let sk_e84: u32 = (col_hi - col_lo);
-                                        var zx13: f32 = x[(base + (col_lo + select((sk_e84 - 1u), li13, (li13 < sk_e84))))];
-                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        var zx7: f32 = x[(base + (col_lo + select((sk_e84 - 1u), li7, (li7 < sk_e84))))];
+                                        var li8: u32 = (i0 + (BLOCK * 8u));
                                         let sk_e85: u32 = (col_hi - col_lo);
-                                        var zx14: f32 = x[(base + (col_lo + select((sk_e85 - 1u), li14, (li14 < sk_e85))))];
-                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        var zx8: f32 = x[(base + (col_lo + select((sk_e85 - 1u), li8, (li8 < sk_e85))))];
+                                        var li9: u32 = (i0 + (BLOCK * 9u));
                                         let sk_e86: u32 = (col_hi - col_lo);
-                                        var zx15: f32 = x[(base + (col_lo + select((sk_e86 - 1u), li15, (li15 < sk_e86))))];
+                                        var zx9: f32 = x[(base + (col_lo + select((sk_e86 - 1u), li9, (li9 < sk_e86))))];
+                                        var li10: u32 = (i0 + (BLOCK * 10u));
+                                        let sk_e87: u32 = (col_hi - col_lo);
+                                        var zx10: f32 = x[(base + (col_lo + select((sk_e87 - 1u), li10, (li10 < sk_e87))))];
+                                        var li11: u32 = (i0 + (BLOCK * 11u));
+                                        let sk_e88: u32 = (col_hi - col_lo);
+                                        var zx11: f32 = x[(base + (col_lo + select((sk_e88 - 1u), li11, (li11 < sk_e88))))];
+                                        var li12: u32 = (i0 + (BLOCK * 12u));
+                                        let sk_e89: u32 = (col_hi - col_lo);
+                                        var zx12: f32 = x[(base + (col_lo + select((sk_e89 - 1u), li12, (li12 < sk_e89))))];
+                                        var li13: u32 = (i0 + (BLOCK * 13u));
+                                        let sk_e90: u32 = (col_hi - col_lo);
+                                        var zx13: f32 = x[(base + (col_lo + select((sk_e90 - 1u), li13, (li13 < sk_e90))))];
+                                        var li14: u32 = (i0 + (BLOCK * 14u));
+                                        let sk_e91: u32 = (col_hi - col_lo);
+                                        var zx14: f32 = x[(base + (col_lo + select((sk_e91 - 1u), li14, (li14 < sk_e91))))];
+                                        var li15: u32 = (i0 + (BLOCK * 15u));
+                                        let sk_e92: u32 = (col_hi - col_lo);
+                                        var zx15: f32 = x[(base + (col_lo + select((sk_e92 - 1u), li15, (li15 < sk_e92))))];
                                         if ((li0 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e87: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e87 / row_m), (1.0f), (sk_e87 == row_m))));
+                                            let sk_e93: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
                                         }
                                         if ((li1 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e88: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e88 / row_m), (1.0f), (sk_e88 == row_m))));
+                                            let sk_e94: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
                                         }
                                         if ((li2 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e89: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e89 / row_m), (1.0f), (sk_e89 == row_m))));
+                                            let sk_e95: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
                                         }
                                         if ((li3 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e90: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e90 / row_m), (1.0f), (sk_e90 == row_m))));
+                                            let sk_e96: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
                                         }
                                         if ((li4 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e91: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e91 / row_m), (1.0f), (sk_e91 == row_m))));
+                                            let sk_e97: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
                                         }
                                         if ((li5 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e92: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e92 / row_m), (1.0f), (sk_e92 == row_m))));
+                                            let sk_e98: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m))));
                                         }
                                         if ((li6 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e93: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
+                                            let sk_e99: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m))));
                                         }
                                         if ((li7 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e94: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
+                                            let sk_e100: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e100 / row_m), (1.0f), (sk_e100 == row_m))));
                                         }
                                         if ((li8 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e95: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
+                                            let sk_e101: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e101 / row_m), (1.0f), (sk_e101 == row_m))));
                                         }
                                         if ((li9 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e96: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
+                                            let sk_e102: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e102 / row_m), (1.0f), (sk_e102 == row_m))));
                                         }
                                         if ((li10 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e97: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
+                                            let sk_e103: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e103 / row_m), (1.0f), (sk_e103 == row_m))));
                                         }
                                         if ((li11 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e98: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m))));
+                                            let sk_e104: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e104 / row_m), (1.0f), (sk_e104 == row_m))));
                                         }
                                         if ((li12 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e99: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m))));
+                                            let sk_e105: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e105 / row_m), (1.0f), (sk_e105 == row_m))));
                                         }
                                         if ((li13 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e100: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e100 / row_m), (1.0f), (sk_e100 == row_m))));
+                                            let sk_e106: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e106 / row_m), (1.0f), (sk_e106 == row_m))));
                                         }
                                         if ((li14 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e101: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e101 / row_m), (1.0f), (sk_e101 == row_m))));
+                                            let sk_e107: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e107 / row_m), (1.0f), (sk_e107 == row_m))));
                                         }
                                         if ((li15 < (col_hi - col_lo))) {
                                             // built by kernels::filter_values::read_step
-                                            let sk_e102: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
-                                            rm_own = (rm_own + sk_fixed(select((sk_e102 / row_m), (1.0f), (sk_e102 == row_m))));
+                                            let sk_e108: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+                                            rm_own = (rm_own + sk_fixed(select((sk_e108 / row_m), (1.0f), (sk_e108 == row_m))));
                                         }
                                     }
                                     var rm_row: u64 = 0lu;
@@ -2734,9 +2856,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lim_row: u64 = sk_fraction(pp, rm_row);
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                                        let sk_e104: u32 = listed_cols[(1285u + r)];
-                                        let sk_e103: f32 = bitcast<f32>(select((sk_e104 ^ 4294967295u), (sk_e104 ^ 2147483648u), ((sk_e104 & 2147483648u) != 0u)));
-                                        var wr: f32 = select((sk_e103 / row_m), (1.0f), (sk_e103 == row_m));
+                                        let sk_e110: u32 = listed_cols[(1285u + r)];
+                                        let sk_e109: f32 = bitcast<f32>(select((sk_e110 ^ 4294967295u), (sk_e110 ^ 2147483648u), ((sk_e110 & 2147483648u) != 0u)));
+                                        var wr: f32 = select((sk_e109 / row_m), (1.0f), (sk_e109 == row_m));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                                         if ((base_r && (br <= lim_row))) {
@@ -2751,10 +2873,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
                                 var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-                                let sk_e105: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = (bitcast<f32>(select((sk_e105 ^ 4294967295u), (sk_e105 ^ 2147483648u), ((sk_e105 & 2147483648u) != 0u))) > zt);
-                                let sk_e106: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e106] ^ 4294967295u), (listed_cols[sk_e106] ^ 2147483648u), ((listed_cols[sk_e106] & 2147483648u) != 0u))) > zt));
+                                let sk_e111: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+                                var cut_above: bool = (bitcast<f32>(select((sk_e111 ^ 4294967295u), (sk_e111 ^ 2147483648u), ((sk_e111 & 2147483648u) != 0u))) > zt);
+                                let sk_e112: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e112] ^ 4294967295u), (listed_cols[sk_e112] ^ 2147483648u), ((listed_cols[sk_e112] & 2147483648u) != 0u))) > zt));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
@@ -2803,20 +2925,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                                     var best64_i: u32 = 4294967295u;
                                     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                                    let sk_e107: u32 = (row * 12u);
-                                    var ow_ranked: bool = ((rows[(sk_e107 + 1u)] == 1u) && (rows[(sk_e107 + 6u)] == 1u));
+                                    let sk_e113: u32 = (row * 12u);
+                                    var ow_ranked: bool = ((rows[(sk_e113 + 1u)] == 1u) && (rows[(sk_e113 + 6u)] == 1u));
                                     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
                                     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
                                     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
                                     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
-                                        let sk_e108: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e108 ^ 4294967295u), (sk_e108 ^ 2147483648u), ((sk_e108 & 2147483648u) != 0u)));
+                                        let sk_e114: u32 = listed_cols[(1285u + r)];
+                                        var rz: f32 = bitcast<f32>(select((sk_e114 ^ 4294967295u), (sk_e114 ^ 2147483648u), ((sk_e114 & 2147483648u) != 0u)));
                                         if (ow_ranked) {
-                                            sk_merge_row(rz, noisy, row, r, &best64, &best64_i);
+                                            sk_race_one_2(rz, noisy, row, r, &best64, &best64_i);
                                         } else {
-                                            sk_tied_range(ow_seeded, rz, noisy, row, rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                                            if (ow_seeded) {
+                                                sk_race_one_2(rz, noisy, row, rc, &best64, &best64_i);
+                                            } else {
+                                                sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                                            }
                                         }
                                     }
                                     var ow_win: f32 = (0.0f);
@@ -2849,18 +2975,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var mo_left: u32 = 0u;
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::left_out_kept
-                                        let sk_e112: u32 = (((slot * parts) + p) * 1317u);
-                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e112 + 3u)]), atomicLoad(&partials[(sk_e112 + 4u)]));
-                                        let sk_e114: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                                        let sk_e113: f32 = select((sk_e114 / row_m), (1.0f), (sk_e114 == row_m));
-                                        if (((mo_lk != 0u) && ((sk_e113 > (0.0f)) && (sk_e113 >= mp)))) {
+                                        let sk_e118: u32 = (((slot * parts) + p) * 1317u);
+                                        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e118 + 3u)]), atomicLoad(&partials[(sk_e118 + 4u)]));
+                                        let sk_e120: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e119: f32 = select((sk_e120 / row_m), (1.0f), (sk_e120 == row_m));
+                                        if (((mo_lk != 0u) && ((sk_e119 > (0.0f)) && (sk_e119 >= mp)))) {
                                             mo_left = 1u;
                                         }
                                     }
                                     var mo_uncovered: u32 = 0u;
                                     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-                                    let sk_e115: u32 = (row * 12u);
-                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e115 + 1u)] == 1u) && (rows[(sk_e115 + 6u)] == 1u))))) {
+                                    let sk_e121: u32 = (row * 12u);
+                                    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e121 + 1u)] == 1u) && (rows[(sk_e121 + 6u)] == 1u))))) {
                                         // built by kernels::filter_top_k::min_p_over_parts
                                         var best: f32 = bitcast<f32>(4286578688u);
                                         var best_i: u32 = 4294967295u;
@@ -2875,13 +3001,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_p: u32 = (i / 257u);
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]))) {
-                                                let sk_e116: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e116 ^ 4294967295u), (sk_e116 ^ 2147483648u), ((sk_e116 & 2147483648u) != 0u)));
-                                                let sk_e117: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                                                if (((sk_e117 > (0.0f)) && (sk_e117 >= mp))) {
+                                                let sk_e122: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                                                var mo_z: f32 = bitcast<f32>(select((sk_e122 ^ 4294967295u), (sk_e122 ^ 2147483648u), ((sk_e122 & 2147483648u) != 0u)));
+                                                let sk_e123: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                                                if (((sk_e123 > (0.0f)) && (sk_e123 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                                                     if (mo_seeded) {
-                                                        sk_merge_row(mo_z, noisy, row, mo_col, &best64, &best64_i);
+                                                        sk_race_one_2(mo_z, noisy, row, mo_col, &best64, &best64_i);
                                                     } else {
                                                         sk_race_one(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, &best, &best_i);
                                                     }
@@ -2937,16 +3063,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, &m);
+                                sk_read_step_7(col_lo, li0, zx0, &m);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, &m);
+                                sk_read_step_7(col_lo, li1, zx1, &m);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, &m);
+                                sk_read_step_7(col_lo, li2, zx2, &m);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, &m);
+                                sk_read_step_7(col_lo, li3, zx3, &m);
                             }
                         }
                     }
@@ -2971,8 +3097,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                         // built by kernels::filters::find_set
                         var in_a: bool = (stage <= sel_a);
-                        let sk_e120: u32 = (stage - 1u);
-                        var digit_pass: u32 = select((sk_e120 - sel_a), sk_e120, in_a);
+                        let sk_e126: u32 = (stage - 1u);
+                        var digit_pass: u32 = select((sk_e126 - sel_a), sk_e126, in_a);
                         var shift: u32 = (28u - (digit_pass * 4u));
                         if ((digit_pass == 0u)) {
                             listed = false;
@@ -2996,16 +3122,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (i0 + (BLOCK * 3u));
                                     var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
+                                        sk_read_step_3(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
+                                        sk_read_step_3(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
+                                        sk_read_step_3(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
+                                        sk_read_step_3(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
                                     }
                                 }
                             }
@@ -3082,8 +3208,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         mass_before = (mass_before + bucket_masses[v]);
                                     }
                                 }
-                                let sk_e121: u32 = (before + 1u);
-                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e121 == (sel_n + min(sel_tn, 64u))) || (!((sk_e121 < kk) && ((mass_before + mt) <= lim)))))) {
+                                let sk_e127: u32 = (before + 1u);
+                                if ((((before < kk) && (mass_before <= lim)) && ((sk_e127 == (sel_n + min(sel_tn, 64u))) || (!((sk_e127 < kk) && ((mass_before + mt) <= lim)))))) {
                                     found_key = kt;
                                     found_col = ct;
                                 }
@@ -3295,8 +3421,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filters::set_bounds
                         var tn64: u64 = u64(sel_tn);
                         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e123: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e123)) + 1lu), tn64, sk_e123)));
+                        let sk_e129: bool = (tie_v == 0lu);
+                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e129)) + 1lu), tn64, sk_e129)));
                         s_ties = ties;
                     }
                     var tie_rank: u32 = 0u;
@@ -3328,16 +3454,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var li3: u32 = (c0 + 3u);
                                             var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li0, zx0, s_key, mx, &mine);
+                                                sk_read_step_4(col_lo, li0, zx0, s_key, mx, &mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li1, zx1, s_key, mx, &mine);
+                                                sk_read_step_4(col_lo, li1, zx1, s_key, mx, &mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li2, zx2, s_key, mx, &mine);
+                                                sk_read_step_4(col_lo, li2, zx2, s_key, mx, &mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_5(col_lo, li3, zx3, s_key, mx, &mine);
+                                                sk_read_step_4(col_lo, li3, zx3, s_key, mx, &mine);
                                             }
                                         }
                                     }
@@ -3351,8 +3477,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var rank_done: bool = false;
                     var rank_over: bool = false;
                     var rank_col: u32 = 4294967295u;
-                    let sk_e124: u32 = (row * 12u);
-                    if ((((rows[(sk_e124 + 1u)] == 1u) && (rows[(sk_e124 + 6u)] == 1u)) && filtered)) {
+                    let sk_e130: u32 = (row * 12u);
+                    if ((((rows[(sk_e130 + 1u)] == 1u) && (rows[(sk_e130 + 6u)] == 1u)) && filtered)) {
                         // built by kernels::filter_rank::race
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_rank::gather
@@ -3377,16 +3503,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_8(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_8(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                                        sk_read_step_8(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                                     }
                                 }
                             }
@@ -3431,13 +3557,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var bestrk64_i: u32 = 4294967295u;
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
-                                let sk_e125: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e125 ^ 4294967295u), (sk_e125 ^ 2147483648u), ((sk_e125 & 2147483648u) != 0u)));
+                                let sk_e131: u32 = listed_cols[r];
+                                var rk_v: f32 = bitcast<f32>(select((sk_e131 ^ 4294967295u), (sk_e131 ^ 2147483648u), ((sk_e131 & 2147483648u) != 0u)));
                                 var s64: f64 = sk_log64(f64(rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
-                                    let sk_e126: u32 = (row * 12u);
-                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e126 + 8u)], rows[(sk_e126 + 9u)], rows[(sk_e126 + 10u)], r)));
+                                    let sk_e132: u32 = (row * 12u);
+                                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e132 + 8u)], rows[(sk_e132 + 9u)], rows[(sk_e132 + 10u)], r)));
                                 }
                                 if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                                     // built by kernels::filter_top_k::keep_lower
@@ -3486,16 +3612,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var li3: u32 = (c0 + 3u);
                                             var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                             if ((li0 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li0, zx0, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li0, zx0, rk_key, &rk_mine);
                                             }
                                             if ((li1 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li1, zx1, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li1, zx1, rk_key, &rk_mine);
                                             }
                                             if ((li2 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li2, zx2, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li2, zx2, rk_key, &rk_mine);
                                             }
                                             if ((li3 < sweep_n)) {
-                                                sk_read_step_7(col_lo, li3, zx3, rk_key, &rk_mine);
+                                                sk_read_step_6(col_lo, li3, zx3, rk_key, &rk_mine);
                                             }
                                         }
                                     }
@@ -3523,16 +3649,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var li3: u32 = (c0 + 3u);
                                         var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                         if ((li0 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li0, zx0, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li0, zx0, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li1 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li1, zx1, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li1, zx1, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li2 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li2, zx2, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li2, zx2, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                         if ((li3 < sweep_n)) {
-                                            sk_read_step_6(col_lo, li3, zx3, rk_key, rk_t, &rk_seen, &rk_found);
+                                            sk_read_step_5(col_lo, li3, zx3, rk_key, rk_t, &rk_seen, &rk_found);
                                         }
                                     }
                                 }
@@ -3572,16 +3698,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_9(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_9(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_9(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_10(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                        sk_read_step_9(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                                     }
                                 }
                             }
@@ -3731,8 +3857,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     if (((params.flags & 1u) != 0u)) {
                         // built by kernels::abi::write_results_as
                         if ((sk_lid == 0u)) {
-                            let sk_e131: f32 = x[(base + tok_at)];
-                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e131), (sk_e131 > (0.0f))), valid);
+                            let sk_e137: f32 = x[(base + tok_at)];
+                            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e137), (sk_e137 > (0.0f))), valid);
                         }
                     }
                     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

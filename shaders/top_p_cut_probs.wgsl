@@ -18,8 +18,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> partials: array<u32>;
 @group(0) @binding(4) var<uniform> params: Params;
 
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -35,19 +35,6 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
-    sk_red_u32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_u32[0];
-    workgroupBarrier();
-    return sk_r;
-}
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
     workgroupBarrier();
@@ -58,6 +45,19 @@ fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
         workgroupBarrier();
     }
     let sk_r = sk_red_f32[0];
+    workgroupBarrier();
+    return sk_r;
+}
+fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
+    sk_red_u32[sk_lid] = sk_v;
+    workgroupBarrier();
+    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
+        if (sk_lid < sk_s) {
+            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
+        }
+        workgroupBarrier();
+    }
+    let sk_r = sk_red_u32[0];
     workgroupBarrier();
     return sk_r;
 }
@@ -397,22 +397,19 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_seed_hi: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr: ptr<function, f32>, sk_io_bestr_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
     var min_above_not: u32 = *sk_io_min_above_not;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
+    var cut_race: u32 = *sk_io_cut_race;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
     var min_range_not: u32 = *sk_io_min_range_not;
     var max_range: u32 = *sk_io_max_range;
-    var bestr: f32 = *sk_io_bestr;
-    var bestr_i: u32 = *sk_io_bestr_i;
     var m_below: u64 = *sk_io_m_below;
     var max_below: u32 = *sk_io_max_below;
     var w_below: f32 = *sk_io_w_below;
-    // built by kernels::filter_values::read_step
+    // built by kernels::filter_values::for_each_quad
     var col: u32 = (col_lo + li0);
     var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
     var cov: f32 = cz;
@@ -427,17 +424,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
             m_above = (m_above + cmv);
             min_above_not = max(min_above_not, (ck ^ 4294967295u));
             if ((cw >= mp)) {
-                {
-                    // built by kernels::filter_top_k::race_one
-                    var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                    let sk_e18: u32 = (col & 3u);
-                    var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e18 == 1u)), w4[2], (sk_e18 == 2u)), w4[3], (sk_e18 == 3u))));
-                    if (((score > best) || ((score == best) && (col < best_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
-                        best = score;
-                        best_i = col;
-                    }
-                }
+                cut_race = (cut_race | sk_c0);
             }
         } else {
             if ((cg <= cut_hi)) {
@@ -446,17 +433,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
                 min_range_not = max(min_range_not, (ck ^ 4294967295u));
                 max_range = max(max_range, ck);
                 if ((cw >= mp)) {
-                    {
-                        // built by kernels::filter_top_k::race_one
-                        var w4: vec4<u32> = sk_philox(vec4<u32>(((col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                        let sk_e19: u32 = (col & 3u);
-                        var score: f32 = (cz / sk_exponential(select(select(select(w4[0], w4[1], (sk_e19 == 1u)), w4[2], (sk_e19 == 2u)), w4[3], (sk_e19 == 3u))));
-                        if (((score > bestr) || ((score == bestr) && (col < bestr_i)))) {
-                            // built by kernels::filter_top_k::keep_lower
-                            bestr = score;
-                            bestr_i = col;
-                        }
-                    }
+                    cut_race = (cut_race | sk_c1);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
@@ -474,19 +451,46 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
     *sk_io_min_above_not = min_above_not;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
+    *sk_io_cut_race = cut_race;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
     *sk_io_min_range_not = min_range_not;
     *sk_io_max_range = max_range;
-    *sk_io_bestr = bestr;
-    *sk_io_bestr_i = bestr_i;
     *sk_io_m_below = m_below;
     *sk_io_max_below = max_below;
     *sk_io_w_below = w_below;
 }
-fn sk_cut_part(cz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
+fn sk_cut_part(cut_race: u32, cut_floor: f32, cut_w0: u32, zx0: f32, col_lo: u32, i0: u32, sk_c0: u32, sk_c1: u32, sk_c2: u32, sk_c3: u32, sk_c4: u32, sk_c5: u32, sk_io_best: ptr<function, f32>, sk_io_bestr: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_bestr_i: ptr<function, u32>) {
+    var best: f32 = *sk_io_best;
+    var bestr: f32 = *sk_io_bestr;
+    var best_i: u32 = *sk_io_best_i;
+    var bestr_i: u32 = *sk_io_bestr_i;
+    // built by kernels::filter_top_p::cut_part
+    var cut_above: bool = ((cut_race & sk_c0) != 0u);
+    var cut_may_edge: f32 = (select(bestr, max(best, cut_floor), cut_above) * sk_uniform((cut_w0 ^ 4294967295u)));
+    var cut_may: bool = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < bitcast<f32>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge)));
+    if ((cut_may && ((cut_race & sk_c1) != 0u))) {
+        var score: f32 = (select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) / sk_exponential(cut_w0));
+        if (cut_above) {
+            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) {
+                // built by kernels::filter_top_k::keep_lower
+                best = score;
+                best_i = ((col_lo + i0) + sk_c3);
+            }
+        } else {
+            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) {
+                // built by kernels::filter_top_k::keep_lower
+                bestr = score;
+                bestr_i = ((col_lo + i0) + sk_c5);
+            }
+        }
+    }
+    *sk_io_best = best;
+    *sk_io_bestr = bestr;
+    *sk_io_best_i = best_i;
+    *sk_io_bestr_i = bestr_i;
+}
+fn sk_cut_part_2(cz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
     // built by kernels::filter_top_p::cut_part
@@ -537,7 +541,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_g
             m_above = (m_above + cmv);
             min_above_not = max(min_above_not, (ck ^ 4294967295u));
             if ((cw >= mp)) {
-                sk_cut_part(cz, noisy, row, col, &best64, &best64_i);
+                sk_cut_part_2(cz, noisy, row, col, &best64, &best64_i);
             }
         } else {
             if ((cg <= cut_hi)) {
@@ -546,7 +550,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_g
                 min_range_not = max(min_range_not, (ck ^ 4294967295u));
                 max_range = max(max_range, ck);
                 if ((cw >= mp)) {
-                    sk_cut_part(cz, noisy, row, col, &bestr64, &bestr64_i);
+                    sk_cut_part_2(cz, noisy, row, col, &bestr64, &bestr64_i);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
@@ -678,32 +682,152 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                     } else {
                         // built by kernels::filter_top_p::cut_part
-                        for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            var li0: u32 = (i0 + (BLOCK * 0u));
-                            let sk_e14: u32 = (col_hi - col_lo);
-                            var zx0: f32 = x[(base + (col_lo + select((sk_e14 - 1u), li0, (li0 < sk_e14))))];
-                            var li1: u32 = (i0 + (BLOCK * 1u));
-                            let sk_e15: u32 = (col_hi - col_lo);
-                            var zx1: f32 = x[(base + (col_lo + select((sk_e15 - 1u), li1, (li1 < sk_e15))))];
-                            var li2: u32 = (i0 + (BLOCK * 2u));
-                            let sk_e16: u32 = (col_hi - col_lo);
-                            var zx2: f32 = x[(base + (col_lo + select((sk_e16 - 1u), li2, (li2 < sk_e16))))];
-                            var li3: u32 = (i0 + (BLOCK * 3u));
-                            let sk_e17: u32 = (col_hi - col_lo);
-                            var zx3: f32 = x[(base + (col_lo + select((sk_e17 - 1u), li3, (li3 < sk_e17))))];
+                        var cut_floor: f32 = bitcast<f32>(4286578688u);
+                        var cut_race: u32 = 0u;
+                        {
+                            // built by kernels::filter_values::for_each_quad
+                            var i0: u32 = (sk_lid * 4u);
+                            var zx0: f32 = (0.0f);
+                            var zx1: f32 = (0.0f);
+                            var zx2: f32 = (0.0f);
+                            var zx3: f32 = (0.0f);
+                            var zx_at: u32 = (base + (col_lo + i0));
+                            let sk_e14: u32 = (col_lo + i0);
+                            if (((sk_e14 < col_hi) && ((col_hi - sk_e14) >= 4u))) {
+                                // built by kernels::abi::load_quad_as
+                                zx0 = x[(zx_at + 0u)];
+                                zx1 = x[(zx_at + 1u)];
+                                zx2 = x[(zx_at + 2u)];
+                                zx3 = x[(zx_at + 3u)];
+                            } else {
+                                // built by kernels::abi::load_quad_as
+                                let sk_e16: u32 = ((col_lo + i0) + 0u);
+                                let sk_e15: bool = (sk_e16 < col_hi);
+                                zx0 = select((0.0f), x[(base + select((col_hi - 1u), sk_e16, sk_e15))], sk_e15);
+                                let sk_e18: u32 = ((col_lo + i0) + 1u);
+                                let sk_e17: bool = (sk_e18 < col_hi);
+                                zx1 = select((0.0f), x[(base + select((col_hi - 1u), sk_e18, sk_e17))], sk_e17);
+                                let sk_e20: u32 = ((col_lo + i0) + 2u);
+                                let sk_e19: bool = (sk_e20 < col_hi);
+                                zx2 = select((0.0f), x[(base + select((col_hi - 1u), sk_e20, sk_e19))], sk_e19);
+                                let sk_e22: u32 = ((col_lo + i0) + 3u);
+                                let sk_e21: bool = (sk_e22 < col_hi);
+                                zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e22, sk_e21))], sk_e21);
+                            }
+                            var li0: u32 = (i0 + 0u);
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                             }
+                            var li1: u32 = (i0 + 1u);
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                             }
+                            var li2: u32 = (i0 + 2u);
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                             }
+                            var li3: u32 = (i0 + 3u);
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best, &best_i, &n_range, &m_range, &min_range_not, &max_range, &bestr, &bestr_i, &m_below, &max_below, &w_below);
+                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
                             }
+                            var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
+                            if ((cut_race != 0u)) {
+                                // built by kernels::filter_top_p::cut_part
+                                cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                var cut_w0: u32 = cw4[0];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                            }
+                            var cut_first: f32 = (0.0f);
+                            cut_first = sk_block_max_f32(sk_lid, best);
+                            cut_floor = cut_first;
+                            if ((cut_race != 0u)) {
+                                // built by kernels::filter_top_p::cut_part
+                                var cut_w1: u32 = cw4[1];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                                var cut_w2: u32 = cw4[2];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                                var cut_w3: u32 = cw4[3];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                            }
+                            var cut_step: f32 = (0.0f);
+                            cut_step = sk_block_max_f32(sk_lid, best);
+                            cut_floor = cut_step;
+                            cut_race = 0u;
+                        }
+                        for (var i0: u32 = ((sk_lid + BLOCK) * 4u); i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_quad
+                            var zx0: f32 = (0.0f);
+                            var zx1: f32 = (0.0f);
+                            var zx2: f32 = (0.0f);
+                            var zx3: f32 = (0.0f);
+                            var zx_at: u32 = (base + (col_lo + i0));
+                            let sk_e23: u32 = (col_lo + i0);
+                            if (((sk_e23 < col_hi) && ((col_hi - sk_e23) >= 4u))) {
+                                // built by kernels::abi::load_quad_as
+                                zx0 = x[(zx_at + 0u)];
+                                zx1 = x[(zx_at + 1u)];
+                                zx2 = x[(zx_at + 2u)];
+                                zx3 = x[(zx_at + 3u)];
+                            } else {
+                                // built by kernels::abi::load_quad_as
+                                let sk_e25: u32 = ((col_lo + i0) + 0u);
+                                let sk_e24: bool = (sk_e25 < col_hi);
+                                zx0 = select((0.0f), x[(base + select((col_hi - 1u), sk_e25, sk_e24))], sk_e24);
+                                let sk_e27: u32 = ((col_lo + i0) + 1u);
+                                let sk_e26: bool = (sk_e27 < col_hi);
+                                zx1 = select((0.0f), x[(base + select((col_hi - 1u), sk_e27, sk_e26))], sk_e26);
+                                let sk_e29: u32 = ((col_lo + i0) + 2u);
+                                let sk_e28: bool = (sk_e29 < col_hi);
+                                zx2 = select((0.0f), x[(base + select((col_hi - 1u), sk_e29, sk_e28))], sk_e28);
+                                let sk_e31: u32 = ((col_lo + i0) + 3u);
+                                let sk_e30: bool = (sk_e31 < col_hi);
+                                zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e31, sk_e30))], sk_e30);
+                            }
+                            var li0: u32 = (i0 + 0u);
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            }
+                            var li1: u32 = (i0 + 1u);
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            }
+                            var li2: u32 = (i0 + 2u);
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            }
+                            var li3: u32 = (i0 + 3u);
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            }
+                            if ((cut_race != 0u)) {
+                                // built by kernels::filter_top_p::cut_part
+                                var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                var cut_w0: u32 = cw4[0];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                                var cut_w1: u32 = cw4[1];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                                var cut_w2: u32 = cw4[2];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                                var cut_w3: u32 = cw4[3];
+                                {
+                                    sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
+                                }
+                            }
+                            cut_race = 0u;
                         }
                     }
                     var part_n_above: u32 = 0u;

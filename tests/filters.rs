@@ -1038,6 +1038,52 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
     }
 }
 
+/// The top-p cut races a flat row's columns behind a bound a column, from its Philox word, and
+/// a floor its workgroup shares (`filter_top_p.rs`, `cut_part`): a column goes unscored only
+/// where its score is certainly below one already raced, so every token is the CPU oracle's,
+/// which scores every column. 192 flat rows of 16384 columns (four parts), top-p 0.9 and min-p
+/// 0.05 at T 0.6 to 1.0, from logits and from their probabilities. It can fail: with the
+/// logits' bound 0.5 short, and the probabilities' test ruling out scores up to 1.67 times the
+/// best (`p 0.6 < best t`), 3 of the 192 rows from each input got another token.
+pub fn flat_races_match_the_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(1005);
+    let vocab = 16384;
+    let rows: Vec<RowParams> = (0..192u64)
+        .map(|r| {
+            let t = [0.6, 0.8, 1.0][r as usize % 3];
+            let row = RowParams::new(t, 7 + r, r);
+            if r % 2 == 0 {
+                row.with_top_p(0.9)
+            } else {
+                row.with_min_p(0.05)
+            }
+        })
+        .collect();
+    let shape = Shape::dense(rows.len(), vocab);
+    let x: Vec<f32> = (0..shape.elements()).map(|_| (-1e-3 * (-rng.unit().max(1e-300).ln()).ln()) as f32).collect();
+    let (tokens, _, _, _) = sample_all(b, shape, &x, &rows);
+    let mut want = vec![0u32; rows.len()];
+    sampling_kernels::CpuBackend
+        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
+        .unwrap();
+    let probs = as_probabilities(&x, shape, &rows);
+    let mut want_p = vec![0u32; rows.len()];
+    sampling_kernels::CpuBackend.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want_p)).unwrap();
+    let (pb, rb) = (b.upload(&probs).unwrap(), b.upload(&rows).unwrap());
+    let mut t = b.zeros::<u32>(rows.len()).unwrap();
+    b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t)).unwrap();
+    let t = b.download(&t).unwrap();
+    let differ = |got: &[u32], want: &[u32]| (0..rows.len()).filter(|&r| got[r] != want[r]).collect::<Vec<_>>();
+    for row in &rows {
+        assert!(row.may_take_cut(vocab), "{row:?} does not take the cut");
+    }
+    let (logits, probabilities) = (differ(&tokens, &want), differ(&t, &want_p));
+    assert!(
+        logits.is_empty() && probabilities.is_empty(),
+        "rows whose token is not the CPU oracle's: from logits {logits:?}, from probabilities {probabilities:?}"
+    );
+}
+
 /// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
 /// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
 /// has its own launch where they do not (13 such rows: 104 parts, more than a wgpu adapter's 64
@@ -1117,6 +1163,7 @@ device_suites!(
     joint_cuts_near_the_estimate_read_twice,
     model_like_rows_rarely_fall_back,
     flat_rows_take_the_cut_in_two_reads,
+    flat_races_match_the_oracle,
     long_min_p_sets_read_once,
     rows_sample_alike_alone_and_in_a_batch
 );

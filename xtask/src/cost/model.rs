@@ -161,6 +161,47 @@ pub fn massed_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
+/// How a flat row's columns take a loop that races the kept ones (the top-p cut's Philox loop,
+/// `filter_top_p.rs`): the share of its quads that race (draw the block and test each column's
+/// noise bound), and the share of its column slots whose exact score a warp runs, with the
+/// reason. Model-like rows race few of their columns there (top-p 0.9 keeps 300 to 700 tokens
+/// of Zipf rows at T 0.8), which the model counts as none.
+pub fn flat_race(kernel: &str) -> Option<(f64, f64, &'static str)> {
+    kernel.starts_with("top_p_cut").then_some((
+        1.0,
+        0.111,
+        "top-p 0.9 keeps 90% of a flat row's tokens, so nearly every quad races; a numpy simulation of the \
+         cut's rule (docs/filters-design.md: parts of 4096, blocks of 256, the workgroup's best shared as a floor \
+         after its first column and its first quad) has warps of 32 score 11.1% of the column slots (T 0.6 and \
+         0.8)",
+    ))
+}
+
+impl Kernel {
+    /// The kernel as a flat row takes it ([`flat_race`]): each streaming loop with a noised and
+    /// a scored path (a quad's block and noise tests; a column's exact score) gains, an
+    /// iteration, the block's path over the common one at the raced share, and the exact
+    /// score beyond the block's path once for each of its columns at the scored share.
+    pub fn of_flat_rows(&self) -> Kernel {
+        let Some((raced, scored, _)) = flat_race(&self.name) else { return self.clone() };
+        let loops = self
+            .loops
+            .iter()
+            .map(|l| match (&l.noised, &l.scored) {
+                (Some(noised), Some(score)) => {
+                    let block = noised.plus(&l.common.scaled(-1.0));
+                    let exact = score.plus(&noised.scaled(-1.0));
+                    let extra = block.plus(&exact.scaled(scored * self.columns_per_iteration(l))).scaled(raced);
+                    let with = |c: &Counts| c.plus(&extra);
+                    Loop { common: with(&l.common), massed: l.massed.as_ref().map(with), ..l.clone() }
+                }
+                _ => l.clone(),
+            })
+            .collect();
+        Kernel { loops, ..self.clone() }
+    }
+}
+
 /// What a launch's parts do on chip after reading their columns (`top_k_parts_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnChipWork {
@@ -536,7 +577,8 @@ mod tests {
     fn streaming() -> Kernel {
         let mut common = Counts { load_bytes: 16.0, round_trips: 1.0, ..Counts::default() };
         common.by_pipe[0] = 2.0;
-        let l = Loop { start: 0, end: 1, common, kept: None, noised: None, massed: None, longest: common };
+        let l =
+            Loop { start: 0, end: 1, common, kept: None, noised: None, massed: None, scored: None, longest: common };
         Kernel {
             name: "softmax_f32".into(),
             loops: vec![l],
@@ -565,6 +607,7 @@ mod tests {
             side: false,
             loops_of: None,
             onchip: OnChipWork::None,
+            flat: false,
         }
     }
 

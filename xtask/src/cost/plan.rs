@@ -35,6 +35,9 @@ pub enum Call {
     /// `seeded` from log-probabilities (f64 or f32): float64 in one read, or screened in two.
     Seeded,
     SeededScreened,
+    /// A setting over flat rows (noise of 1e-3 at T 0.8, where top-p 0.9 keeps 90% of the row
+    /// and min-p 0.05 all of it): `Filter`'s name, or `FilterProbs`' (whose input it takes).
+    Flat(&'static str),
     /// `Sampler::step` over plain rows, with `n` of them top-p 0.9 rows instead (0 or 1): the
     /// issue's mixed batch, whose one top-p row must cost little beside the plain ones.
     Step(u32),
@@ -62,6 +65,15 @@ pub const ONE_READ: [&str; 4] = ["filter_top_k_50", "filter_min_p_0.05", "filter
 /// ranks (not modelled, as the parts' select is not).
 const TOP_P_CUT: [&str; 1] = ["filter_top_p_0.9"];
 
+/// The settings modelled on flat rows too: those whose flat rows take the top-p cut and race
+/// there (a top-k's rows race in the merge, over k candidates, flat or not; the parts' select
+/// is modelled on flat rows alike, `model::select_rule`), with their names on flat rows.
+pub const FLAT: [(&str, &str); 3] = [
+    ("filter_top_p_0.9", "filter_top_p_0.9_flat"),
+    ("filter_min_p_0.05", "filter_min_p_0.05_flat"),
+    ("filter_probs_top_p_0.9", "filter_probs_top_p_0.9_flat"),
+];
+
 /// Columns of a part of the one-read path (`filter_top_k::PART_COLS`).
 const TOP_K_PART_COLS: u32 = crate::kernels::filter_top_k::PART_COLS;
 
@@ -78,6 +90,7 @@ impl Call {
         ];
         v.extend(FILTERS.iter().map(|&(n, p)| Call::Filter(n, p)));
         v.extend([Call::FilterProbs, Call::MaskLogits, Call::RenormProbs, Call::Seeded, Call::SeededScreened]);
+        v.extend(FLAT.iter().map(|&(n, _)| Call::Flat(n)));
         v.extend([Call::Step(0), Call::Step(1)]);
         v
     }
@@ -87,6 +100,7 @@ impl Call {
     pub fn dtypes(self) -> &'static [(&'static str, u32)] {
         match self {
             Call::RaceProbs | Call::FilterProbs | Call::RenormProbs => &[("f32", 4)],
+            Call::Flat(n) if n == Call::FilterProbs.name() => &[("f32", 4)],
             Call::Seeded | Call::SeededScreened => &[("f64", 8), ("f32", 4)],
             _ => &[("f32", 4), ("bf16", 2)],
         }
@@ -102,6 +116,7 @@ impl Call {
             Call::SeededLogits => "seeded_from_logits",
             Call::Sample => "sample",
             Call::Filter(n, _) => n,
+            Call::Flat(n) => FLAT.iter().find(|f| f.0 == n).map_or(n, |f| f.1),
             Call::FilterProbs => "filter_probs_top_p_0.9",
             Call::MaskLogits => "mask_logits_top_p_0.9",
             Call::RenormProbs => "renorm_probs_top_p_0.9",
@@ -144,6 +159,9 @@ pub struct Launch {
     /// path's top-k rows select their candidates, top-p rows bin their columns): the model adds
     /// the kernel's loops of it ([`crate::cost::sass::OnChip`]).
     pub onchip: OnChipWork,
+    /// The rows are flat: the launch's loop that races the kept columns races nearly all of
+    /// them (`model::flat_race`).
+    pub flat: bool,
 }
 
 /// Workgroups per row (`launch::parts`): enough to fill the device, no part shorter than one
@@ -196,6 +214,7 @@ pub fn launches(
         side: false,
         loops_of: None,
         onchip: OnChipWork::None,
+        flat: false,
     };
     let whole = |kernel: String, passes: u32, written: f64| whole_of(kernel, passes, written, row);
     // `p` workgroups a row, each reading its columns once (`reads`) or leaving at once.
@@ -210,6 +229,7 @@ pub fn launches(
         side: false,
         loops_of: None,
         onchip: OnChipWork::None,
+        flat: false,
     };
     // A split row: today one launch (its last part combines the parts' records); at f09f138 a
     // second launch, `combine`, did.
@@ -228,6 +248,7 @@ pub fn launches(
                 side: false,
                 loops_of: None,
                 onchip: OnChipWork::None,
+                flat: false,
             });
         }
         v
@@ -243,6 +264,7 @@ pub fn launches(
         side: false,
         loops_of: None,
         onchip: OnChipWork::None,
+        flat: false,
     };
     let filter = |passes: u32, idle_rows: bool, input: &str| -> Vec<Launch> {
         let p = match era {
@@ -267,10 +289,12 @@ pub fn launches(
     // call modelled here plans the cut (`sample_filtered`, `sample` without row lists); where
     // its parts fit `cut_here_groups`, the merge launch does it, over every part.
     // `input` names the kernels' input (`logits_f32`, `probs`), of `row_bytes` a row.
-    let one_read = |name: &str, passes: u32, idle_rows: bool, input: &str, row_bytes: f64| -> Vec<Launch> {
+    // On `flat` rows a setting takes the cut whatever it is (min-p's set outgrows the parts'
+    // lists), and the cut races nearly every column.
+    let one_read = |name: &str, passes: u32, idle_rows: bool, input: &str, row_bytes: f64, flat: bool| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
-        let cut = !idle_rows && TOP_P_CUT.contains(&name);
+        let cut = !idle_rows && (flat || TOP_P_CUT.contains(&name));
         let onchip = match (decided, cut) {
             (true, _) => OnChipWork::Select,
             (_, true) => OnChipWork::Histogram,
@@ -278,7 +302,7 @@ pub fn launches(
         };
         let parts = Launch { onchip, ..parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut) };
         let merge = format!("top_k_merge_{input}");
-        let cut_launch = Launch { rereads: true, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
+        let cut_launch = Launch { rereads: true, flat, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
         if batch * p <= cut_here_groups {
             // The merge launch over every part: the cut's second read in the merge's blocks.
             let here = Launch { kernel: merge, loops_of: cut.then_some(cut_launch.kernel), ..cut_launch };
@@ -329,6 +353,7 @@ pub fn launches(
                         side: false,
                         loops_of: None,
                         onchip: OnChipWork::None,
+                        flat: false,
                     })
                     .collect(),
             }
@@ -345,17 +370,21 @@ pub fn launches(
                 // `Backend::sample` without row lists: the seeded and filter launches span the
                 // batch and each plain row leaves them at once, on the side stream.
                 v.push(seeded(true));
-                v.extend(one_read("", 0, true, &logits, row));
+                v.extend(one_read("", 0, true, &logits, row, false));
                 v.iter_mut().skip(1).for_each(|l| l.side = true);
             }
             v
         }
-        Call::Filter(name, passes) if era == Era::Current => one_read(name, passes, false, &logits, row),
+        Call::Filter(name, passes) if era == Era::Current => one_read(name, passes, false, &logits, row, false),
         Call::Filter(_, passes) => filter(passes, false, &format!("logits_{dtype}")),
         // The one-read path from probabilities (f32), as from logits.
         Call::FilterProbs if era == Era::Current => {
-            one_read("filter_top_p_0.9", TOP_P_PASSES, false, "probs", vocab as f64 * 4.0)
+            one_read("filter_top_p_0.9", TOP_P_PASSES, false, "probs", vocab as f64 * 4.0, false)
         }
+        Call::Flat(name) if name == Call::FilterProbs.name() => {
+            one_read("filter_top_p_0.9", TOP_P_PASSES, false, "probs", vocab as f64 * 4.0, true)
+        }
+        Call::Flat(name) => one_read(name, TOP_P_PASSES, false, &logits, row, true),
         Call::FilterProbs => filter(TOP_P_PASSES, false, "probs"),
         // Neither is split over blocks (the host stages only the sampling filter kernels).
         Call::MaskLogits => {
@@ -381,6 +410,7 @@ pub fn launches(
                 side: true,
                 loops_of: None,
                 onchip: OnChipWork::None,
+                flat: false,
             };
             if top_p > 0 {
                 let (merge, cut) = (format!("top_k_merge_logits_{dtype}"), format!("top_p_cut_logits_{dtype}"));

@@ -43,10 +43,12 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
         .iter()
         .map(|l| {
             let own = find(&l.kernel)?;
-            Ok(match &l.loops_of {
+            let run = match &l.loops_of {
                 Some(body) => Kernel { loops: find(body)?.loops.clone(), ..own.clone() },
                 None => own.clone(),
-            })
+            };
+            // Flat rows: the loop that races the kept columns races nearly all of them.
+            Ok(if l.flat { run.of_flat_rows() } else { run })
         })
         .collect::<Result<_, String>>()?;
     let pairs: Vec<(plan::Launch, &Kernel)> = launches.iter().cloned().zip(&runs).collect();

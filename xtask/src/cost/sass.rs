@@ -83,6 +83,9 @@ pub struct Counts {
     pub logs: f64,
     /// Philox's multiplies by its first constant, ten a block (a pruned quad takes none).
     pub philox: f64,
+    /// The IR's exact logs (`math::log`, by its last series coefficient): a column's exact race
+    /// score takes two (a screened-out column none).
+    pub exact_logs: f64,
     /// Adds of a 64-bit sum's high words (`IMAD.X`, `IADD3.X`): a column's fixed-point mass
     /// (a column of zero weight adds none).
     pub carries: f64,
@@ -105,6 +108,7 @@ impl Counts {
         self.load_bytes += i.load_bytes as f64;
         self.logs += f64::from(u8::from(i.log));
         self.philox += f64::from(u8::from(i.philox));
+        self.exact_logs += f64::from(u8::from(i.exact_log));
         self.carries += f64::from(u8::from(i.carry));
         self.shared_loads += f64::from(i.shared_words);
         self.shared_stores += f64::from(u8::from(i.shared_store));
@@ -117,6 +121,7 @@ impl Counts {
             round_trips: self.round_trips * k,
             logs: self.logs * k,
             philox: self.philox * k,
+            exact_logs: self.exact_logs * k,
             carries: self.carries * k,
             shared_loads: self.shared_loads * k,
             shared_stores: self.shared_stores * k,
@@ -133,6 +138,7 @@ impl Counts {
             round_trips: self.round_trips + o.round_trips,
             logs: self.logs + o.logs,
             philox: self.philox + o.philox,
+            exact_logs: self.exact_logs + o.exact_logs,
             carries: self.carries + o.carries,
             shared_loads: self.shared_loads + o.shared_loads,
             shared_stores: self.shared_stores + o.shared_stores,
@@ -151,6 +157,9 @@ struct Instr {
     log: bool,
     /// A multiply by Philox's first constant (`0xD2511F53`, printed as `-0x2daee0ad`).
     philox: bool,
+    /// A multiply by the exact log's last series coefficient (`0x3e789e26`, printed
+    /// `0.24279078841209411621`; the model compiles without FMA contraction, so a `FMUL`).
+    exact_log: bool,
     /// `IMAD.X` or `IADD3.X`: the high word of a 64-bit add.
     carry: bool,
     /// `LDS`: a workgroup-memory load.
@@ -206,11 +215,26 @@ fn parse_line(line: &str) -> Option<Instr> {
     let load_bytes = if pipe == Pipe::Ldg { load_width(opcode) } else { 0 };
     let log = opcode.starts_with("MUFU.LG2");
     let philox = base == "IMAD" && text.contains("-0x2daee0ad");
+    let exact_log = base == "FMUL" && text.contains("0.24279078841209411621");
     let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
     // A vector load from workgroup memory reads several keys: a loop's visits count words.
     let shared_words = if base == "LDS" { (load_width(opcode) / 4).max(1) as u8 } else { 0 };
     let shared_store = base == "STS";
-    Some(Instr { addr, pipe, load_bytes, log, philox, carry, shared_words, shared_store, target, call, ret, ends_flow })
+    Some(Instr {
+        addr,
+        pipe,
+        load_bytes,
+        log,
+        philox,
+        exact_log,
+        carry,
+        shared_words,
+        shared_store,
+        target,
+        call,
+        ret,
+        ends_flow,
+    })
 }
 
 /// The functions of a `cuobjdump -sass` listing.
@@ -233,7 +257,9 @@ pub fn parse(text: &str) -> Vec<Function> {
 /// the common one draws none (the noised path: a kept quad whose columns the noise bound all
 /// skip, so it takes no log), along the cheapest that adds a 64-bit sum where the common one
 /// adds none (the massed path: a column of nonzero weight, where the common path skips a
-/// column of zero weight), and along its most expensive one (the difference is what its rarely
+/// column of zero weight), along the cheapest that takes an exact log where the common one
+/// takes none (the scored path: a raced column of the top-p cut that its noise bound does not
+/// rule out, its exact score beyond the noised path), and along its most expensive one (the difference is what its rarely
 /// taken branches cost when they are taken).
 #[derive(Clone, Debug)]
 pub struct Loop {
@@ -243,6 +269,7 @@ pub struct Loop {
     pub kept: Option<Counts>,
     pub noised: Option<Counts>,
     pub massed: Option<Counts>,
+    pub scored: Option<Counts>,
     pub longest: Counts,
 }
 
@@ -253,6 +280,7 @@ enum Through {
     Log,
     Philox,
     Carry,
+    ExactLog,
 }
 
 impl Loop {
@@ -328,9 +356,11 @@ impl Function {
                 let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, Through::Log) } else { None };
                 let noised = if common.philox == 0.0 { self.path((s, e), &cheapest, Through::Philox) } else { None };
                 let massed = if common.carries == 0.0 { self.path((s, e), &cheapest, Through::Carry) } else { None };
+                let scored =
+                    if common.exact_logs == 0.0 { self.path((s, e), &cheapest, Through::ExactLog) } else { None };
                 let longest = self.path((s, e), &costliest, Through::Anything)?;
                 let (start, end) = (self.instrs[s].addr, self.instrs[e].addr);
-                Some(Loop { start, end, common, kept, noised, massed, longest })
+                Some(Loop { start, end, common, kept, noised, massed, scored, longest })
             })
             .collect()
     }
@@ -417,6 +447,7 @@ impl Function {
                 Through::Log => i.log || called.logs > 0.0,
                 Through::Philox => i.philox || called.philox > 0.0,
                 Through::Carry => i.carry || called.carries > 0.0,
+                Through::ExactLog => i.exact_log || called.exact_logs > 0.0,
             };
             (i.load_bytes, 1.0 + called.total(), usize::from(marked))
         };
@@ -601,5 +632,30 @@ mod tests {
         assert_eq!((l.common.total(), l.common.carries), (5.0, 0.0));
         let massed = l.massed.expect("a path through a 64-bit add");
         assert_eq!((massed.total(), massed.carries), (8.0, 1.0));
+    }
+    /// A raced quad's block, then a column's exact score (the exact log's coefficient) behind
+    /// its own branch: the scored path takes both; the noised path the block alone.
+    #[test]
+    fn finds_the_scored_path() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   LDG.E R4, desc[UR6][R2.64] ;
+            /*0020*/               @P0 BRA 0x80 ;
+            /*0030*/                   IMAD.WIDE.U32 R6, R6, -0x2daee0ad, RZ ;
+            /*0040*/               @P2 BRA 0x80 ;
+            /*0050*/                   FMUL R39, R25, 0.24279078841209411621 ;
+            /*0060*/                   FADD R5, R39, R4 ;
+            /*0070*/                   FADD R5, R5, R4 ;
+            /*0080*/                   IADD3 R2, R2, 0x10, RZ ;
+            /*0090*/               @P1 BRA 0x10 ;
+            /*00a0*/                   EXIT ;
+        ";
+        let l = &parse(listing)[0].streaming_loops()[0];
+        assert_eq!((l.common.total(), l.common.exact_logs), (4.0, 0.0));
+        assert_eq!(l.noised.expect("a path through the block").total(), 6.0);
+        let scored = l.scored.expect("a path through the exact log");
+        assert_eq!((scored.total(), scored.philox, scored.exact_logs), (9.0, 1.0, 1.0));
+        assert!(l.kept.is_none(), "no MUFU.LG2 in the listing");
     }
 }

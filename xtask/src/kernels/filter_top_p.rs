@@ -555,60 +555,141 @@ fn cut_part(b: &mut Block, input: Input) {
     declare_best(b);
     declare_best_as(b, "r");
     // The loop once for seeded rows and once for the others (a row is one or the other), so
-    // each races with only its own winners' registers live.
-    let columns = |b: &mut Block, seeded: bool| {
-        let n = var("col_hi") - var("col_lo");
-        values::for_each_read(b, input, n, 4, |b, i, _, x| {
-            let col = b.let_("col", Ty::U32, var("col_lo") + i);
-            let z = b.let_("cz", Ty::F32, values::value(input, x));
-            let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
-            let w = b.let_("cw", Ty::F32, values::weight(input, z.clone(), mx.clone()));
-            b.if_(w.clone().gt(f(0.0)), |b| {
-                let key = b.let_("ck", Ty::U32, order_key(ov.clone()));
-                let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
-                let g = b.let_("cg", Ty::F32, r.clone() - grid.index(input, z.clone()));
-                let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
-                let race = |b: &mut Block, suffix: &str| {
-                    b.if_(w.clone().ge(var("mp")), |b| {
-                        race_one(b, input, suffix, (boolean(seeded), &pkey), col.clone(), z.clone(), ov.clone())
-                    })
-                };
-                b.if_else(
-                    g.clone().lt(lo.clone()),
-                    |b| {
-                        b.set("n_above", var("n_above") + u(1));
-                        b.set("m_above", var("m_above") + mv.clone());
-                        smallest(b, "min_above_not");
-                        race(b, "");
-                    },
-                    |b| {
-                        b.if_else(
-                            g.le(hi.clone()),
-                            |b| {
-                                b.set("n_range", var("n_range") + u(1));
-                                b.set("m_range", var("m_range") + mv.clone());
-                                smallest(b, "min_range_not");
-                                b.set("max_range", var("max_range").max(key.clone()));
-                                race(b, "r");
-                                let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
-                                b.if_(at.clone().lt(u(PART_LIST)), |b| {
-                                    let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
-                                    b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
-                                    b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
-                                });
-                            },
-                            |b| {
-                                b.set("m_below", var("m_below") + mv.clone());
-                                b.set("max_below", var("max_below").max(key.clone()));
-                                b.set("w_below", var("w_below").max(w.clone()));
-                            },
-                        );
-                    },
-                );
-            });
+    // each races with only its own winners' registers live. A column's class, mass and listing;
+    // `race(b, suffix, (col, z, ov))` where it races into `best{suffix}` (above the range: "",
+    // in it: "r").
+    let column = |b: &mut Block, i: Expr, x: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
+        let col = b.let_("col", Ty::U32, var("col_lo") + i);
+        let z = b.let_("cz", Ty::F32, values::value(input, x));
+        let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
+        let w = b.let_("cw", Ty::F32, values::weight(input, z.clone(), mx.clone()));
+        b.if_(w.clone().gt(f(0.0)), |b| {
+            let key = b.let_("ck", Ty::U32, order_key(ov.clone()));
+            let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
+            let g = b.let_("cg", Ty::F32, r.clone() - grid.index(input, z.clone()));
+            let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
+            let race = |b: &mut Block, suffix: &str| {
+                b.if_(w.clone().ge(var("mp")), |b| race(b, suffix, [col.clone(), z.clone(), ov.clone()]))
+            };
+            b.if_else(
+                g.clone().lt(lo.clone()),
+                |b| {
+                    b.set("n_above", var("n_above") + u(1));
+                    b.set("m_above", var("m_above") + mv.clone());
+                    smallest(b, "min_above_not");
+                    race(b, "");
+                },
+                |b| {
+                    b.if_else(
+                        g.le(hi.clone()),
+                        |b| {
+                            b.set("n_range", var("n_range") + u(1));
+                            b.set("m_range", var("m_range") + mv.clone());
+                            smallest(b, "min_range_not");
+                            b.set("max_range", var("max_range").max(key.clone()));
+                            race(b, "r");
+                            let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
+                            b.if_(at.clone().lt(u(PART_LIST)), |b| {
+                                let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
+                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
+                                b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
+                            });
+                        },
+                        |b| {
+                            b.set("m_below", var("m_below") + mv.clone());
+                            b.set("max_below", var("max_below").max(key.clone()));
+                            b.set("w_below", var("w_below").max(w.clone()));
+                        },
+                    );
+                },
+            );
         });
     };
-    b.if_else(seeded.clone(), |b| columns(b, true), |b| columns(b, false));
+    let n = var("col_hi") - var("col_lo");
+    // The seeded race hashes each column alone: it races where the column is read.
+    let seeded_columns = |b: &mut Block| {
+        values::for_each_read(b, input, n.clone(), 4, |b, i, _, x| {
+            let race = |b: &mut Block, suffix: &str, [col, z, ov]: [Expr; 3]| {
+                race_one(b, input, suffix, (boolean(true), &pkey), col, z, ov)
+            };
+            column(b, i, x, &race)
+        })
+    };
+    // The Philox race reads a quad a step and draws its block once, after its four columns,
+    // where any races (`cut_race`: bit `j` above the range, `j + 4` in it); a raced column
+    // whose word's noise bound cannot reach its race's best skips its noise's logs
+    // (`values::may_win`), as the race from logits does: a flat row races most of its columns.
+    let rcp_t = match input {
+        Input::Logits(_) => b.let_("cut_rcp_t", Ty::F32, f(1.0) / var("temp")),
+        Input::Probs => f(1.0),
+    };
+    let philox_columns = |b: &mut Block| {
+        let body = |b: &mut Block, i: Expr, j: u8, x: Expr| {
+            let race = |b: &mut Block, suffix: &str, _: [Expr; 3]| {
+                let bit = u32::from(j) + if suffix.is_empty() { 0 } else { 4 };
+                b.set("cut_race", var("cut_race") | u(1 << bit));
+            };
+            column(b, i, x, &race)
+        };
+        // Each raced column's test against its race's best so far (above the range, or the
+        // workgroup's, `cut_floor`, if higher), then its score where it passes; the test
+        // outside the column's branch, so that the block's path holds all four and the cost
+        // model counts them. In the workgroup's first step, after its first column and after
+        // its four, the workgroup's best above the range becomes the floor: a flat row races
+        // most columns, and a warp whose 32 lanes each test against their own few scores
+        // scores nearly every column (97% of a part's, by a simulation of the rule,
+        // `docs/filters-design.md`), against 11% with the floor.
+        let columns = |b: &mut Block, i0: Expr, js: std::ops::Range<u8>| {
+            for j in js {
+                // The word bound outside the column's scope, so that the four columns' scopes
+                // differ only in names and literals: one procedure in the generated files.
+                let word = b.let_(&format!("cut_w{j}"), Ty::U32, var("cw4").comp(j));
+                b.scope(|b| {
+                    let x = var(&format!("zx{j}"));
+                    let above = b.let_("cut_above", Ty::Bool, (var("cut_race") & u(1 << j)).ne_(u(0)));
+                    let best = select(above.clone(), var("best").max(var("cut_floor")), var("bestr"));
+                    let may = values::may_win(b, input, x.clone(), rcp_t.clone(), word.clone(), best, "cut_may");
+                    let raced = (var("cut_race") & u(0x11 << j)).ne_(u(0));
+                    b.if_(may.and(raced), |b| {
+                        let score = values::philox_score(input, values::value(input, x), word);
+                        let score = b.let_("score", Ty::F32, score);
+                        let col = var("col_lo") + i0.clone() + u(u32::from(j));
+                        b.if_else(
+                            above,
+                            |b| keep_lower(b, "", score.clone(), col.clone()),
+                            |b| keep_lower(b, "r", score.clone(), col.clone()),
+                        );
+                    });
+                });
+            }
+        };
+        let raced = || var("cut_race").ne_(u(0));
+        let block = |i0: &Expr| pkey.block(var("col_lo") + i0.clone());
+        let after = |b: &mut Block, i0: Expr, first: bool| {
+            if first {
+                b.let_("cw4", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+                b.if_(raced(), |b| {
+                    b.set("cw4", block(&i0));
+                    columns(b, i0.clone(), 0..1);
+                });
+                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best"), "cut_first");
+                b.set("cut_floor", floor);
+                b.if_(raced(), |b| columns(b, i0.clone(), 1..4));
+                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best"), "cut_step");
+                b.set("cut_floor", floor);
+            } else {
+                b.if_(raced(), |b| {
+                    b.let_("cw4", Ty::U32x4, block(&i0));
+                    columns(b, i0.clone(), 0..4);
+                });
+            }
+            b.set("cut_race", u(0));
+        };
+        b.let_("cut_floor", Ty::F32, f(f32::NEG_INFINITY));
+        b.let_("cut_race", Ty::U32, u(0));
+        values::for_each_quad(b, input, n.clone(), body, after);
+    };
+    b.if_else(seeded.clone(), seeded_columns, philox_columns);
     let names = |v: &[&str]| v.iter().map(|n| format!("part_{n}")).collect::<Vec<_>>();
     b.sum_many(Ty::U32, vec![var("n_above"), var("n_range")], &names(&["n_above", "n_range"]));
     b.sum_many(

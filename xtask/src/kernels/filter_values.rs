@@ -3,10 +3,11 @@
 //! the filter kernels order and weigh it (`filters.rs`, `element` and `weigh`), so the path's
 //! sets are theirs whichever the input.
 
-use super::abi::load_clean;
+use super::abi::{clean, load_quad_as};
 use super::filters::Input;
 use super::math;
 use super::philox;
+use super::race::{noise_bound, reaches};
 use super::softmax::softmax_weight;
 use crate::ir::*;
 
@@ -63,10 +64,45 @@ pub(super) fn for_each_read(
 /// The column's element as read (NaN as -inf from logits), into `name`: [`value`] makes it the
 /// column's value, so a loop can issue several reads before it works on any.
 pub(super) fn read(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr {
+    b.let_(name, Ty::F32, element_at(input, var("base") + col))
+}
+
+/// The input's element at index `at` of the buffer, as [`read`] takes it.
+fn element_at(input: Input, at: Expr) -> Expr {
     match input {
-        Input::Logits(_) => b.let_(name, Ty::F32, load_clean(col)),
-        Input::Probs => b.let_(name, Ty::F32, load("x", var("base") + col)),
+        Input::Logits(_) => clean(load("x", at)),
+        Input::Probs => load("x", at),
     }
+}
+
+/// Visits this invocation's quads of the `n` columns from `col_lo` (a multiple of 4, so that a
+/// quad's four columns share one Philox block), the workgroup's quads side by side a step:
+/// the quad's four elements read first and together, as `zx0` to `zx3` (one address inside
+/// the part, [`load_quad_as`]), then `body(i, j, x)` for each of its columns inside, with its
+/// index `i` from `col_lo` and its place `j`, then `after(i0, first)`, `i0` the quad's first
+/// index. The workgroup's first step is written apart (`first`), outside the loop and any
+/// branch, so that `after` may hold a barrier there.
+pub(super) fn for_each_quad(
+    b: &mut Block,
+    input: Input,
+    n: Expr,
+    body: impl Fn(&mut Block, Expr, u8, Expr),
+    after: impl Fn(&mut Block, Expr, bool),
+) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let step = |b: &mut Block, i0: Expr, first: bool| {
+        load_quad_as(b, var("col_lo") + i0.clone(), "zx", Ty::F32, f(0.0), |at| element_at(input, at));
+        for j in 0..4u8 {
+            let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + u(j as u32));
+            b.if_(i.clone().lt(n.clone()), |b| body(b, i, j, var(&format!("zx{j}"))));
+        }
+        after(b, i0, first);
+    };
+    b.scope(|b| {
+        let i0 = b.let_("i0", Ty::U32, lid.clone() * u(4));
+        step(b, i0, true)
+    });
+    b.for_("i0", (lid + bs.clone()) * u(4), n.clone(), bs * u(4), |b, i0| step(b, i0, false));
 }
 
 /// The value ([`column()`]) of an element as [`read`].
@@ -193,6 +229,37 @@ pub(super) fn philox_score(input: Input, v: Expr, bits: Expr) -> Expr {
         Input::Logits(_) => v + call(philox::GUMBEL, vec![bits]),
         Input::Probs => v / call(philox::EXPONENTIAL, vec![bits]),
     }
+}
+
+/// Whether a column whose element is `x` (as [`read`]) and whose Philox word is `word` may
+/// reach `best`, an exact [`philox_score`] already raced (or -inf), in the race that keeps
+/// the higher score (a tie to the lower column): false only where its score is certainly below
+/// `best`, so a column ruled out could not have won and skips its noise's logs; bound to `name`
+/// and returned. `rcp_t` is `1/T` (from logits).
+///
+/// From logits, [`reaches`] (`can_win`) of `za = x (1/T)` with the word's [`noise_bound`], whose
+/// doc comments carry the proof (the score there is `x / T + Gumbel`, as here); `x` above -inf,
+/// as a raced column's is (its weight is above 0); for another the answer may be either.
+///
+/// From probabilities the score is `fl(p / E)`, `E` the IR's `-log u`. `t = 1 - u` is exact
+/// (`uniform(!w)`, as in [`noise_bound`]) and `-ln u >= t`; the log is within about one ulp, so
+/// `E >= t (1 - 2^-22)`, and the division is within 2.5 ulp (Vulkan; CUDA rounds), so the score
+/// is at most `(p / t)(1 + 2^-20)` (plus 2^-149 where it is subnormal). The column is ruled out
+/// where `fl(p (1 + 2^-16)) < fl(best t)` and `fl(best t)` is normal and finite: the two
+/// products round by 2^-24 relative (or 2^-150 absolute, at most `best t 2^-24` here), so
+/// `p / t < best (1 - 2^-16 + 2^-22)`, and the score is below `best (1 - 2^-17)`, strictly
+/// under `best` (`best` is at least `best t`, normal).
+pub(super) fn may_win(b: &mut Block, input: Input, x: Expr, rcp_t: Expr, word: Expr, best: Expr, name: &str) -> Expr {
+    let may = match input {
+        Input::Logits(_) => reaches(x * rcp_t, noise_bound(word), best),
+        Input::Probs => {
+            let t = call(philox::UNIFORM, vec![word ^ u(u32::MAX)]);
+            let edge = b.let_(&format!("{name}_edge"), Ty::F32, best * t);
+            let sure = edge.clone().ge(f(f32::MIN_POSITIVE)).and(edge.clone().lt(f(f32::INFINITY)));
+            sure.and((x * f(1.0 + 1.0 / 65_536.0)).lt(edge)).not()
+        }
+    };
+    b.let_(name, Ty::Bool, may)
 }
 
 /// The float64 log-probability, up to the row's constant, that the seeded race scores: `z - max`

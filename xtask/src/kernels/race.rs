@@ -140,9 +140,14 @@ fn prune_test(qmax: Expr, floor: Expr) -> Expr {
 ///
 /// Columns read as -inf (NaN, -inf, past the row) give `qmax = -inf` and never win.
 pub(super) fn can_win(qmax: Expr, noise: Expr, floor: Expr) -> Expr {
+    qmax.clone().gt(f(f32::NEG_INFINITY)).and(reaches(qmax, noise, floor))
+}
+
+/// [`can_win`] for a `qmax` known to be above -inf (its bound would be NaN there), with no
+/// test of it: what the caller knows need not cost a branch around the bound.
+pub(super) fn reaches(qmax: Expr, noise: Expr, floor: Expr) -> Expr {
     let bound = qmax.clone() + qmax.clone().abs() * f(SCREEN_ZREL) + noise;
-    let finite = qmax.clone().gt(f(f32::NEG_INFINITY));
-    finite.and(bound.ge(floor).or(qmax.ge(f(SCREEN_HUGE))))
+    bound.ge(floor).or(qmax.ge(f(SCREEN_HUGE)))
 }
 
 /// The margin [`can_win`] needs over a bound on the computed noise (see [`NOISE_MAX`]).
@@ -162,7 +167,7 @@ const NOISE_SLACK: f32 = 0.0045;
 /// `(n + 1) ln 2 + 0.0045`: half the words bound their noise by 0.70, one in 1024 by 7.6 (the
 /// best of 2048 columns' noise), so on a row whose floor is a few units above most columns'
 /// `za`, nearly every column of a kept quad is skipped (`docs/race-design.md`).
-fn noise_bound(w: Expr) -> Expr {
+pub(super) fn noise_bound(w: Expr) -> Expr {
     let t = call(philox::UNIFORM, vec![w ^ u(u32::MAX)]);
     f(NOISE_SLACK) - math::log2_lower(t) * f(std::f32::consts::LN_2)
 }
