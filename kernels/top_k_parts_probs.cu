@@ -37,6 +37,7 @@ __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
 __shared__ __align__(16) unsigned int part_hist[2048];
+__shared__ __align__(16) float edge_rcp[16];
 
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -157,26 +158,16 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     __syncthreads();
     return sk_r;
 }
-#define sk_read_step(zx0, li0, m) { \
-    /* built by kernels::filter_values::read_step */ \
-    float z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    bool z_ok = (z > (0.0f)); \
-    part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u); \
-    if (z_ok) { \
-        /* built by kernels::filter_top_k::load_part */ \
-        m = fmaxf(m, z); \
-    } \
-}
 #define sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf) { \
     /* built by kernels::filter_top_p::histogram_part */ \
     if ((hk0 != 0u)) { \
         float hz = sk_bitcast<float>((((hk0 & 2147483648u) != 0u) ? (hk0 ^ 2147483648u) : (hk0 ^ 4294967295u))); \
         float hg = (grid_r - ((float)(sk_bitcast<unsigned int>(hz) >> (23u - 4u)))); \
         if ((hg < (512.0f))) { \
+            unsigned int hbits = sk_bitcast<unsigned int>(hz); \
             unsigned int hgu = ((unsigned int)hg); \
             unsigned int hist_old = 0u; \
-            const float sk_e3 = sk_bitcast<float>((((unsigned int)((grid_r - hg) + (1.0f))) << (23u - 4u))); \
-            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((((hz == sk_e3) ? (1.0f) : __fdividef(hz, sk_e3)) * (524288.0f)) + (0.5f)))); \
+            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)(((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * edge_rcp[((hbits >> 19u) & 15u)]) * (524288.0f)) + (0.5f)))); \
             unsigned int hist_n_old = 0u; \
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
         } \
@@ -187,6 +178,16 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
                 hist_f_old = atomicAdd(&part_hist[(1024u + ((unsigned int)hfg))], 1u); \
             } \
         } \
+    } \
+}
+#define sk_read_step(zx0, li0, m) { \
+    /* built by kernels::filter_values::read_step */ \
+    float z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+    bool z_ok = (z > (0.0f)); \
+    part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u); \
+    if (z_ok) { \
+        /* built by kernels::filter_top_k::load_part */ \
+        m = fmaxf(m, z); \
     } \
 }
 #define sk_for_each_read(i0, base, col_lo, n_cols, m) { \
@@ -254,11 +255,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     part_hist[i] = 0u;
                 }
                 unsigned int n_cols = (col_hi - col_lo);
-                unsigned int h_step = (((unsigned int)SK_BLOCK) * 2u);
+                unsigned int h_step = (((unsigned int)SK_BLOCK) * 4u);
                 unsigned int n_padded = ((((n_cols + h_step) - 1u) / h_step) * h_step);
                 for (unsigned int i = (threadIdx.x + n_cols); i < n_padded; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_keys[i] = 0u;
+                }
+                if ((threadIdx.x < 16u)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    edge_rcp[threadIdx.x] = ((16.0f) / (((float)threadIdx.x) + (17.0f)));
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -275,11 +280,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
                     unsigned int hk1 = part_keys[(i + (((unsigned int)SK_BLOCK) * 1u))];
+                    unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
+                    unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
                     {
                         sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
                     }
                     {
                         sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
                     }
                 }
                 __syncthreads();
@@ -347,10 +360,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                             unsigned int ec_atu = ((unsigned int)ec_at);
                                             unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            const unsigned int sk_e5 = (512u + g);
-                                            part_keys[sk_e5] = max(part_keys[sk_e5], ec_n);
-                                            const unsigned int sk_e6 = (1024u + g);
-                                            part_keys[sk_e6] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e6]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            const unsigned int sk_e3 = (512u + g);
+                                            part_keys[sk_e3] = max(part_keys[sk_e3], ec_n);
+                                            const unsigned int sk_e4 = (1024u + g);
+                                            part_keys[sk_e4] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e4]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -369,8 +382,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             float ec_unit = ((3500000000.0f) / ec_total);
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::place_cut
-                                const unsigned int sk_e7 = (1024u + g);
-                                part_keys[sk_e7] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e7]) * ec_unit));
+                                const unsigned int sk_e5 = (1024u + g);
+                                part_keys[sk_e5] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e5]) * ec_unit));
                             }
                             unsigned int ec_m_own = 0u;
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
@@ -418,8 +431,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 unsigned int ec_n_x = part_keys[(0u + g)];
-                                const unsigned int sk_e8 = (kk - 1u);
-                                if ((((kk < vocab) && (ec_n_cum <= sk_e8)) && ((ec_n_cum + ec_n_x) > sk_e8))) {
+                                const unsigned int sk_e6 = (kk - 1u);
+                                if ((((kk < vocab) && (ec_n_cum <= sk_e6)) && ((ec_n_cum + ec_n_x) > sk_e6))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u);
                                     ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -476,8 +489,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                                 unsigned int ef_atu = ((unsigned int)ef_at);
                                                 unsigned int ef_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                const unsigned int sk_e9 = (1024u + g);
-                                                part_keys[sk_e9] = max(part_keys[sk_e9], ef_n);
+                                                const unsigned int sk_e7 = (1024u + g);
+                                                part_keys[sk_e7] = max(part_keys[sk_e7], ef_n);
                                             }
                                         }
                                     }
@@ -487,15 +500,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                     // built by kernels::filter_top_p::place_cut
                                     float ef_k = ((ef_r - ((float)g)) + (1.0f));
                                     float ef_edge = sk_bitcast<float>((((unsigned int)ef_k) << (23u - 14u)));
-                                    const float sk_e10 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
-                                    float ef_w = (((float)(part_keys[g])) * ((sk_e10 == row_m) ? (1.0f) : (sk_e10 / row_m)));
+                                    const float sk_e8 = ((ef_edge + sk_bitcast<float>((((unsigned int)(ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
+                                    float ef_w = (((float)(part_keys[g])) * ((sk_e8 == row_m) ? (1.0f) : (sk_e8 / row_m)));
                                     part_keys[(2048u + g)] = sk_bitcast<unsigned int>(ef_w);
                                     ef_own_w = (ef_own_w + ef_w);
                                 }
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::place_cut
-                                    const unsigned int sk_e11 = (2048u + g);
-                                    part_keys[sk_e11] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e11]) * ec_unit));
+                                    const unsigned int sk_e9 = (2048u + g);
+                                    part_keys[sk_e9] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e9]) * ec_unit));
                                 }
                                 unsigned int ef_m_own = 0u;
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
@@ -543,8 +556,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                                 for (unsigned int g = ef_g0; g < ef_g1; g += 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     unsigned int ef_n_x = part_keys[(0u + g)];
-                                    const unsigned int sk_e12 = (kk - 1u);
-                                    if ((((kk < vocab) && (ef_n_cum <= sk_e12)) && ((ef_n_cum + ef_n_x) > sk_e12))) {
+                                    const unsigned int sk_e10 = (kk - 1u);
+                                    if ((((kk < vocab) && (ef_n_cum <= sk_e10)) && ((ef_n_cum + ef_n_x) > sk_e10))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = ((((kk - 1u) - ef_n_cum) <= 0u) ? 1u : 0u);
                                         ef_n_near_end = ((((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u);
@@ -675,8 +688,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int t_run = 0u;
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e13 = (t_lo + tj);
-                            t_run = (t_run + ((sk_e13 < 464u) ? (part_hist[min(sk_e13, 463u)]) : 0u));
+                            const unsigned int sk_e11 = (t_lo + tj);
+                            t_run = (t_run + ((sk_e11 < 464u) ? (part_hist[min(sk_e11, 463u)]) : 0u));
                         }
                         unsigned int t_start = 0u;
                         t_start = sk_block_scan(t_run);
@@ -690,8 +703,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         t_run = (t_above + t_start);
                         for (unsigned int tj = 0u; tj < t_per; tj += 1u) {
                             // built by kernels::select::choose_bin
-                            const unsigned int sk_e14 = (t_lo + tj);
-                            unsigned int t_c = ((sk_e14 < 464u) ? (part_hist[min(sk_e14, 463u)]) : 0u);
+                            const unsigned int sk_e12 = (t_lo + tj);
+                            unsigned int t_c = ((sk_e12 < 464u) ? (part_hist[min(sk_e12, 463u)]) : 0u);
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 part_hist[507u] = ((t_lo + tj) + 1u);
                                 part_hist[508u] = (t_run - t_above);
@@ -850,11 +863,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_top_k::left_out_kept
-                            const unsigned int sk_e15 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e15 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e15 + 4u)]));
-                            const float sk_e17 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
-                            const float sk_e16 = ((sk_e17 == mp_mx) ? (1.0f) : (sk_e17 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e16 > (0.0f)) && (sk_e16 >= mp)))) {
+                            const unsigned int sk_e13 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e13 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e13 + 4u)]));
+                            const float sk_e15 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e14 = ((sk_e15 == mp_mx) ? (1.0f) : (sk_e15 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e14 > (0.0f)) && (sk_e14 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

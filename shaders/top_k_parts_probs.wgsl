@@ -24,6 +24,7 @@ var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 2048>;
+var<workgroup> edge_rcp: array<f32, 16>;
 
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
@@ -90,28 +91,16 @@ fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
     workgroupBarrier();
     return sk_r;
 }
-fn sk_read_step(zx0: f32, li0: u32, sk_io_m: ptr<function, f32>) {
-    var m: f32 = *sk_io_m;
-    // built by kernels::filter_values::read_step
-    var z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-    var z_ok: bool = (z > (0.0f));
-    part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
-    if (z_ok) {
-        // built by kernels::filter_top_k::load_part
-        m = max(m, z);
-    }
-    *sk_io_m = m;
-}
 fn sk_histogram_part(hk0: u32, grid_r: f32, grid_f_low: u32, grid_rf: f32) {
     // built by kernels::filter_top_p::histogram_part
     if ((hk0 != 0u)) {
         var hz: f32 = bitcast<f32>(select((hk0 ^ 4294967295u), (hk0 ^ 2147483648u), ((hk0 & 2147483648u) != 0u)));
         var hg: f32 = (grid_r - f32((bitcast<u32>(hz) >> (23u - 4u))));
         if ((hg < (512.0f))) {
+            var hbits: u32 = bitcast<u32>(hz);
             var hgu: u32 = u32(hg);
             var hist_old: u32 = 0u;
-            let sk_e3: f32 = bitcast<f32>((u32(((grid_r - hg) + (1.0f))) << (23u - 4u)));
-            hist_old = atomicAdd(&part_hist[hgu], u32(((select((hz / sk_e3), (1.0f), (hz == sk_e3)) * (524288.0f)) + (0.5f))));
+            hist_old = atomicAdd(&part_hist[hgu], u32((((bitcast<f32>(((hbits & 8388607u) | 1065353216u)) * edge_rcp[((hbits >> 19u) & 15u)]) * (524288.0f)) + (0.5f))));
             var hist_n_old: u32 = 0u;
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
         }
@@ -123,6 +112,18 @@ fn sk_histogram_part(hk0: u32, grid_r: f32, grid_f_low: u32, grid_rf: f32) {
             }
         }
     }
+}
+fn sk_read_step(zx0: f32, li0: u32, sk_io_m: ptr<function, f32>) {
+    var m: f32 = *sk_io_m;
+    // built by kernels::filter_values::read_step
+    var z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+    var z_ok: bool = (z > (0.0f));
+    part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
+    if (z_ok) {
+        // built by kernels::filter_top_k::load_part
+        m = max(m, z);
+    }
+    *sk_io_m = m;
 }
 fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
@@ -191,11 +192,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     atomicStore(&part_hist[i], 0u);
                 }
                 var n_cols: u32 = (col_hi - col_lo);
-                var h_step: u32 = (BLOCK * 2u);
+                var h_step: u32 = (BLOCK * 4u);
                 var n_padded: u32 = ((((n_cols + h_step) - 1u) / h_step) * h_step);
                 for (var i: u32 = (sk_lid + n_cols); i < n_padded; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     part_keys[i] = 0u;
+                }
+                if ((sk_lid < 16u)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    edge_rcp[sk_lid] = ((16.0f) / (f32(sk_lid) + (17.0f)));
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
@@ -212,11 +217,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::filter_top_p::histogram_part
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
                     var hk1: u32 = part_keys[(i + (BLOCK * 1u))];
+                    var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
+                    var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
                     {
                         sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
                     }
                     {
                         sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                    }
+                    {
+                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
                     }
                 }
                 workgroupBarrier();
@@ -284,10 +297,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var ec_atu: u32 = u32(ec_at);
                                             var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                                             part_keys[g] = (part_keys[g] + ec_n);
-                                            let sk_e5: u32 = (512u + g);
-                                            part_keys[sk_e5] = max(part_keys[sk_e5], ec_n);
-                                            let sk_e6: u32 = (1024u + g);
-                                            part_keys[sk_e6] = bitcast<u32>((bitcast<f32>(part_keys[sk_e6]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                                            let sk_e3: u32 = (512u + g);
+                                            part_keys[sk_e3] = max(part_keys[sk_e3], ec_n);
+                                            let sk_e4: u32 = (1024u + g);
+                                            part_keys[sk_e4] = bitcast<u32>((bitcast<f32>(part_keys[sk_e4]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                                         }
                                     }
                                 }
@@ -306,8 +319,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var ec_unit: f32 = ((3500000000.0f) / ec_total);
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::place_cut
-                                let sk_e7: u32 = (1024u + g);
-                                part_keys[sk_e7] = u32((bitcast<f32>(part_keys[sk_e7]) * ec_unit));
+                                let sk_e5: u32 = (1024u + g);
+                                part_keys[sk_e5] = u32((bitcast<f32>(part_keys[sk_e5]) * ec_unit));
                             }
                             var ec_m_own: u32 = 0u;
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -355,8 +368,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                                 // built by kernels::filter_top_p::crossing
                                 var ec_n_x: u32 = part_keys[(0u + g)];
-                                let sk_e8: u32 = (kk - 1u);
-                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e8)) && ((ec_n_cum + ec_n_x) > sk_e8))) {
+                                let sk_e6: u32 = (kk - 1u);
+                                if ((((kk < params.vocab) && (ec_n_cum <= sk_e6)) && ((ec_n_cum + ec_n_x) > sk_e6))) {
                                     ec_n_first = max(ec_n_first, (512u - g));
                                     ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                                     ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));
@@ -413,8 +426,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                                 var ef_atu: u32 = u32(ef_at);
                                                 var ef_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (768u + (ef_atu >> 1u))))]) >> ((ef_atu & 1u) * 16u)) & 65535u);
                                                 part_keys[g] = (part_keys[g] + ef_n);
-                                                let sk_e9: u32 = (1024u + g);
-                                                part_keys[sk_e9] = max(part_keys[sk_e9], ef_n);
+                                                let sk_e7: u32 = (1024u + g);
+                                                part_keys[sk_e7] = max(part_keys[sk_e7], ef_n);
                                             }
                                         }
                                     }
@@ -424,15 +437,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     // built by kernels::filter_top_p::place_cut
                                     var ef_k: f32 = ((ef_r - f32(g)) + (1.0f));
                                     var ef_edge: f32 = bitcast<f32>((u32(ef_k) << (23u - 14u)));
-                                    let sk_e10: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
-                                    var ef_w: f32 = (f32(part_keys[g]) * select((sk_e10 / row_m), (1.0f), (sk_e10 == row_m)));
+                                    let sk_e8: f32 = ((ef_edge + bitcast<f32>((u32((ef_k - (1.0f))) << (23u - 14u)))) * (0.5f));
+                                    var ef_w: f32 = (f32(part_keys[g]) * select((sk_e8 / row_m), (1.0f), (sk_e8 == row_m)));
                                     part_keys[(2048u + g)] = bitcast<u32>(ef_w);
                                     ef_own_w = (ef_own_w + ef_w);
                                 }
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::place_cut
-                                    let sk_e11: u32 = (2048u + g);
-                                    part_keys[sk_e11] = u32((bitcast<f32>(part_keys[sk_e11]) * ec_unit));
+                                    let sk_e9: u32 = (2048u + g);
+                                    part_keys[sk_e9] = u32((bitcast<f32>(part_keys[sk_e9]) * ec_unit));
                                 }
                                 var ef_m_own: u32 = 0u;
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
@@ -480,8 +493,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 for (var g: u32 = ef_g0; g < ef_g1; g = g + 1u) {
                                     // built by kernels::filter_top_p::crossing
                                     var ef_n_x: u32 = part_keys[(0u + g)];
-                                    let sk_e12: u32 = (kk - 1u);
-                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e12)) && ((ef_n_cum + ef_n_x) > sk_e12))) {
+                                    let sk_e10: u32 = (kk - 1u);
+                                    if ((((kk < params.vocab) && (ef_n_cum <= sk_e10)) && ((ef_n_cum + ef_n_x) > sk_e10))) {
                                         ef_n_first = max(ef_n_first, (1024u - g));
                                         ef_n_near_start = select(0u, 1u, (((kk - 1u) - ef_n_cum) <= 0u));
                                         ef_n_near_end = select(0u, 1u, (((ef_n_cum + ef_n_x) - (kk - 1u)) <= 0u));
@@ -612,8 +625,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var t_run: u32 = 0u;
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e13: u32 = (t_lo + tj);
-                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e13, 463u)]), (sk_e13 < 464u)));
+                            let sk_e11: u32 = (t_lo + tj);
+                            t_run = (t_run + select(0u, atomicLoad(&part_hist[min(sk_e11, 463u)]), (sk_e11 < 464u)));
                         }
                         var t_start: u32 = 0u;
                         t_start = sk_block_scan(sk_lid, t_run);
@@ -627,8 +640,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         t_run = (t_above + t_start);
                         for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                             // built by kernels::select::choose_bin
-                            let sk_e14: u32 = (t_lo + tj);
-                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e14, 463u)]), (sk_e14 < 464u));
+                            let sk_e12: u32 = (t_lo + tj);
+                            var t_c: u32 = select(0u, atomicLoad(&part_hist[min(sk_e12, 463u)]), (sk_e12 < 464u));
                             if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
                                 atomicStore(&part_hist[507u], ((t_lo + tj) + 1u));
                                 atomicStore(&part_hist[508u], (t_run - t_above));
@@ -787,11 +800,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_top_k::left_out_kept
-                            let sk_e15: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e15 + 3u)]), atomicLoad(&partials[(sk_e15 + 4u)]));
-                            let sk_e17: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
-                            let sk_e16: f32 = select((sk_e17 / mp_mx), (1.0f), (sk_e17 == mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e16 > (0.0f)) && (sk_e16 >= mp)))) {
+                            let sk_e13: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e13 + 3u)]), atomicLoad(&partials[(sk_e13 + 4u)]));
+                            let sk_e15: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e14: f32 = select((sk_e15 / mp_mx), (1.0f), (sk_e15 == mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e14 > (0.0f)) && (sk_e14 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -841,7 +841,7 @@ pub const KERNELS: &[KernelSource] = &[
         fixed_part: true,
         needs_f64: false,
         needs_int64: true,
-        workgroup_bytes: 27648,
+        workgroup_bytes: 27712,
     },
     KernelSource {
         id: KernelId::TopKMergeLogitsF32,

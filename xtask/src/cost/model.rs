@@ -346,7 +346,7 @@ impl Kernel {
             OnChipWork::Histogram => {
                 after_read(&self.loops, &self.onchip, work).iter().fold(Counts::default(), |acc, l| {
                     let copy = if l.common.get(Pipe::Stg) > 0.0 { HISTOGRAM_COPY_SHARE } else { 1.0 };
-                    acc.plus(&l.common.scaled(copy / l.common.shared_loads.max(1.0)))
+                    acc.plus(&l.common.scaled(copy / l.visits))
                 })
             }
         }
@@ -359,7 +359,7 @@ impl Kernel {
         let mut total = Counts::default();
         let mut pass_counted = false;
         for l in after_read(&self.loops, &self.onchip, OnChipWork::Select) {
-            let visits = l.common.shared_loads.max(1.0);
+            let visits = l.visits;
             let per = match &l.pass {
                 Some(pass) => {
                     if !pass_counted {
@@ -632,11 +632,17 @@ mod tests {
         // A listing inside the passes' loop: its costliest path stores a key to workgroup memory.
         let listing = Counts { shared_stores: 1.0, ..int(20.0, 1.0) };
         k.onchip = vec![
-            OnChip { start: 0x10, common: int(10.0, 1.0), longest: int(46.0, 1.0), pass: Some(int(291.0, 0.0)) },
-            OnChip { start: 0x18, common: int(12.0, 1.0), longest: listing, pass: Some(int(291.0, 0.0)) },
+            OnChip {
+                start: 0x10,
+                common: int(10.0, 1.0),
+                visits: 1.0,
+                longest: int(46.0, 1.0),
+                pass: Some(int(291.0, 0.0)),
+            },
+            OnChip { start: 0x18, common: int(12.0, 1.0), visits: 1.0, longest: listing, pass: Some(int(291.0, 0.0)) },
             // A loop of four keys an iteration outside the passes, and one after the second read.
-            OnChip { start: 0x20, common: int(40.0, 4.0), longest: int(40.0, 4.0), pass: None },
-            OnChip { start: 0x2000, common: int(99.0, 1.0), longest: int(99.0, 1.0), pass: None },
+            OnChip { start: 0x20, common: int(40.0, 4.0), visits: 4.0, longest: int(40.0, 4.0), pass: None },
+            OnChip { start: 0x2000, common: int(99.0, 1.0), visits: 1.0, longest: int(99.0, 1.0), pass: None },
         ];
         let (passes, matched) = (8.0, 2.38 / 8.0);
         let listed = 12.0 + matched * 8.0;
@@ -649,6 +655,7 @@ mod tests {
         k.onchip.push(OnChip {
             start: 0x30,
             common: int(want - listed - 10.0, 1.0),
+            visits: 1.0,
             longest: int(0.0, 1.0),
             pass: None,
         });
@@ -684,7 +691,13 @@ mod tests {
             c.by_pipe[Pipe::Stg as usize] = stores;
             c
         };
-        let plain = |start: u32, c: Counts| OnChip { start, common: c, longest: c, pass: None };
+        let plain = |start: u32, c: Counts| OnChip {
+            start,
+            common: c,
+            visits: c.shared_loads.max(1.0),
+            longest: c,
+            pass: None,
+        };
         k.onchip = vec![
             // After the first read: a top-p part's sum (36 a key) and its copy of 16 words.
             plain(0x200, counts(36.0, 1.0, 0.0)),

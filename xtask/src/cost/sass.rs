@@ -301,6 +301,9 @@ impl Loop {
 pub struct OnChip {
     pub start: u32,
     pub common: Counts,
+    /// The items an iteration visits: the words its cheapest path loads from workgroup memory
+    /// (a load behind a branch, such as a probability's lookup of its bin's edge, is no item).
+    pub visits: f64,
     pub longest: Counts,
     pub pass: Option<Counts>,
 }
@@ -379,7 +382,9 @@ impl Function {
                 // A loop that sums floats (a part's weights): every column with a value weighs
                 // itself, the whole exponential, and adds its term.
                 let sums = any((s, e), &|i| i.pipe == Pipe::Fp32);
-                let common = if sums { longest } else { self.path((s, e), &cheapest, Through::Anything)? };
+                let cheapest_path = self.path((s, e), &cheapest, Through::Anything)?;
+                let visits = cheapest_path.shared_loads.max(1.0);
+                let common = if sums { longest } else { cheapest_path };
                 let around = edges
                     .iter()
                     .filter(|&&o| {
@@ -388,7 +393,7 @@ impl Function {
                     .min_by_key(|&&(a, b)| b - a);
                 let pass = around
                     .and_then(|&(a, b)| self.path_to(a, b, &|k| k == b, &cheapest, Through::Anything, 0, Some((s, e))));
-                Some(OnChip { start: self.instrs[s].addr, common, longest, pass })
+                Some(OnChip { start: self.instrs[s].addr, common, visits, longest, pass })
             })
             .collect()
     }
@@ -657,5 +662,25 @@ mod tests {
         let scored = l.scored.expect("a path through the exact log");
         assert_eq!((scored.total(), scored.philox, scored.exact_logs), (9.0, 1.0, 1.0));
         assert!(l.kept.is_none(), "no MUFU.LG2 in the listing");
+    }
+    /// A loop that weighs its keys (floats: counted along its costliest path) and looks up a
+    /// table behind a key's branch: its items are the keys its cheapest path loads, not the
+    /// lookups.
+    #[test]
+    fn a_lookup_behind_a_branch_is_no_item() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   LDS R4, [R2] ;
+            /*0020*/               @P0 BRA 0x50 ;
+            /*0030*/                   LDS R5, [R3] ;
+            /*0040*/                   FMUL R4, R4, R5 ;
+            /*0050*/                   IADD3 R2, R2, 0x400, RZ ;
+            /*0060*/               @P1 BRA 0x10 ;
+            /*0070*/                   EXIT ;
+        ";
+        let l = &parse(listing)[0].onchip_loops()[0];
+        assert_eq!((l.common.total(), l.common.shared_loads), (6.0, 2.0), "the costliest path: it sums floats");
+        assert_eq!(l.visits, 1.0);
     }
 }

@@ -729,7 +729,7 @@ fn parts_kernel(input: Input) -> Kernel {
     // round. A T4 holds three by their workgroup memory whatever the registers.
     k.occupancy = Occupancy::AtLeast(5);
     k.shared.push(SharedDecl::new(KEYS, Ty::U32, PART_COLS));
-    k.shared.push(filter_top_p::histogram_shared());
+    k.shared.extend(filter_top_p::histogram_shared(input));
     k
 }
 

@@ -164,23 +164,28 @@ fn tail_word(row_slot: Expr, p: Expr, k: u32) -> Expr {
     slot_word(row_slot, p, u(TAIL + k))
 }
 
-/// The workgroup array of [`histogram_part`]: the coarse bins' masses, then the coarse and the
-/// fine bins' counts, a word each (the slot packs the counts two a word).
-pub(super) fn histogram_shared() -> SharedDecl {
-    SharedDecl::atomic(HIST, HIST_SHARED)
+/// The workgroup arrays of [`histogram_part`]: the coarse bins' masses, then the coarse and the
+/// fine bins' counts, a word each (the slot packs the counts two a word); from probabilities
+/// also [`EDGE_RCP`].
+pub(super) fn histogram_shared(input: Input) -> Vec<SharedDecl> {
+    let hist = SharedDecl::atomic(HIST, HIST_SHARED);
+    match input {
+        Input::Logits(_) => vec![hist],
+        Input::Probs => vec![hist, SharedDecl::new(EDGE_RCP, Ty::F32, COARSE_STEPS)],
+    }
 }
+
+/// The reciprocals of a coarse bin's upper edge within its octave, `16 / (17 + j)` for the
+/// bin's place `j` in it: a probability's weight against its bin's edge is its mantissa
+/// (`1 + m`, the octave's exponent cancels) times its bin's, one product where a division took
+/// its range checks too.
+const EDGE_RCP: &str = "edge_rcp";
+/// Coarse bins an octave of probabilities.
+const COARSE_STEPS: u32 = 1 << 4;
 
 /// Keys a step of [`histogram_part`]'s binning loop takes an invocation, at most.
 const UNROLL: u32 = 4;
 const _: () = assert!(super::filter_top_k::PART_COLS.is_multiple_of(UNROLL * 1024));
-/// [`UNROLL`] from logits; from probabilities two: at four the parts kernel spilled 24 bytes on
-/// sm_90 (its value's tests hold more registers than the five blocks an SM leave).
-fn unroll(input: Input) -> u32 {
-    match input {
-        Input::Logits(_) => UNROLL,
-        Input::Probs => UNROLL / 2,
-    }
-}
 /// Words of [`histogram_shared`].
 const HIST_SHARED: u32 = 2 * BINS + FINE_BINS;
 
@@ -224,9 +229,16 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     // `PART_COLS` is a whole number of steps of the binning loop below (blocks are powers of
     // two, at most 1024), so the padded keys stay in the array.
-    let step = b.let_("h_step", Ty::U32, bs.clone() * u(unroll(input)));
+    let step = b.let_("h_step", Ty::U32, bs.clone() * u(UNROLL));
     let padded = b.let_("n_padded", Ty::U32, (n.clone() + step.clone() - u(1)) / step.clone() * step.clone());
     b.for_("i", lid.clone() + n.clone(), padded.clone(), bs.clone(), |b, i| b.store_shared(KEYS, i, u(0)));
+    if matches!(input, Input::Probs) {
+        // Read after `load_part`'s barrier.
+        b.if_(lid.clone().lt(u(COARSE_STEPS)), |b| {
+            let j = lid.clone().cast(Ty::F32);
+            b.store_shared(EDGE_RCP, lid.clone(), f(COARSE_STEPS as f32) / (j + f((COARSE_STEPS + 1) as f32)))
+        });
+    }
     let m = load_part(b, input, n.clone());
     let (coarse, fine) = (COARSE.grid(input), FINE.grid(input));
     let r = b.let_("grid_r", Ty::F32, coarse.origin(input, m.clone()));
@@ -239,11 +251,10 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     let count = |b: &mut Block, at: u32, g: Expr, name: &str| {
         b.atomic_add(HIST, u(at) + g, u(1), name);
     };
-    // Four keys an invocation a step (two from probabilities), read before any is binned: the
-    // loop's overhead once for them all (the keys past the part's columns are zero, no mass, up
-    // to a whole step).
+    // Four keys an invocation a step, read before any is binned: the loop's overhead once for
+    // them all (the keys past the part's columns are zero, no mass, up to a whole step).
     b.for_("i", lid.clone(), padded, step, |b, i| {
-        let keys: Vec<Expr> = (0..unroll(input))
+        let keys: Vec<Expr> = (0..UNROLL)
             .map(|j| b.let_(&format!("hk{j}"), Ty::U32, load_shared(KEYS, i.clone() + bs.clone() * u(j))))
             .collect();
         for k in keys {
@@ -256,8 +267,23 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                         // thousands of tokens under 2^-19 of the maximum each would round to a
                         // unit or to nothing. An estimate (the cut sums exact masses), so the
                         // target's fast exponential.
-                        let edge = coarse.edge(input, r.clone() - g.clone() + f(1.0));
-                        let we = values::estimate_weight(input, z.clone(), edge);
+                        let we = match input {
+                            Input::Logits(_) => {
+                                let edge = coarse.edge(input, r.clone() - g.clone() + f(1.0));
+                                values::estimate_weight(input, z.clone(), edge)
+                            }
+                            // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge is
+                            // `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the ratio
+                            // is `(1 + m) 16 / (17 + j)`, within an ulp (a subnormal `p`, in no
+                            // bin of a part whose largest is above 2^-94, would be off: an
+                            // estimate, which the merge checks).
+                            Input::Probs => {
+                                let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
+                                let j = (bits.clone() >> u(23 - COARSE.shift.1)) & u(COARSE_STEPS - 1);
+                                let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
+                                mantissa * load_shared(EDGE_RCP, j)
+                            }
+                        };
                         let mass = (we * f((1u32 << HIST_BITS) as f32) + f(0.5)).cast(Ty::U32);
                         let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
                         b.atomic_add(HIST, g.clone(), mass, "hist_old");
