@@ -539,6 +539,39 @@ fn sample_all<B: Backend>(
     (d(&t), b.download(&lp).unwrap(), d(&st), d(&ps))
 }
 
+/// The CPU oracle's tokens for f32 logits.
+fn oracle_tokens(shape: Shape, x: &[f32], rows: &[RowParams]) -> Vec<u32> {
+    let mut want = vec![0u32; shape.batch];
+    let (x, rows) = (x.to_vec(), rows.to_vec());
+    sampling_kernels::CpuBackend
+        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
+        .unwrap();
+    want
+}
+
+/// `n` logits of a flat row, the benchmark's: Gumbel noise of 1e-3.
+fn flat_logits(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| (-1e-3 * (-rng.unit().max(1e-300).ln()).ln()) as f32).collect()
+}
+
+/// The rows' tokens and reads from their probabilities on `b`, and the CPU oracle's tokens.
+fn from_probabilities<B: Backend>(
+    b: &B,
+    shape: Shape,
+    probs: &[f32],
+    rows: &[RowParams],
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let mut want = vec![0u32; shape.batch];
+    // The CPU backend's buffers are vectors.
+    let (cpu_probs, cpu_rows) = (probs.to_vec(), rows.to_vec());
+    let cpu_input = Input::Probs(&cpu_probs);
+    sampling_kernels::CpuBackend.sample_filtered(shape, cpu_input, &cpu_rows, Output::new(&mut want)).unwrap();
+    let (pb, rb) = (b.upload(probs).unwrap(), b.upload(rows).unwrap());
+    let (mut t, mut ps) = (b.zeros::<u32>(shape.batch).unwrap(), b.zeros::<u32>(shape.batch).unwrap());
+    b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
+    (b.download(&t).unwrap(), b.download(&ps).unwrap(), want)
+}
+
 /// The reads of the one-read path's launches before any fallback to the filter kernel's body:
 /// two for a row of the top-p cut, one for the path's other rows, none for the rest.
 fn path_reads(row: &RowParams, vocab: usize) -> u32 {
@@ -639,13 +672,7 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
         // The same rows as probabilities, which the path reads the same way: the CPU oracle's
         // tokens from them.
         let probs = as_probabilities(&x, shape, &rows);
-        let mut want = vec![0u32; shape.batch];
-        cpu.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want)).unwrap();
-        let pb = b.upload(&probs).unwrap();
-        let mut t = b.zeros::<u32>(shape.batch).unwrap();
-        let mut ps = b.zeros::<u32>(shape.batch).unwrap();
-        b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
-        let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+        let (t, ps, want) = from_probabilities(b, shape, &probs, &rows);
         for r in 0..shape.batch {
             let what = format!("probabilities row {r} case {case}, {:?}", rows[r]);
             let whole = passes(&rows[r].filters(), vocab);
@@ -1014,12 +1041,9 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
         .map(|(r, (t, row))| row(t, r as u64))
         .collect();
     let shape = Shape::dense(rows.len(), vocab);
-    let x: Vec<f32> = (0..shape.elements()).map(|_| (-1e-3 * (-rng.unit().max(1e-300).ln()).ln()) as f32).collect();
+    let x = flat_logits(&mut rng, shape.elements());
     let (tokens, _, _, reads) = sample_all(b, shape, &x, &rows);
-    let mut want = vec![0u32; rows.len()];
-    sampling_kernels::CpuBackend
-        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
-        .unwrap();
+    let want = oracle_tokens(shape, &x, &rows);
     for (r, row) in rows.iter().enumerate() {
         assert!(row.may_take_cut(vocab), "row {r} ({row:?}) does not take the cut");
         assert_eq!(tokens[r], want[r], "row {r} ({row:?}): the CPU oracle gives {}", want[r]);
@@ -1027,11 +1051,7 @@ pub fn flat_rows_take_the_cut_in_two_reads<B: Backend>(b: &B) {
     }
     // The same rows as probabilities, binned on `p`'s bits: the fine grid is 2^-14 of an octave.
     let probs = as_probabilities(&x, shape, &rows);
-    sampling_kernels::CpuBackend.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want)).unwrap();
-    let (pb, rb) = (b.upload(&probs).unwrap(), b.upload(&rows).unwrap());
-    let (mut t, mut ps) = (b.zeros::<u32>(rows.len()).unwrap(), b.zeros::<u32>(rows.len()).unwrap());
-    b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t).with_passes(&mut ps)).unwrap();
-    let (t, ps) = (b.download(&t).unwrap(), b.download(&ps).unwrap());
+    let (t, ps, want) = from_probabilities(b, shape, &probs, &rows);
     for (r, row) in rows.iter().enumerate() {
         assert_eq!(t[r], want[r], "probabilities row {r} ({row:?}): the CPU oracle gives {}", want[r]);
         assert_eq!(ps[r], 2, "probabilities row {r} ({row:?}) read {} times, not the cut's 2", ps[r]);
@@ -1060,19 +1080,10 @@ pub fn flat_races_match_the_oracle<B: Backend>(b: &B) {
         })
         .collect();
     let shape = Shape::dense(rows.len(), vocab);
-    let x: Vec<f32> = (0..shape.elements()).map(|_| (-1e-3 * (-rng.unit().max(1e-300).ln()).ln()) as f32).collect();
+    let x = flat_logits(&mut rng, shape.elements());
     let (tokens, _, _, _) = sample_all(b, shape, &x, &rows);
-    let mut want = vec![0u32; rows.len()];
-    sampling_kernels::CpuBackend
-        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
-        .unwrap();
-    let probs = as_probabilities(&x, shape, &rows);
-    let mut want_p = vec![0u32; rows.len()];
-    sampling_kernels::CpuBackend.sample_filtered(shape, Input::Probs(&probs), &rows, Output::new(&mut want_p)).unwrap();
-    let (pb, rb) = (b.upload(&probs).unwrap(), b.upload(&rows).unwrap());
-    let mut t = b.zeros::<u32>(rows.len()).unwrap();
-    b.sample_filtered(shape, Input::Probs(&pb), &rb, Output::new(&mut t)).unwrap();
-    let t = b.download(&t).unwrap();
+    let want = oracle_tokens(shape, &x, &rows);
+    let (t, _, want_p) = from_probabilities(b, shape, &as_probabilities(&x, shape, &rows), &rows);
     let differ = |got: &[u32], want: &[u32]| (0..rows.len()).filter(|&r| got[r] != want[r]).collect::<Vec<_>>();
     for row in &rows {
         assert!(row.may_take_cut(vocab), "{row:?} does not take the cut");
@@ -1118,10 +1129,7 @@ pub fn rows_sample_alike_alone_and_in_a_batch<B: Backend>(b: &B) {
         })
         .collect();
     let together = sample_all(b, shape, &x, &rows);
-    let mut want = vec![0u32; batch];
-    sampling_kernels::CpuBackend
-        .sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want))
-        .unwrap();
+    let want = oracle_tokens(shape, &x, &rows);
     for r in 0..batch {
         let alone = sample_all(b, Shape::dense(1, vocab), &x[r * vocab..][..vocab], &rows[r..=r]);
         let what = format!("row {r}, {:?}: batch {together:?}, alone {alone:?}", rows[r]);
