@@ -171,7 +171,7 @@ pub fn flat_race(kernel: &str) -> Option<(f64, f64, &'static str)> {
         1.0,
         0.111,
         "top-p 0.9 keeps 90% of a flat row's tokens, so nearly every quad races; a numpy simulation of the \
-         cut's rule (docs/filters-design.md: parts of 4096, blocks of 256, the workgroup's best shared as a floor \
+         cut's rule (docs/cut_scored.py: parts of 4096, blocks of 256, the workgroup's best shared as a floor \
          after its first column and its first quad) has warps of 32 score 11.1% of the column slots (T 0.6 and \
          0.8)",
     ))

@@ -664,7 +664,7 @@ fn cut_part(b: &mut Block, input: Input) {
         // its four, the workgroup's best above the range becomes the floor: a flat row races
         // most columns, and a warp whose 32 lanes each test against their own few scores
         // scores nearly every column (97% of a part's, by a simulation of the rule,
-        // `docs/filters-design.md`), against 11% with the floor.
+        // `docs/cut_scored.py`), against 11% with the floor.
         let columns = |b: &mut Block, i0: Expr, js: std::ops::Range<u8>| {
             for j in js {
                 // The word bound outside the column's scope, so that the four columns' scopes
