@@ -268,7 +268,6 @@ pub fn tokens_lie_in_the_set<B: Backend>(b: &B) {
     for shape in shapes.into_iter().chain([Shape::dense(2, 151_936)]) {
         let (x, rows) = random_batch(&mut rng, shape);
         let xb = b.upload(&x).unwrap();
-        let cpu = sampling_kernels::CpuBackend;
         for step in 0..5u64 {
             let rows: Vec<RowParams> = rows.iter().map(|r| r.with_offset(step)).collect();
             let rb = b.upload(&rows).unwrap();
@@ -282,8 +281,7 @@ pub fn tokens_lie_in_the_set<B: Backend>(b: &B) {
             )
             .unwrap();
             let (tokens, status) = (b.download(&tokens).unwrap(), b.download(&status).unwrap());
-            let mut cpu_tokens = vec![0u32; shape.batch];
-            cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut cpu_tokens)).unwrap();
+            let cpu_tokens = oracle_tokens(shape, &x, &rows);
             for r in 0..shape.batch {
                 let (set, _) = oracle_set(&x, shape, r, &rows[r]);
                 let any = set.iter().any(|&k| k);
@@ -622,9 +620,7 @@ pub fn one_read_rows_read_once<B: Backend>(b: &B) {
                 x[r * shape.stride + j] = if case == 0 { rng.normal(3.0) as f32 } else { rng.below(12) as f32 };
             }
         }
-        let cpu = sampling_kernels::CpuBackend;
-        let mut want = vec![0u32; shape.batch];
-        cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
+        let want = oracle_tokens(shape, &x, &rows);
         let rb = b.upload(&rows).unwrap();
         let f16 = b.upload(&x.iter().map(|&v| half::f16::from_f32(v)).collect::<Vec<_>>()).unwrap();
         let bf16 = b.upload(&x.iter().map(|&v| half::bf16::from_f32(v)).collect::<Vec<_>>()).unwrap();
@@ -777,9 +773,7 @@ pub fn each_way_of_the_select_matches_the_oracle<B: Backend>(b: &B) {
         }
     }
     assert!(ways.iter().all(|&w| w > 0), "parts by way (one value, listed, binned again): {ways:?}");
-    let cpu = sampling_kernels::CpuBackend;
-    let mut want = vec![0u32; shape.batch];
-    cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
+    let want = oracle_tokens(shape, &x, &rows);
     let (t, _, _, _) = sample_all(b, shape, &x, &rows);
     for r in 0..shape.batch {
         assert!(rows[r].takes_one_read(vocab), "row {r} is not on the path");
@@ -868,9 +862,7 @@ pub fn dense_cut_ranges_read_twice<B: Backend>(b: &B) {
             }
         })
         .collect();
-    let cpu = sampling_kernels::CpuBackend;
-    let mut want = vec![0u32; shape.batch];
-    cpu.sample_filtered(shape, Input::Logits(Logits::F32(&x)), &rows, Output::new(&mut want)).unwrap();
+    let want = oracle_tokens(shape, &x, &rows);
     let (xb, rb) = (b.upload(&x).unwrap(), b.upload(&rows).unwrap());
     let mut t = b.zeros::<u32>(shape.batch).unwrap();
     let mut ps = b.zeros::<u32>(shape.batch).unwrap();

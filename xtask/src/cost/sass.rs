@@ -259,8 +259,8 @@ pub fn parse(text: &str) -> Vec<Function> {
 /// adds none (the massed path: a column of nonzero weight, where the common path skips a
 /// column of zero weight), along the cheapest that takes an exact log where the common one
 /// takes none (the scored path: a raced column of the top-p cut that its noise bound does not
-/// rule out, its exact score beyond the noised path), and along its most expensive one (the difference is what its rarely
-/// taken branches cost when they are taken).
+/// rule out, its exact score beyond the noised path), and along its most expensive one (the
+/// difference is what its rarely taken branches cost when they are taken).
 #[derive(Clone, Debug)]
 pub struct Loop {
     pub start: u32,
