@@ -86,6 +86,9 @@ pub struct Counts {
     /// The IR's exact logs (`math::log`, by its last series coefficient): a column's exact race
     /// score takes two (a screened-out column none).
     pub exact_logs: f64,
+    /// The IR's exact exponentials (`math::exp`, by its first series coefficient): a column's
+    /// weight takes one (a column far below the maximum, which weighs 0, none).
+    pub exact_exps: f64,
     /// Adds of a 64-bit sum's high words (`IMAD.X`, `IADD3.X`): a column's fixed-point mass
     /// (a column of zero weight adds none).
     pub carries: f64,
@@ -109,6 +112,7 @@ impl Counts {
         self.logs += f64::from(u8::from(i.log));
         self.philox += f64::from(u8::from(i.philox));
         self.exact_logs += f64::from(u8::from(i.exact_log));
+        self.exact_exps += f64::from(u8::from(i.exact_exp));
         self.carries += f64::from(u8::from(i.carry));
         self.shared_loads += f64::from(i.shared_words);
         self.shared_stores += f64::from(u8::from(i.shared_store));
@@ -122,6 +126,7 @@ impl Counts {
             logs: self.logs * k,
             philox: self.philox * k,
             exact_logs: self.exact_logs * k,
+            exact_exps: self.exact_exps * k,
             carries: self.carries * k,
             shared_loads: self.shared_loads * k,
             shared_stores: self.shared_stores * k,
@@ -139,6 +144,7 @@ impl Counts {
             logs: self.logs + o.logs,
             philox: self.philox + o.philox,
             exact_logs: self.exact_logs + o.exact_logs,
+            exact_exps: self.exact_exps + o.exact_exps,
             carries: self.carries + o.carries,
             shared_loads: self.shared_loads + o.shared_loads,
             shared_stores: self.shared_stores + o.shared_stores,
@@ -160,6 +166,9 @@ struct Instr {
     /// A multiply by the exact log's last series coefficient (`0x3e789e26`, printed
     /// `0.24279078841209411621`; the model compiles without FMA contraction, so a `FMUL`).
     exact_log: bool,
+    /// A multiply by the exact exponential's first series coefficient (`math::exp`,
+    /// `0.0001984127`, printed `0.00019841270113829523325`).
+    exact_exp: bool,
     /// `IMAD.X` or `IADD3.X`: the high word of a 64-bit add.
     carry: bool,
     /// `LDS`: a workgroup-memory load.
@@ -216,6 +225,7 @@ fn parse_line(line: &str) -> Option<Instr> {
     let log = opcode.starts_with("MUFU.LG2");
     let philox = base == "IMAD" && text.contains("-0x2daee0ad");
     let exact_log = base == "FMUL" && text.contains("0.24279078841209411621");
+    let exact_exp = base == "FMUL" && text.contains("0.00019841270113829523325");
     let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
     // A vector load from workgroup memory reads several keys: a loop's visits count words.
     let shared_words = if base == "LDS" { (load_width(opcode) / 4).max(1) as u8 } else { 0 };
@@ -227,6 +237,7 @@ fn parse_line(line: &str) -> Option<Instr> {
         log,
         philox,
         exact_log,
+        exact_exp,
         carry,
         shared_words,
         shared_store,
@@ -273,15 +284,17 @@ pub struct Loop {
     pub longest: Counts,
 }
 
-/// What a path must pass through (see [`Loop`]).
+/// What a path must pass through, in order (see [`Loop`]): none of them is `&[]`.
 #[derive(Clone, Copy, PartialEq)]
 enum Through {
-    Anything,
     Log,
     Philox,
     Carry,
     ExactLog,
+    ExactExp,
 }
+
+const ANYTHING: &[Through] = &[];
 
 impl Loop {
     /// What the branches off the common path add to an iteration when all are taken.
@@ -355,13 +368,17 @@ impl Function {
             .iter()
             .filter(|&&r| !holds_smaller(r))
             .filter_map(|&(s, e)| {
-                let common = self.path((s, e), &cheapest, Through::Anything)?;
-                let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, Through::Log) } else { None };
-                let noised = if common.philox == 0.0 { self.path((s, e), &cheapest, Through::Philox) } else { None };
-                let massed = if common.carries == 0.0 { self.path((s, e), &cheapest, Through::Carry) } else { None };
+                let common = self.path((s, e), &cheapest, ANYTHING)?;
+                let kept = if common.logs == 0.0 { self.path((s, e), &cheapest, &[Through::Log]) } else { None };
+                let noised = if common.philox == 0.0 { self.path((s, e), &cheapest, &[Through::Philox]) } else { None };
+                // A column's mass is its weight's (the exact exponential's, where the loop has
+                // one: a branch that weighs a row's limits without it is no column's path).
+                let weighs = self.instrs[s..=e].iter().any(|i| i.exact_exp);
+                let mass: &[Through] = if weighs { &[Through::ExactExp, Through::Carry] } else { &[Through::Carry] };
+                let massed = if common.carries == 0.0 { self.path((s, e), &cheapest, mass) } else { None };
                 let scored =
-                    if common.exact_logs == 0.0 { self.path((s, e), &cheapest, Through::ExactLog) } else { None };
-                let longest = self.path((s, e), &costliest, Through::Anything)?;
+                    if common.exact_logs == 0.0 { self.path((s, e), &cheapest, &[Through::ExactLog]) } else { None };
+                let longest = self.path((s, e), &costliest, ANYTHING)?;
                 let (start, end) = (self.instrs[s].addr, self.instrs[e].addr);
                 Some(Loop { start, end, common, kept, noised, massed, scored, longest })
             })
@@ -378,11 +395,11 @@ impl Function {
             .filter(|&&r| any(r, &|i| i.shared_words > 0) && !any(r, &|i| i.pipe == Pipe::Ldg))
             .filter(|&&r| !edges.iter().any(|&o| inside(o, r)))
             .filter_map(|&(s, e)| {
-                let longest = self.path((s, e), &costliest, Through::Anything)?;
+                let longest = self.path((s, e), &costliest, ANYTHING)?;
                 // A loop that sums floats (a part's weights): every column with a value weighs
                 // itself, the whole exponential, and adds its term.
                 let sums = any((s, e), &|i| i.pipe == Pipe::Fp32);
-                let cheapest_path = self.path((s, e), &cheapest, Through::Anything)?;
+                let cheapest_path = self.path((s, e), &cheapest, ANYTHING)?;
                 let visits = cheapest_path.shared_loads.max(1.0);
                 let common = if sums { longest } else { cheapest_path };
                 let around = edges
@@ -391,8 +408,8 @@ impl Function {
                         inside((s, e), o) && any(o, &|i| i.pipe == Pipe::Bar) && !any(o, &|i| i.pipe == Pipe::Ldg)
                     })
                     .min_by_key(|&&(a, b)| b - a);
-                let pass = around
-                    .and_then(|&(a, b)| self.path_to(a, b, &|k| k == b, &cheapest, Through::Anything, 0, Some((s, e))));
+                let pass =
+                    around.and_then(|&(a, b)| self.path_to(a, b, &|k| k == b, &cheapest, ANYTHING, 0, Some((s, e))));
                 Some(OnChip { start: self.instrs[s].addr, common, visits, longest, pass })
             })
             .collect()
@@ -402,7 +419,7 @@ impl Function {
     /// (the best of those that pass through what `through` names). Inside the body, forward branches and
     /// fall-through are followed; branches out of the body and inner backward branches are not
     /// (a path leaving the body is no iteration).
-    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool, through: Through) -> Option<Counts> {
+    fn path(&self, (s, e): (usize, usize), better: &dyn Fn(Rank, Rank) -> bool, through: &[Through]) -> Option<Counts> {
         self.path_to(s, e, &|k| k == e, better, through, 0, None)
     }
 
@@ -418,7 +435,7 @@ impl Function {
         e: usize,
         end: &dyn Fn(usize) -> bool,
         better: &dyn Fn(Rank, Rank) -> bool,
-        through: Through,
+        through: &[Through],
         depth: u32,
         skip: Option<(usize, usize)>,
     ) -> Option<Counts> {
@@ -427,45 +444,39 @@ impl Function {
         let callee = |i: &Instr| -> Counts {
             match i.call.and_then(|t| self.index(t)) {
                 Some(t) if depth < 4 => self
-                    .path_to(
-                        t,
-                        self.instrs.len() - 1,
-                        &|k| self.instrs[k].ret,
-                        better,
-                        Through::Anything,
-                        depth + 1,
-                        None,
-                    )
+                    .path_to(t, self.instrs.len() - 1, &|k| self.instrs[k].ret, better, ANYTHING, depth + 1, None)
                     .unwrap_or_default(),
                 _ => Counts::default(),
             }
         };
-        // (loads, cost, whether it is what the path must pass through)
-        let weight = |at: usize| {
+        // (loads, cost, the state after it: how many of `through` the path has passed, in order)
+        let weight = |at: usize, state: usize| {
             if skipped(at) {
-                return (0, 0.0, 0);
+                return (0, 0.0, state);
             }
             let i = &self.instrs[at];
             let called = callee(i);
-            let marked = match through {
-                Through::Anything => false,
+            let marked = |t: Through| match t {
                 Through::Log => i.log || called.logs > 0.0,
                 Through::Philox => i.philox || called.philox > 0.0,
                 Through::Carry => i.carry || called.carries > 0.0,
                 Through::ExactLog => i.exact_log || called.exact_logs > 0.0,
+                Through::ExactExp => i.exact_exp || called.exact_exps > 0.0,
             };
-            (i.load_bytes, 1.0 + called.total(), usize::from(marked))
+            let next = state + usize::from(through.get(state).is_some_and(|&t| marked(t)));
+            (i.load_bytes, 1.0 + called.total(), next)
         };
-        let mut best: Vec<[Option<Rank>; 2]> = vec![[None; 2]; n];
-        let mut from: Vec<[(usize, usize); 2]> = vec![[(usize::MAX, 0); 2]; n];
-        let (l0, c0, g0) = weight(s);
+        let states = through.len() + 1;
+        let mut best: Vec<Vec<Option<Rank>>> = vec![vec![None; states]; n];
+        let mut from: Vec<Vec<(usize, usize)>> = vec![vec![(usize::MAX, 0); states]; n];
+        let (l0, c0, g0) = weight(s, 0);
         best[0][g0] = Some((l0, c0));
         let mut done: Option<(usize, usize)> = None;
         for k in 0..n {
-            for state in 0..2 {
+            for state in 0..states {
                 let Some((loads, cost)) = best[k][state] else { continue };
                 if end(s + k) {
-                    let allowed = through == Through::Anything || state == 1;
+                    let allowed = state == through.len();
                     let beats = |(d, ds): (usize, usize)| better((loads, cost), best[d][ds].expect("reached"));
                     if allowed && done.is_none_or(beats) {
                         done = Some((k, state));
@@ -483,8 +494,8 @@ impl Function {
                     }
                 }
                 for j in next.into_iter().filter(|&j| j < n) {
-                    let (l, c, g) = weight(s + j);
-                    let (cand, to) = ((loads + l, cost + c), state.max(g));
+                    let (l, c, to) = weight(s + j, state);
+                    let cand = (loads + l, cost + c);
                     if best[j][to].is_none_or(|old| better(cand, old)) {
                         best[j][to] = Some(cand);
                         from[j][to] = (k, state);
@@ -637,6 +648,32 @@ mod tests {
         assert_eq!((l.common.total(), l.common.carries), (5.0, 0.0));
         let massed = l.massed.expect("a path through a 64-bit add");
         assert_eq!((massed.total(), massed.carries), (8.0, 1.0));
+    }
+    /// A weight whose series a branch can skip (the softmax's limit, a row whose largest is
+    /// +inf, weighs 1 without it): the massed path of a loop with the exact exponential takes
+    /// the series before the 64-bit add, not the shorter way round it.
+    #[test]
+    fn the_massed_path_weighs_its_column() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   LDG.E R4, desc[UR6][R2.64] ;
+            /*0020*/               @P0 BRA 0x60 ;
+            /*0030*/                   FMUL R5, R4, 0.00019841270113829523325 ;
+            /*0040*/                   FADD R5, R5, 0.0013888889225199818611 ;
+            /*0050*/                   BRA 0x70 ;
+            /*0060*/                   MOV R5, 0x3f800000 ;
+            /*0070*/               @!P2 BRA 0xa0 ;
+            /*0080*/                   IADD3 R42, P3, R5, R42, RZ ;
+            /*0090*/                   IADD3.X R43, RZ, R43, RZ, P3, !PT ;
+            /*00a0*/                   IADD3 R2, R2, 0x10, RZ ;
+            /*00b0*/               @P1 BRA 0x10 ;
+            /*00c0*/                   EXIT ;
+        ";
+        let l = &parse(listing)[0].streaming_loops()[0];
+        assert_eq!((l.common.total(), l.common.exact_exps), (6.0, 0.0));
+        let massed = l.massed.expect("a path through the series and a 64-bit add");
+        assert_eq!((massed.total(), massed.exact_exps, massed.carries), (10.0, 1.0, 1.0));
     }
     /// A raced quad's block, then a column's exact score (the exact log's coefficient) behind
     /// its own branch: the scored path takes both; the noised path the block alone.
