@@ -312,7 +312,7 @@ __device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk
     __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -577,7 +577,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -647,7 +647,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -683,7 +683,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1330,7 +1330,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned int col = (col_lo + li0);
                                             float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1354,7 +1354,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned int col = (col_lo + li1);
                                             float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1378,7 +1378,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned int col = (col_lo + li2);
                                             float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1402,7 +1402,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f16(
                                             unsigned int col = (col_lo + li3);
                                             float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;

@@ -306,7 +306,7 @@ __device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk
     __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -571,7 +571,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -641,7 +641,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -677,7 +677,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1324,7 +1324,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                                             unsigned int col = (col_lo + li0);
                                             float zv = (zx0 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1348,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                                             unsigned int col = (col_lo + li1);
                                             float zv = (zx1 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1372,7 +1372,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                                             unsigned int col = (col_lo + li2);
                                             float zv = (zx2 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1396,7 +1396,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                                             unsigned int col = (col_lo + li3);
                                             float zv = (zx3 / temp);
                                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;

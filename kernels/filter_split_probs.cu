@@ -540,7 +540,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -610,7 +610,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -654,7 +654,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1273,7 +1273,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             unsigned int col = (col_lo + li0);
                                             float zv = zx0;
                                             float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1296,7 +1296,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             unsigned int col = (col_lo + li1);
                                             float zv = zx1;
                                             float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1319,7 +1319,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             unsigned int col = (col_lo + li2);
                                             float zv = zx2;
                                             float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;
@@ -1342,7 +1342,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                                             unsigned int col = (col_lo + li3);
                                             float zv = zx3;
                                             float ov = zv;
-                                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                             float wv = (0.0f);
                                             bool ok = false;
                                             unsigned long long mv = 0ull;

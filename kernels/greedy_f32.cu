@@ -149,7 +149,7 @@ __device__ __forceinline__ void sk_block_argmax_f32(float sk_v, unsigned int sk_
     __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }

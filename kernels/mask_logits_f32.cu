@@ -224,7 +224,7 @@ __device__ __forceinline__ void sk_block_sums_u64_16(unsigned long long sk_m0, u
     __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -273,7 +273,7 @@ __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -302,7 +302,7 @@ __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -323,7 +323,7 @@ __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -387,7 +387,7 @@ __device__ __forceinline__ unsigned long long sk_fraction(float p, unsigned long
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -542,7 +542,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -567,7 +567,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                         float wv = (0.0f);
                         bool ok = false;
                         unsigned long long mv = 0ull;
@@ -659,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                             float lx = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
                             float zv = (lx / temp);
                             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                             float wv = (0.0f);
                             bool ok = false;
                             unsigned long long mv = 0ull;

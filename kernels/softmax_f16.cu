@@ -83,7 +83,7 @@ __device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
     return sk_r;
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }

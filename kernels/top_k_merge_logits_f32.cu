@@ -459,12 +459,32 @@ __device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk
     __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
     if ((x > (88.72283f))) {
         return sk_bitcast<float>(2139095040u);
+    }
+    float kf = floorf(((x * (1.442695f)) + (0.5f)));
+    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
+    float p = (0.0001984127f);
+    p = ((p * r) + (0.0013888889f));
+    p = ((p * r) + (0.008333334f));
+    p = ((p * r) + (0.041666668f));
+    p = ((p * r) + (0.16666667f));
+    p = ((p * r) + (0.5f));
+    p = ((p * r) + (1.0f));
+    p = ((p * r) + (1.0f));
+    int k = ((int)kf);
+    int k1 = (k >> 1u);
+    int k2 = (k - k1);
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
+}
+__device__ __forceinline__ float sk_exp_nonpositive(float x) {
+    // built by kernels::math::exp_named
+    if ((x < (-104.0f))) {
+        return (0.0f);
     }
     float kf = floorf(((x * (1.442695f)) + (0.5f)));
     float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
@@ -729,43 +749,40 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     nb = (nb + cnt_s15); \
     mb = (mb + mas_s15); \
 }
-#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below) { \
+#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v) { \
     /* built by kernels::filter_values::for_each_quad */ \
     unsigned int col = (col_lo + li0); \
     float cz = (zx0 / temp); \
     float cov = (cz - cut_mx); \
-    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    float cw = sk_exp_nonpositive((cz - cut_mx)); \
     if ((cw > (0.0f))) { \
         /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
-        if ((cg < cut_lo)) { \
+        if (((cz * cut_grid_scale) >= cut_above_from)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            min_above = fminf(min_above, cov); \
             if ((cw >= mp)) { \
                 cut_race = (cut_race | sk_c0); \
             } \
         } else { \
-            if ((cg <= cut_hi)) { \
+            if (((cz * cut_grid_scale) >= cut_range_from)) { \
                 n_range = (n_range + 1u); \
                 m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
+                min_range = fminf(min_range, cov); \
+                max_range_v = fmaxf(max_range_v, cov); \
                 if ((cw >= mp)) { \
                     cut_race = (cut_race | sk_c1); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
                 if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
+                max_below_v = fmaxf(max_below_v, cov); \
             } \
         } \
     } \
@@ -813,7 +830,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -834,7 +851,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -874,7 +891,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     { \
         const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))))); \
+        const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((dk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(dk) >> 31u)) ^ 4294967295u) | 2147483648u))))); \
         sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
         sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
         sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
@@ -898,7 +915,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -929,7 +946,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1040,19 +1057,19 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     const unsigned int sk_e25 = ((col_lo + i0) + 0u); \
     const bool sk_e24 = (sk_e25 < col_hi); \
     const float sk_e23 = x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]; \
-    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : (0.0f)); \
+    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e28 = ((col_lo + i0) + 1u); \
     const bool sk_e27 = (sk_e28 < col_hi); \
     const float sk_e26 = x[(base + (sk_e27 ? sk_e28 : (col_hi - 1u)))]; \
-    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : (0.0f)); \
+    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e31 = ((col_lo + i0) + 2u); \
     const bool sk_e30 = (sk_e31 < col_hi); \
     const float sk_e29 = x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]; \
-    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : (0.0f)); \
+    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e34 = ((col_lo + i0) + 3u); \
     const bool sk_e33 = (sk_e34 < col_hi); \
     const float sk_e32 = x[(base + (sk_e33 ? sk_e34 : (col_hi - 1u)))]; \
-    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : (0.0f)); \
+    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : sk_bitcast<float>(4286578688u)); \
 }
 #define sk_within(t_top, t_from, tk, t_span) { \
     /* built by kernels::select::within */ \
@@ -1087,32 +1104,30 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         best64_i = rcol; \
     } \
 }
-#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
+#define sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (zx0 / temp); \
     float cov = (cz - cut_mx); \
-    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    float cw = sk_exp_nonpositive((cz - cut_mx)); \
     if ((cw > (0.0f))) { \
         /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
-        if ((cg < cut_lo)) { \
+        if (((cz * cut_grid_scale) >= cut_above_from)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            min_above = fminf(min_above, cov); \
             if ((cw >= mp)) { \
                 { \
                     sk_race_one_2(cov, noisy, row, col, best64, best64_i); \
                 } \
             } \
         } else { \
-            if ((cg <= cut_hi)) { \
+            if (((cz * cut_grid_scale) >= cut_range_from)) { \
                 n_range = (n_range + 1u); \
                 m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
+                min_range = fminf(min_range, cov); \
+                max_range_v = fmaxf(max_range_v, cov); \
                 if ((cw >= mp)) { \
                     { \
                         sk_race_one_2(cov, noisy, row, col, bestr64, bestr64_i); \
@@ -1121,13 +1136,12 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
                 if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
+                max_below_v = fmaxf(max_below_v, cov); \
             } \
         } \
     } \
@@ -1181,7 +1195,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1200,7 +1214,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1217,7 +1231,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = (zx0 / temp); \
     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1293,14 +1307,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             __syncthreads();
                             unsigned int n_above = 0u;
                             unsigned int n_range = 0u;
-                            unsigned int min_above_not = 0u;
-                            unsigned int min_range_not = 0u;
-                            unsigned int max_range = 0u;
-                            unsigned int max_below = 0u;
                             unsigned long long m_above = 0ull;
                             unsigned long long m_range = 0ull;
                             unsigned long long m_below = 0ull;
-                            float w_below = (0.0f);
+                            float min_above = sk_bitcast<float>(2139095040u);
+                            float min_range = sk_bitcast<float>(2139095040u);
+                            float max_range_v = sk_bitcast<float>(4286578688u);
+                            float max_below_v = sk_bitcast<float>(4286578688u);
+                            float cut_above_from = ((grid_r - cut_lo) + (1.0f));
+                            float cut_range_from = (grid_r - cut_hi);
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;
                             double best64 = sk_bitcast<double>(18442240474082181120ull);
@@ -1331,16 +1346,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     const float sk_e8 = x[(base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))))];
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                 }
                             } else {
@@ -1350,10 +1365,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 {
                                     // built by kernels::filter_values::for_each_quad
                                     unsigned int i0 = (threadIdx.x * 4u);
-                                    float zx0 = (0.0f);
-                                    float zx1 = (0.0f);
-                                    float zx2 = (0.0f);
-                                    float zx3 = (0.0f);
+                                    float zx0 = sk_bitcast<float>(4286578688u);
+                                    float zx1 = sk_bitcast<float>(4286578688u);
+                                    float zx2 = sk_bitcast<float>(4286578688u);
+                                    float zx3 = sk_bitcast<float>(4286578688u);
                                     unsigned int zx_at = (base + (col_lo + i0));
                                     const unsigned int sk_e18 = (col_lo + i0);
                                     if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
@@ -1370,20 +1385,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
                                     }
                                     unsigned int li0 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li1 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li2 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li3 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
                                     if ((cut_race != 0u)) {
@@ -1419,10 +1434,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 }
                                 for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                                     // built by kernels::filter_values::for_each_quad
-                                    float zx0 = (0.0f);
-                                    float zx1 = (0.0f);
-                                    float zx2 = (0.0f);
-                                    float zx3 = (0.0f);
+                                    float zx0 = sk_bitcast<float>(4286578688u);
+                                    float zx1 = sk_bitcast<float>(4286578688u);
+                                    float zx2 = sk_bitcast<float>(4286578688u);
+                                    float zx3 = sk_bitcast<float>(4286578688u);
                                     unsigned int zx_at = (base + (col_lo + i0));
                                     const unsigned int sk_e39 = (col_lo + i0);
                                     if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
@@ -1439,20 +1454,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
                                     }
                                     unsigned int li0 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li1 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li2 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li3 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     if ((cut_race != 0u)) {
                                         // built by kernels::filter_top_p::cut_part
@@ -1484,16 +1499,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned long long part_m_range = 0ull;
                             unsigned long long part_m_below = 0ull;
                             sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
-                            unsigned int part_min_above_not = 0u;
-                            part_min_above_not = sk_block_max_u32(min_above_not);
-                            unsigned int part_min_range_not = 0u;
-                            part_min_range_not = sk_block_max_u32(min_range_not);
-                            unsigned int part_max_range = 0u;
-                            part_max_range = sk_block_max_u32(max_range);
-                            unsigned int part_max_below = 0u;
-                            part_max_below = sk_block_max_u32(max_below);
                             float part_w_below = (0.0f);
-                            part_w_below = sk_block_max_f32(w_below);
+                            part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp(max_below_v)));
+                            unsigned int part_min_above_not = 0u;
+                            part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                            unsigned int part_min_range_not = 0u;
+                            part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_range) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                            unsigned int part_max_range = 0u;
+                            part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u))));
+                            unsigned int part_max_below = 0u;
+                            part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u))));
                             float part_best = (0.0f);
                             unsigned int part_best_i = 0u;
                             sk_block_argmax_f32(best, best_i, part_best, part_best_i);
@@ -1957,7 +1972,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         // built by kernels::filter_top_p::select_in_range
                                         unsigned int rk = listed_cols[i];
                                         unsigned int rcol = listed_cols[(i + 2048u)];
-                                        float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
+                                        float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             const float sk_e72 = x[(base + rcol)];
                                             float rz_x = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
@@ -2266,7 +2281,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int rk = ri_key;
                                         const unsigned int sk_e87 = (i / 640u);
                                         unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
-                                        float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
+                                        float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             const float sk_e88 = x[(base + rcol)];
                                             float rz_x = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
@@ -2287,7 +2302,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                                     const bool sk_e91 = (tie_v == 0ull);
                                     unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e91 ? tn64 : (((lim - sel_m) / (sk_e91 ? 1ull : tie_v)) + 1ull))));
-                                    unsigned int t_kept = ((sk_exp(sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)))) >= mp) ? ties : 0u);
+                                    unsigned int t_kept = ((sk_exp(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
                                     unsigned int t_base = 0u;
@@ -2354,7 +2369,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             float tz_x = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
-                                            if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
+                                            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                                 t_mine = (t_mine + 1u);
                                             }
                                         }
@@ -2366,7 +2381,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             float tz_x = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97);
                                             float tz = (tz_x / temp);
                                             float tov = (tz - cut_mx);
-                                            if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
+                                            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) {
                                                 if ((t_rank < t_cut_left)) {
                                                     if (cut_seeded) {
                                                         sk_race_one_2(tov, noisy, row, col, best64, best64_i);
@@ -2437,7 +2452,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 // built by kernels::filter_top_k::merge_row
                                 unsigned int want = (kc + 1u);
                                 unsigned int n_items = (parts * want);
-                                unsigned int t_top = (((sk_bitcast<unsigned int>(row_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(row_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(row_m) | 2147483648u));
+                                unsigned int t_top = (sk_bitcast<unsigned int>(row_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(row_m) >> 31u)) | 2147483648u));
                                 for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::select::clear
                                     select_scratch[i] = 0u;
@@ -2612,7 +2627,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
                                     const unsigned int sk_e104 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e104 & 2147483648u) != 0u) ? (sk_e104 ^ 2147483648u) : (sk_e104 ^ 4294967295u)));
+                                    float zi = sk_bitcast<float>((sk_e104 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e104) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m));
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u));
@@ -2650,7 +2665,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
                                     const unsigned int sk_e106 = listed_cols[(1285u + r)];
-                                    const float sk_e105 = sk_bitcast<float>((((sk_e106 & 2147483648u) != 0u) ? (sk_e106 ^ 2147483648u) : (sk_e106 ^ 4294967295u)));
+                                    const float sk_e105 = sk_bitcast<float>((sk_e106 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e106) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e105 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e105 - row_m))));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2821,7 +2836,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
                                         const unsigned int sk_e156 = listed_cols[(1285u + r)];
-                                        const float sk_e155 = sk_bitcast<float>((((sk_e156 & 2147483648u) != 0u) ? (sk_e156 ^ 2147483648u) : (sk_e156 ^ 4294967295u)));
+                                        const float sk_e155 = sk_bitcast<float>((sk_e156 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e156) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e155 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e155 - row_m))));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2835,21 +2850,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsure_n = 0u;
                                     reads_before = (reads_before + 1u);
                                 }
-                                float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
+                                float zt = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f)));
                                 const unsigned int sk_e157 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = ((sk_bitcast<float>((((sk_e157 & 2147483648u) != 0u) ? (sk_e157 ^ 2147483648u) : (sk_e157 ^ 4294967295u))) - row_m) > (zt - row_m));
+                                bool cut_above = ((sk_bitcast<float>((sk_e157 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e157) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m));
                                 const unsigned int sk_e158 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || ((sk_bitcast<float>((((listed_cols[sk_e158] & 2147483648u) != 0u) ? (listed_cols[sk_e158] ^ 2147483648u) : (listed_cols[sk_e158] ^ 4294967295u))) - row_m) > (zt - row_m)));
+                                bool k_above = ((!k_first) || ((sk_bitcast<float>((listed_cols[sk_e158] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(listed_cols[sk_e158]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m)));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
-                                    float ov_t = (sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u))) - row_m);
+                                    float ov_t = (sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m);
                                     unsigned int tie_bad = 0u;
                                     for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         unsigned int ek = listed_cols[(0u + i)];
-                                        if (((ek > t_key) && ((sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) - row_m) == ov_t))) {
+                                        if (((ek > t_key) && ((sk_bitcast<float>((ek ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(ek) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2863,18 +2878,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int lk = ik;
-                                        if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) - row_m) == ov_t))) {
+                                        if ((((lk != 0u) && (lk < t_key)) && ((sk_bitcast<float>((lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(lk) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         unsigned int rk3 = partials[((((slot * parts) + p) * 1317u) + 3u)];
-                                        if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) - row_m) == ov_t))) {
+                                        if ((((rk3 != 0u) && (rk3 < t_key)) && ((sk_bitcast<float>((rk3 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk3) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                         unsigned int rk4 = partials[((((slot * parts) + p) * 1317u) + 4u)];
-                                        if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) - row_m) == ov_t))) {
+                                        if ((((rk4 != 0u) && (rk4 < t_key)) && ((sk_bitcast<float>((rk4 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk4) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2898,7 +2913,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
                                         const unsigned int sk_e160 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e160 & 2147483648u) != 0u) ? (sk_e160 ^ 2147483648u) : (sk_e160 ^ 4294967295u)));
+                                        float rz = sk_bitcast<float>((sk_e160 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e160) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2947,7 +2962,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         // built by kernels::filter_top_k::left_out_kept
                                         const unsigned int sk_e165 = (((slot * parts) + p) * 1317u);
                                         unsigned int mo_lk = max(partials[(sk_e165 + 3u)], partials[(sk_e165 + 4u)]);
-                                        const float sk_e168 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e168 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         const float sk_e166 = ((sk_e168 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
                                         const float sk_e167 = (sk_e168 - row_m);
                                         const bool sk_e169 = (row_m == sk_bitcast<float>(4286578688u));
@@ -2975,7 +2990,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
                                                 const unsigned int sk_e172 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e172 & 2147483648u) != 0u) ? (sk_e172 ^ 2147483648u) : (sk_e172 ^ 4294967295u)));
+                                                float mo_z = sk_bitcast<float>((sk_e172 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e172) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                                 const float sk_e173 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m))));
                                                 if (((sk_e173 > (0.0f)) && (sk_e173 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
@@ -3143,7 +3158,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 float lx = (((sk_bitcast<unsigned int>(sk_e186) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e186);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -3168,7 +3183,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 float lx = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187);
                                 float zv = (lx / temp);
                                 float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -3260,7 +3275,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     float lx = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189);
                                     float zv = (lx / temp);
                                     float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                     float wv = (0.0f);
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
@@ -3602,7 +3617,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
                                 const unsigned int sk_e209 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e209 & 2147483648u) != 0u) ? (sk_e209 ^ 2147483648u) : (sk_e209 ^ 4294967295u)));
+                                float rk_v = sk_bitcast<float>((sk_e209 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 double s64 = ((double)rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
@@ -3805,7 +3820,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li0);
                                         float zv = (zx0 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
@@ -3829,7 +3844,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li1);
                                         float zv = (zx1 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
@@ -3853,7 +3868,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li2);
                                         float zv = (zx2 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
@@ -3877,7 +3892,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li3);
                                         float zv = (zx3 / temp);
                                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;

@@ -702,7 +702,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     nb = (nb + cnt_s15); \
     mb = (mb + mas_s15); \
 }
-#define sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below) { \
+#define sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v) { \
     /* built by kernels::filter_values::for_each_quad */ \
     unsigned int col = (col_lo + li0); \
     float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
@@ -710,35 +710,32 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
     if ((cw > (0.0f))) { \
         /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
-        if ((cg < cut_lo)) { \
+        if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            min_above = fminf(min_above, cov); \
             if ((cw >= mp)) { \
                 cut_race = (cut_race | sk_c0); \
             } \
         } else { \
-            if ((cg <= cut_hi)) { \
+            if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) { \
                 n_range = (n_range + 1u); \
                 m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
+                min_range = fminf(min_range, cov); \
+                max_range_v = fmaxf(max_range_v, cov); \
                 if ((cw >= mp)) { \
                     cut_race = (cut_race | sk_c1); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
                 if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
+                max_below_v = fmaxf(max_below_v, cov); \
             } \
         } \
     } \
@@ -786,7 +783,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -807,7 +804,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -845,7 +842,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
         sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
     } \
-    const float sk_e40 = sk_bitcast<float>((((dk & 2147483648u) != 0u) ? (dk ^ 2147483648u) : (dk ^ 4294967295u))); \
+    const float sk_e40 = sk_bitcast<float>((dk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(dk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
     { \
         const unsigned int sk_bin = digit; \
         const unsigned long long sk_add = sk_fixed(((sk_e40 == cut_mx) ? (1.0f) : (sk_e40 / cut_mx))); \
@@ -872,7 +869,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -889,7 +886,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1044,7 +1041,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         best64_i = rcol; \
     } \
 }
-#define sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
+#define sk_read_step_2(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
@@ -1052,24 +1049,22 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
     if ((cw > (0.0f))) { \
         /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - ((float)(sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)))); \
-        if ((cg < cut_lo)) { \
+        if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            min_above = fminf(min_above, cov); \
             if ((cw >= mp)) { \
                 { \
                     sk_race_one_2(cz, noisy, row, col, best64, best64_i); \
                 } \
             } \
         } else { \
-            if ((cg <= cut_hi)) { \
+            if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) { \
                 n_range = (n_range + 1u); \
                 m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
+                min_range = fminf(min_range, cov); \
+                max_range_v = fmaxf(max_range_v, cov); \
                 if ((cw >= mp)) { \
                     { \
                         sk_race_one_2(cz, noisy, row, col, bestr64, bestr64_i); \
@@ -1078,13 +1073,12 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
                 if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
+                max_below_v = fmaxf(max_below_v, cov); \
             } \
         } \
     } \
@@ -1138,7 +1132,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1157,7 +1151,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1174,7 +1168,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     unsigned int col = (col_lo + li0); \
     float zv = zx0; \
     float ov = zv; \
-    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u)); \
+    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
     float wv = (0.0f); \
     bool ok = false; \
     unsigned long long mv = 0ull; \
@@ -1250,14 +1244,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             __syncthreads();
                             unsigned int n_above = 0u;
                             unsigned int n_range = 0u;
-                            unsigned int min_above_not = 0u;
-                            unsigned int min_range_not = 0u;
-                            unsigned int max_range = 0u;
-                            unsigned int max_below = 0u;
                             unsigned long long m_above = 0ull;
                             unsigned long long m_range = 0ull;
                             unsigned long long m_below = 0ull;
-                            float w_below = (0.0f);
+                            float min_above = sk_bitcast<float>(2139095040u);
+                            float min_range = sk_bitcast<float>(2139095040u);
+                            float max_range_v = sk_bitcast<float>(4286578688u);
+                            float max_below_v = sk_bitcast<float>(4286578688u);
+                            unsigned int cut_above_from = ((unsigned int)fmaxf(((grid_r - cut_lo) + (1.0f)), (0.0f)));
+                            unsigned int cut_range_from = ((unsigned int)fmaxf((grid_r - cut_hi), (0.0f)));
                             float best = sk_bitcast<float>(4286578688u);
                             unsigned int best_i = 4294967295u;
                             double best64 = sk_bitcast<double>(18442240474082181120ull);
@@ -1283,16 +1278,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     const unsigned int sk_e5 = (col_hi - col_lo);
                                     float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                        sk_read_step_2(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                                     }
                                 }
                             } else {
@@ -1330,20 +1325,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         zx3 = (sk_e21 ? (x[(base + (sk_e21 ? sk_e22 : (col_hi - 1u)))]) : (0.0f));
                                     }
                                     unsigned int li0 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li1 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li2 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li3 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
                                     if ((cut_race != 0u)) {
@@ -1407,20 +1402,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         zx3 = (sk_e30 ? (x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]) : (0.0f));
                                     }
                                     unsigned int li0 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li1 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li2 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     unsigned int li3 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                                     }
                                     if ((cut_race != 0u)) {
                                         // built by kernels::filter_top_p::cut_part
@@ -1452,16 +1447,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned long long part_m_range = 0ull;
                             unsigned long long part_m_below = 0ull;
                             sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
-                            unsigned int part_min_above_not = 0u;
-                            part_min_above_not = sk_block_max_u32(min_above_not);
-                            unsigned int part_min_range_not = 0u;
-                            part_min_range_not = sk_block_max_u32(min_range_not);
-                            unsigned int part_max_range = 0u;
-                            part_max_range = sk_block_max_u32(max_range);
-                            unsigned int part_max_below = 0u;
-                            part_max_below = sk_block_max_u32(max_below);
                             float part_w_below = (0.0f);
-                            part_w_below = sk_block_max_f32(w_below);
+                            part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((max_below_v == cut_mx) ? (1.0f) : (max_below_v / cut_mx))));
+                            unsigned int part_min_above_not = 0u;
+                            part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                            unsigned int part_min_range_not = 0u;
+                            part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_range) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                            unsigned int part_max_range = 0u;
+                            part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u))));
+                            unsigned int part_max_below = 0u;
+                            part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u))));
                             float part_best = (0.0f);
                             unsigned int part_best_i = 0u;
                             sk_block_argmax_f32(best, best_i, part_best, part_best_i);
@@ -1925,7 +1920,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         // built by kernels::filter_top_p::select_in_range
                                         unsigned int rk = listed_cols[i];
                                         unsigned int rcol = listed_cols[(i + 2048u)];
-                                        float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
+                                        float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                             float rz_x = x[(base + rcol)];
                                             float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f));
@@ -2233,7 +2228,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int rk = ri_key;
                                         const unsigned int sk_e60 = (i / 640u);
                                         unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e60) * 1317u) + (6u + ((i - (sk_e60 * 640u)) * 2u)))]);
-                                        float rov = sk_bitcast<float>((((rk & 2147483648u) != 0u) ? (rk ^ 2147483648u) : (rk ^ 4294967295u)));
+                                        float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) {
                                             float rz_x = x[(base + rcol)];
                                             float rz = (((rz_x > (0.0f)) && (rz_x < sk_bitcast<float>(2139095040u))) ? rz_x : (0.0f));
@@ -2253,7 +2248,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                                     const bool sk_e63 = (tie_v == 0ull);
                                     unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e63 ? tn64 : (((lim - sel_m) / (sk_e63 ? 1ull : tie_v)) + 1ull))));
-                                    const float sk_e64 = sk_bitcast<float>((((max_range_all & 2147483648u) != 0u) ? (max_range_all ^ 2147483648u) : (max_range_all ^ 4294967295u)));
+                                    const float sk_e64 = sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     unsigned int t_kept = ((((sk_e64 == cut_mx) ? (1.0f) : (sk_e64 / cut_mx)) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
@@ -2320,7 +2315,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             float tz_x = x[(base + col)];
                                             float tz = (((tz_x > (0.0f)) && (tz_x < sk_bitcast<float>(2139095040u))) ? tz_x : (0.0f));
                                             float tov = tz;
-                                            if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
+                                            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                                                 t_mine = (t_mine + 1u);
                                             }
                                         }
@@ -2331,7 +2326,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             float tz_x = x[(base + col)];
                                             float tz = (((tz_x > (0.0f)) && (tz_x < sk_bitcast<float>(2139095040u))) ? tz_x : (0.0f));
                                             float tov = tz;
-                                            if ((((((sk_bitcast<unsigned int>(tov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(tov) ^ 4294967295u) : (sk_bitcast<unsigned int>(tov) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
+                                            if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                                                 if ((t_rank < t_cut_left)) {
                                                     if (cut_seeded) {
                                                         sk_race_one_2(tz, noisy, row, col, best64, best64_i);
@@ -2396,7 +2391,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 // built by kernels::filter_top_k::merge_row
                                 unsigned int want = (kc + 1u);
                                 unsigned int n_items = (parts * want);
-                                unsigned int t_top = (((sk_bitcast<unsigned int>(row_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(row_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(row_m) | 2147483648u));
+                                unsigned int t_top = (sk_bitcast<unsigned int>(row_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(row_m) >> 31u)) | 2147483648u));
                                 for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) {
                                     // built by kernels::select::clear
                                     select_scratch[i] = 0u;
@@ -2571,7 +2566,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 __syncthreads();
                                 for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
                                     const unsigned int sk_e74 = listed_cols[(0u + i)];
-                                    float zi = sk_bitcast<float>((((sk_e74 & 2147483648u) != 0u) ? (sk_e74 ^ 2147483648u) : (sk_e74 ^ 4294967295u)));
+                                    float zi = sk_bitcast<float>((sk_e74 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e74) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi);
                                     listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull));
                                     listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u));
@@ -2609,7 +2604,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 unsigned int n_unsure = 0u;
                                 for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
                                     const unsigned int sk_e76 = listed_cols[(1285u + r)];
-                                    const float sk_e75 = sk_bitcast<float>((((sk_e76 & 2147483648u) != 0u) ? (sk_e76 ^ 2147483648u) : (sk_e76 ^ 4294967295u)));
+                                    const float sk_e75 = sk_bitcast<float>((sk_e76 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e76) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     float wr = ((sk_e75 == row_m) ? (1.0f) : (sk_e75 / row_m));
                                     unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                     bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2764,7 +2759,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     n_lo = 0u;
                                     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) {
                                         const unsigned int sk_e110 = listed_cols[(1285u + r)];
-                                        const float sk_e109 = sk_bitcast<float>((((sk_e110 & 2147483648u) != 0u) ? (sk_e110 ^ 2147483648u) : (sk_e110 ^ 4294967295u)));
+                                        const float sk_e109 = sk_bitcast<float>((sk_e110 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e110) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         float wr = ((sk_e109 == row_m) ? (1.0f) : (sk_e109 / row_m));
                                         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)])));
                                         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2778,21 +2773,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsure_n = 0u;
                                     reads_before = (reads_before + 1u);
                                 }
-                                float zt = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
+                                float zt = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f)));
                                 const unsigned int sk_e111 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                bool cut_above = (sk_bitcast<float>((((sk_e111 & 2147483648u) != 0u) ? (sk_e111 ^ 2147483648u) : (sk_e111 ^ 4294967295u))) > zt);
+                                bool cut_above = (sk_bitcast<float>((sk_e111 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e111) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt);
                                 const unsigned int sk_e112 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                bool k_above = ((!k_first) || (sk_bitcast<float>((((listed_cols[sk_e112] & 2147483648u) != 0u) ? (listed_cols[sk_e112] ^ 2147483648u) : (listed_cols[sk_e112] ^ 4294967295u))) > zt));
+                                bool k_above = ((!k_first) || (sk_bitcast<float>((listed_cols[sk_e112] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(listed_cols[sk_e112]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt));
                                 bool prefix_exact = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
-                                    float ov_t = sk_bitcast<float>((((t_key & 2147483648u) != 0u) ? (t_key ^ 2147483648u) : (t_key ^ 4294967295u)));
+                                    float ov_t = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     unsigned int tie_bad = 0u;
                                     for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         unsigned int ek = listed_cols[(0u + i)];
-                                        if (((ek > t_key) && (sk_bitcast<float>((((ek & 2147483648u) != 0u) ? (ek ^ 2147483648u) : (ek ^ 4294967295u))) == ov_t))) {
+                                        if (((ek > t_key) && (sk_bitcast<float>((ek ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(ek) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2806,18 +2801,18 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             ik = partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))];
                                         }
                                         unsigned int lk = ik;
-                                        if ((((lk != 0u) && (lk < t_key)) && (sk_bitcast<float>((((lk & 2147483648u) != 0u) ? (lk ^ 2147483648u) : (lk ^ 4294967295u))) == ov_t))) {
+                                        if ((((lk != 0u) && (lk < t_key)) && (sk_bitcast<float>((lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(lk) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
                                     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         unsigned int rk3 = partials[((((slot * parts) + p) * 1317u) + 3u)];
-                                        if ((((rk3 != 0u) && (rk3 < t_key)) && (sk_bitcast<float>((((rk3 & 2147483648u) != 0u) ? (rk3 ^ 2147483648u) : (rk3 ^ 4294967295u))) == ov_t))) {
+                                        if ((((rk3 != 0u) && (rk3 < t_key)) && (sk_bitcast<float>((rk3 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk3) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                         unsigned int rk4 = partials[((((slot * parts) + p) * 1317u) + 4u)];
-                                        if ((((rk4 != 0u) && (rk4 < t_key)) && (sk_bitcast<float>((((rk4 & 2147483648u) != 0u) ? (rk4 ^ 2147483648u) : (rk4 ^ 4294967295u))) == ov_t))) {
+                                        if ((((rk4 != 0u) && (rk4 < t_key)) && (sk_bitcast<float>((rk4 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk4) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2841,7 +2836,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) {
                                         unsigned int rc = listed_cols[(1542u + r)];
                                         const unsigned int sk_e114 = listed_cols[(1285u + r)];
-                                        float rz = sk_bitcast<float>((((sk_e114 & 2147483648u) != 0u) ? (sk_e114 ^ 2147483648u) : (sk_e114 ^ 4294967295u)));
+                                        float rz = sk_bitcast<float>((sk_e114 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e114) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if (ow_ranked) {
                                             sk_race_one_2(rz, noisy, row, r, best64, best64_i);
                                         } else {
@@ -2884,7 +2879,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         // built by kernels::filter_top_k::left_out_kept
                                         const unsigned int sk_e118 = (((slot * parts) + p) * 1317u);
                                         unsigned int mo_lk = max(partials[(sk_e118 + 3u)], partials[(sk_e118 + 4u)]);
-                                        const float sk_e120 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                                        const float sk_e120 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         const float sk_e119 = ((sk_e120 == row_m) ? (1.0f) : (sk_e120 / row_m));
                                         if (((mo_lk != 0u) && ((sk_e119 > (0.0f)) && (sk_e119 >= mp)))) {
                                             mo_left = 1u;
@@ -2909,7 +2904,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                             unsigned int mo_s = (i - (mo_p * 257u));
                                             if ((mo_s < partials[((((slot * parts) + mo_p) * 1317u) + 2u)])) {
                                                 const unsigned int sk_e122 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))];
-                                                float mo_z = sk_bitcast<float>((((sk_e122 & 2147483648u) != 0u) ? (sk_e122 ^ 2147483648u) : (sk_e122 ^ 4294967295u)));
+                                                float mo_z = sk_bitcast<float>((sk_e122 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e122) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                                 const float sk_e123 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m));
                                                 if (((sk_e123 > (0.0f)) && (sk_e123 >= mp))) {
                                                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)];
@@ -3054,7 +3049,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 float lx = x[(base + col)];
                                 float zv = lx;
                                 float ov = zv;
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -3078,7 +3073,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                 float lx = x[(base + col)];
                                 float zv = lx;
                                 float ov = zv;
-                                unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                 float wv = (0.0f);
                                 bool ok = false;
                                 unsigned long long mv = 0ull;
@@ -3169,7 +3164,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     float lx = x[(base + col)];
                                     float zv = lx;
                                     float ov = zv;
-                                    unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                     float wv = (0.0f);
                                     bool ok = false;
                                     unsigned long long mv = 0ull;
@@ -3495,7 +3490,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
                                 // built by kernels::filter_rank::race_ranks
                                 const unsigned int sk_e131 = listed_cols[r];
-                                float rk_v = sk_bitcast<float>((((sk_e131 & 2147483648u) != 0u) ? (sk_e131 ^ 2147483648u) : (sk_e131 ^ 4294967295u)));
+                                float rk_v = sk_bitcast<float>((sk_e131 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e131) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 double s64 = sk_log64(((double)rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
@@ -3682,7 +3677,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li0);
                                         float zv = zx0;
                                         float ov = zv;
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
@@ -3705,7 +3700,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li1);
                                         float zv = zx1;
                                         float ov = zv;
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
@@ -3728,7 +3723,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li2);
                                         float zv = zx2;
                                         float ov = zv;
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;
@@ -3751,7 +3746,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int col = (col_lo + li3);
                                         float zv = zx3;
                                         float ov = zv;
-                                        unsigned int key = (((sk_bitcast<unsigned int>(ov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(ov) ^ 4294967295u) : (sk_bitcast<unsigned int>(ov) | 2147483648u));
+                                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
                                         float wv = (0.0f);
                                         bool ok = false;
                                         unsigned long long mv = 0ull;

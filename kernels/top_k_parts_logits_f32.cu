@@ -164,7 +164,7 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     return sk_r;
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -186,11 +186,14 @@ __device__ __forceinline__ float sk_exp(float x) {
     int k2 = (k - k1);
     return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
 }
-#define sk_read_step(zx0, temp, li0, m) { \
+#define sk_read_step(zx0, temp, li0, n_cols, m) { \
     /* built by kernels::filter_values::read_step */ \
     float z = (zx0 / temp); \
     bool z_ok = (z > sk_bitcast<float>(4286578688u)); \
-    part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u); \
+    if ((li0 < n_cols)) { \
+        /* built by kernels::filter_top_k::load_part */ \
+        part_keys[li0] = (z_ok ? (sk_bitcast<unsigned int>(z) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(z) >> 31u)) | 2147483648u)) : 0u); \
+    } \
     if (z_ok) { \
         /* built by kernels::filter_top_k::load_part */ \
         m = fmaxf(m, z); \
@@ -199,17 +202,19 @@ __device__ __forceinline__ float sk_exp(float x) {
 #define sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf) { \
     /* built by kernels::filter_top_p::histogram_part */ \
     if ((hk0 != 0u)) { \
-        float hz = sk_bitcast<float>((((hk0 & 2147483648u) != 0u) ? (hk0 ^ 2147483648u) : (hk0 ^ 4294967295u))); \
-        float hg = (grid_r - floorf((hz * (16.0f)))); \
+        float hz = sk_bitcast<float>((hk0 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(hk0) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float hg_i = floorf((hz * (16.0f))); \
+        float hg = (grid_r - hg_i); \
         if ((hg < (512.0f))) { \
             unsigned int hgu = ((unsigned int)hg); \
             unsigned int hist_old = 0u; \
-            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)((sk_fast_exp((hz - (((grid_r - hg) + (1.0f)) * (0.0625f)))) * (524288.0f)) + (0.5f)))); \
+            hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>(((sk_fast_exp((hz - ((hg_i + (1.0f)) * (0.0625f)))) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
             unsigned int hist_n_old = 0u; \
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
         } \
         if ((hk0 >= grid_f_low)) { \
-            float hfg = (grid_rf - floorf((hz * (32768.0f)))); \
+            float hfg_i = floorf((hz * (32768.0f))); \
+            float hfg = (grid_rf - hfg_i); \
             if ((hfg < (1024.0f))) { \
                 unsigned int hist_f_old = 0u; \
                 hist_f_old = atomicAdd(&part_hist[(1024u + ((unsigned int)hfg))], 1u); \
@@ -222,98 +227,114 @@ __device__ __forceinline__ float sk_exp(float x) {
     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
     const float sk_e2 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]; \
     float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
+    zx0 = ((li0 < n_cols) ? zx0 : sk_bitcast<float>(4286578688u)); \
     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
     const float sk_e3 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]; \
     float zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
+    zx1 = ((li1 < n_cols) ? zx1 : sk_bitcast<float>(4286578688u)); \
     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
     const float sk_e4 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]; \
     float zx2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
+    zx2 = ((li2 < n_cols) ? zx2 : sk_bitcast<float>(4286578688u)); \
     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
     const float sk_e5 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]; \
     float zx3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+    zx3 = ((li3 < n_cols) ? zx3 : sk_bitcast<float>(4286578688u)); \
     unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u)); \
     const float sk_e6 = x[(base + (col_lo + ((li4 < n_cols) ? li4 : (n_cols - 1u))))]; \
     float zx4 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+    zx4 = ((li4 < n_cols) ? zx4 : sk_bitcast<float>(4286578688u)); \
     unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u)); \
     const float sk_e7 = x[(base + (col_lo + ((li5 < n_cols) ? li5 : (n_cols - 1u))))]; \
     float zx5 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
+    zx5 = ((li5 < n_cols) ? zx5 : sk_bitcast<float>(4286578688u)); \
     unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u)); \
     const float sk_e8 = x[(base + (col_lo + ((li6 < n_cols) ? li6 : (n_cols - 1u))))]; \
     float zx6 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
+    zx6 = ((li6 < n_cols) ? zx6 : sk_bitcast<float>(4286578688u)); \
     unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u)); \
     const float sk_e9 = x[(base + (col_lo + ((li7 < n_cols) ? li7 : (n_cols - 1u))))]; \
     float zx7 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
+    zx7 = ((li7 < n_cols) ? zx7 : sk_bitcast<float>(4286578688u)); \
     unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u)); \
     const float sk_e10 = x[(base + (col_lo + ((li8 < n_cols) ? li8 : (n_cols - 1u))))]; \
     float zx8 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
+    zx8 = ((li8 < n_cols) ? zx8 : sk_bitcast<float>(4286578688u)); \
     unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u)); \
     const float sk_e11 = x[(base + (col_lo + ((li9 < n_cols) ? li9 : (n_cols - 1u))))]; \
     float zx9 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11); \
+    zx9 = ((li9 < n_cols) ? zx9 : sk_bitcast<float>(4286578688u)); \
     unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u)); \
     const float sk_e12 = x[(base + (col_lo + ((li10 < n_cols) ? li10 : (n_cols - 1u))))]; \
     float zx10 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12); \
+    zx10 = ((li10 < n_cols) ? zx10 : sk_bitcast<float>(4286578688u)); \
     unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u)); \
     const float sk_e13 = x[(base + (col_lo + ((li11 < n_cols) ? li11 : (n_cols - 1u))))]; \
     float zx11 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
+    zx11 = ((li11 < n_cols) ? zx11 : sk_bitcast<float>(4286578688u)); \
     unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u)); \
     const float sk_e14 = x[(base + (col_lo + ((li12 < n_cols) ? li12 : (n_cols - 1u))))]; \
     float zx12 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
+    zx12 = ((li12 < n_cols) ? zx12 : sk_bitcast<float>(4286578688u)); \
     unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u)); \
     const float sk_e15 = x[(base + (col_lo + ((li13 < n_cols) ? li13 : (n_cols - 1u))))]; \
     float zx13 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15); \
+    zx13 = ((li13 < n_cols) ? zx13 : sk_bitcast<float>(4286578688u)); \
     unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u)); \
     const float sk_e16 = x[(base + (col_lo + ((li14 < n_cols) ? li14 : (n_cols - 1u))))]; \
     float zx14 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16); \
+    zx14 = ((li14 < n_cols) ? zx14 : sk_bitcast<float>(4286578688u)); \
     unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
     const float sk_e17 = x[(base + (col_lo + ((li15 < n_cols) ? li15 : (n_cols - 1u))))]; \
     float zx15 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17); \
-    if ((li0 < n_cols)) { \
-        sk_read_step(zx0, temp, li0, m); \
+    zx15 = ((li15 < n_cols) ? zx15 : sk_bitcast<float>(4286578688u)); \
+    { \
+        sk_read_step(zx0, temp, li0, n_cols, m); \
     } \
-    if ((li1 < n_cols)) { \
-        sk_read_step(zx1, temp, li1, m); \
+    { \
+        sk_read_step(zx1, temp, li1, n_cols, m); \
     } \
-    if ((li2 < n_cols)) { \
-        sk_read_step(zx2, temp, li2, m); \
+    { \
+        sk_read_step(zx2, temp, li2, n_cols, m); \
     } \
-    if ((li3 < n_cols)) { \
-        sk_read_step(zx3, temp, li3, m); \
+    { \
+        sk_read_step(zx3, temp, li3, n_cols, m); \
     } \
-    if ((li4 < n_cols)) { \
-        sk_read_step(zx4, temp, li4, m); \
+    { \
+        sk_read_step(zx4, temp, li4, n_cols, m); \
     } \
-    if ((li5 < n_cols)) { \
-        sk_read_step(zx5, temp, li5, m); \
+    { \
+        sk_read_step(zx5, temp, li5, n_cols, m); \
     } \
-    if ((li6 < n_cols)) { \
-        sk_read_step(zx6, temp, li6, m); \
+    { \
+        sk_read_step(zx6, temp, li6, n_cols, m); \
     } \
-    if ((li7 < n_cols)) { \
-        sk_read_step(zx7, temp, li7, m); \
+    { \
+        sk_read_step(zx7, temp, li7, n_cols, m); \
     } \
-    if ((li8 < n_cols)) { \
-        sk_read_step(zx8, temp, li8, m); \
+    { \
+        sk_read_step(zx8, temp, li8, n_cols, m); \
     } \
-    if ((li9 < n_cols)) { \
-        sk_read_step(zx9, temp, li9, m); \
+    { \
+        sk_read_step(zx9, temp, li9, n_cols, m); \
     } \
-    if ((li10 < n_cols)) { \
-        sk_read_step(zx10, temp, li10, m); \
+    { \
+        sk_read_step(zx10, temp, li10, n_cols, m); \
     } \
-    if ((li11 < n_cols)) { \
-        sk_read_step(zx11, temp, li11, m); \
+    { \
+        sk_read_step(zx11, temp, li11, n_cols, m); \
     } \
-    if ((li12 < n_cols)) { \
-        sk_read_step(zx12, temp, li12, m); \
+    { \
+        sk_read_step(zx12, temp, li12, n_cols, m); \
     } \
-    if ((li13 < n_cols)) { \
-        sk_read_step(zx13, temp, li13, m); \
+    { \
+        sk_read_step(zx13, temp, li13, n_cols, m); \
     } \
-    if ((li14 < n_cols)) { \
-        sk_read_step(zx14, temp, li14, m); \
+    { \
+        sk_read_step(zx14, temp, li14, n_cols, m); \
     } \
-    if ((li15 < n_cols)) { \
-        sk_read_step(zx15, temp, li15, m); \
+    { \
+        sk_read_step(zx15, temp, li15, n_cols, m); \
     } \
 }
 
@@ -373,8 +394,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 __syncthreads();
                 float grid_r = (-floorf(((-part_m) * (16.0f))));
                 float grid_rf = (-floorf(((-part_m) * (32768.0f))));
-                const unsigned int sk_e18 = sk_bitcast<unsigned int>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                unsigned int grid_f_low = (((sk_e18 & 2147483648u) != 0u) ? (sk_e18 ^ 4294967295u) : (sk_e18 | 2147483648u));
+                const float sk_e18 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
+                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e18) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e18) >> 31u)) | 2147483648u));
                 for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
@@ -727,14 +748,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
-                unsigned int top_key = (((sk_bitcast<unsigned int>(part_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(part_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(part_m) | 2147483648u));
+                unsigned int top_key = (sk_bitcast<unsigned int>(part_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(part_m) >> 31u)) | 2147483648u));
                 float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f));
                 float s = (0.0f);
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_k::sum_part
                     unsigned int k = part_keys[i];
                     if ((k != 0u)) {
-                        float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
+                        float kz = sk_bitcast<float>((k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(k) >> 31u)) ^ 4294967295u) | 2147483648u)));
                         float kw = sk_fast_exp((kz - m_finite));
                         s = (s + kw);
                         if ((k != 0u)) {
@@ -964,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             // built by kernels::filter_top_k::left_out_kept
                             const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
                             unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
-                            const float sk_e48 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e48 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                             const float sk_e46 = ((sk_e48 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
                             const float sk_e47 = (sk_e48 - mp_mx);
                             const bool sk_e49 = (mp_mx == sk_bitcast<float>(4286578688u));

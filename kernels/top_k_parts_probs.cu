@@ -36,8 +36,7 @@ __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[2048];
-__shared__ __align__(16) float edge_rcp[16];
+__shared__ __align__(16) unsigned int part_hist[2064];
 
 __device__ __forceinline__ float sk_block_max_f32(float sk_v) {
     for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
@@ -158,59 +157,66 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
     __syncthreads();
     return sk_r;
 }
-#define sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf) { \
+#define sk_read_step(zx0, li0, n_cols, m) { \
+    /* built by kernels::filter_values::read_step */ \
+    float z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+    bool z_ok = (z > (0.0f)); \
+    if ((li0 < n_cols)) { \
+        /* built by kernels::filter_top_k::load_part */ \
+        part_keys[li0] = (z_ok ? (sk_bitcast<unsigned int>(z) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(z) >> 31u)) | 2147483648u)) : 0u); \
+    } \
+    if (z_ok) { \
+        /* built by kernels::filter_top_k::load_part */ \
+        m = fmaxf(m, z); \
+    } \
+}
+#define sk_histogram_part(hk0, grid_ru, grid_f_low, grid_rfu) { \
     /* built by kernels::filter_top_p::histogram_part */ \
     if ((hk0 != 0u)) { \
-        float hz = sk_bitcast<float>((((hk0 & 2147483648u) != 0u) ? (hk0 ^ 2147483648u) : (hk0 ^ 4294967295u))); \
-        float hg = (grid_r - ((float)(sk_bitcast<unsigned int>(hz) >> (23u - 4u)))); \
-        if ((hg < (512.0f))) { \
+        float hz = sk_bitcast<float>((hk0 ^ 2147483648u)); \
+        unsigned int hg = (grid_ru - (sk_bitcast<unsigned int>(hz) >> (23u - 4u))); \
+        if ((hg < 512u)) { \
             unsigned int hbits = sk_bitcast<unsigned int>(hz); \
             unsigned int hgu = ((unsigned int)hg); \
             unsigned int hist_old = 0u; \
-            hist_old = atomicAdd(&part_hist[hgu], ((unsigned int)(((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * edge_rcp[((hbits >> 19u) & 15u)]) * (524288.0f)) + (0.5f)))); \
+            hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>((((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * sk_bitcast<float>(part_hist[(2048u + ((hbits >> 19u) & 15u))])) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
             unsigned int hist_n_old = 0u; \
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
         } \
         if ((hk0 >= grid_f_low)) { \
-            float hfg = (grid_rf - ((float)(sk_bitcast<unsigned int>(hz) >> (23u - 14u)))); \
-            if ((hfg < (1024.0f))) { \
+            unsigned int hfg = (grid_rfu - (sk_bitcast<unsigned int>(hz) >> (23u - 14u))); \
+            if ((hfg < 1024u)) { \
                 unsigned int hist_f_old = 0u; \
                 hist_f_old = atomicAdd(&part_hist[(1024u + ((unsigned int)hfg))], 1u); \
             } \
         } \
     } \
 }
-#define sk_read_step(zx0, li0, m) { \
-    /* built by kernels::filter_values::read_step */ \
-    float z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    bool z_ok = (z > (0.0f)); \
-    part_keys[li0] = (z_ok ? (((sk_bitcast<unsigned int>(z) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(z) ^ 4294967295u) : (sk_bitcast<unsigned int>(z) | 2147483648u)) : 0u); \
-    if (z_ok) { \
-        /* built by kernels::filter_top_k::load_part */ \
-        m = fmaxf(m, z); \
-    } \
-}
 #define sk_for_each_read(i0, base, col_lo, n_cols, m) { \
     /* built by kernels::filter_values::for_each_read */ \
     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
     float zx0 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]; \
+    zx0 = ((li0 < n_cols) ? zx0 : (0.0f)); \
     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
     float zx1 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]; \
+    zx1 = ((li1 < n_cols) ? zx1 : (0.0f)); \
     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
     float zx2 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]; \
+    zx2 = ((li2 < n_cols) ? zx2 : (0.0f)); \
     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
     float zx3 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]; \
-    if ((li0 < n_cols)) { \
-        sk_read_step(zx0, li0, m); \
+    zx3 = ((li3 < n_cols) ? zx3 : (0.0f)); \
+    { \
+        sk_read_step(zx0, li0, n_cols, m); \
     } \
-    if ((li1 < n_cols)) { \
-        sk_read_step(zx1, li1, m); \
+    { \
+        sk_read_step(zx1, li1, n_cols, m); \
     } \
-    if ((li2 < n_cols)) { \
-        sk_read_step(zx2, li2, m); \
+    { \
+        sk_read_step(zx2, li2, n_cols, m); \
     } \
-    if ((li3 < n_cols)) { \
-        sk_read_step(zx3, li3, m); \
+    { \
+        sk_read_step(zx3, li3, n_cols, m); \
     } \
 }
 
@@ -263,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 if ((threadIdx.x < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    edge_rcp[threadIdx.x] = ((16.0f) / (((float)threadIdx.x) + (17.0f)));
+                    part_hist[(2048u + threadIdx.x)] = sk_bitcast<unsigned int>(((16.0f) / (((float)threadIdx.x) + (17.0f))));
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -274,8 +280,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 __syncthreads();
                 float grid_r = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 4u)));
                 float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 14u)));
-                const unsigned int sk_e2 = sk_bitcast<unsigned int>(sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u))));
-                unsigned int grid_f_low = (((sk_e2 & 2147483648u) != 0u) ? (sk_e2 ^ 4294967295u) : (sk_e2 | 2147483648u));
+                const float sk_e2 = sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u)));
+                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e2) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e2) >> 31u)) | 2147483648u));
+                unsigned int grid_ru = ((unsigned int)grid_r);
+                unsigned int grid_rfu = ((unsigned int)grid_rf);
                 for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
@@ -283,16 +291,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
                     unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
                     {
-                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk0, grid_ru, grid_f_low, grid_rfu);
                     }
                     {
-                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk1, grid_ru, grid_f_low, grid_rfu);
                     }
                     {
-                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk2, grid_ru, grid_f_low, grid_rfu);
                     }
                     {
-                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk3, grid_ru, grid_f_low, grid_rfu);
                     }
                 }
                 __syncthreads();
@@ -628,14 +636,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
-                unsigned int top_key = (((sk_bitcast<unsigned int>(part_m) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(part_m) ^ 4294967295u) : (sk_bitcast<unsigned int>(part_m) | 2147483648u));
+                unsigned int top_key = (sk_bitcast<unsigned int>(part_m) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(part_m) >> 31u)) | 2147483648u));
                 float m_finite = (((part_m > sk_bitcast<float>(4286578688u)) && (part_m < sk_bitcast<float>(2139095040u))) ? part_m : (0.0f));
                 float s = (0.0f);
                 for (unsigned int i = threadIdx.x; i < n_cols; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_k::sum_part
                     unsigned int k = part_keys[i];
                     if ((k != 0u)) {
-                        float kz = sk_bitcast<float>((((k & 2147483648u) != 0u) ? (k ^ 2147483648u) : (k ^ 4294967295u)));
+                        float kz = sk_bitcast<float>((k ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(k) >> 31u)) ^ 4294967295u) | 2147483648u)));
                         float kw = ((kz == m_finite) ? (1.0f) : __fdividef(kz, m_finite));
                         s = (s + kw);
                         if ((k != 0u)) {
@@ -865,7 +873,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                             // built by kernels::filter_top_k::left_out_kept
                             const unsigned int sk_e13 = (((row_slot * parts) + p) * 1317u);
                             unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e13 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e13 + 4u)]));
-                            const float sk_e15 = sk_bitcast<float>((((mo_lk & 2147483648u) != 0u) ? (mo_lk ^ 2147483648u) : (mo_lk ^ 4294967295u)));
+                            const float sk_e15 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                             const float sk_e14 = ((sk_e15 == mp_mx) ? (1.0f) : (sk_e15 / mp_mx));
                             if (((mo_lk != 0u) && ((sk_e14 > (0.0f)) && (sk_e14 >= mp)))) {
                                 mo_left = 1u;

@@ -196,12 +196,32 @@ __device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk
     __syncthreads();
 }
 __device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
     if ((x > (88.72283f))) {
         return sk_bitcast<float>(2139095040u);
+    }
+    float kf = floorf(((x * (1.442695f)) + (0.5f)));
+    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
+    float p = (0.0001984127f);
+    p = ((p * r) + (0.0013888889f));
+    p = ((p * r) + (0.008333334f));
+    p = ((p * r) + (0.041666668f));
+    p = ((p * r) + (0.16666667f));
+    p = ((p * r) + (0.5f));
+    p = ((p * r) + (1.0f));
+    p = ((p * r) + (1.0f));
+    int k = ((int)kf);
+    int k1 = (k >> 1u);
+    int k2 = (k - k1);
+    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
+}
+__device__ __forceinline__ float sk_exp_nonpositive(float x) {
+    // built by kernels::math::exp_named
+    if ((x < (-104.0f))) {
+        return (0.0f);
     }
     float kf = floorf(((x * (1.442695f)) + (0.5f)));
     float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
@@ -447,43 +467,40 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
     return (-sk_log64((-e)));
 }
-#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below) { \
+#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v) { \
     /* built by kernels::filter_values::for_each_quad */ \
     unsigned int col = (col_lo + li0); \
     float cz = (zx0 / temp); \
     float cov = (cz - cut_mx); \
-    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    float cw = sk_exp_nonpositive((cz - cut_mx)); \
     if ((cw > (0.0f))) { \
         /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
-        if ((cg < cut_lo)) { \
+        if (((cz * cut_grid_scale) >= cut_above_from)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            min_above = fminf(min_above, cov); \
             if ((cw >= mp)) { \
                 cut_race = (cut_race | sk_c0); \
             } \
         } else { \
-            if ((cg <= cut_hi)) { \
+            if (((cz * cut_grid_scale) >= cut_range_from)) { \
                 n_range = (n_range + 1u); \
                 m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
+                min_range = fminf(min_range, cov); \
+                max_range_v = fmaxf(max_range_v, cov); \
                 if ((cw >= mp)) { \
                     cut_race = (cut_race | sk_c1); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
                 if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
+                max_below_v = fmaxf(max_below_v, cov); \
             } \
         } \
     } \
@@ -515,19 +532,19 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     const unsigned int sk_e25 = ((col_lo + i0) + 0u); \
     const bool sk_e24 = (sk_e25 < col_hi); \
     const float sk_e23 = x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]; \
-    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : (0.0f)); \
+    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e28 = ((col_lo + i0) + 1u); \
     const bool sk_e27 = (sk_e28 < col_hi); \
     const float sk_e26 = x[(base + (sk_e27 ? sk_e28 : (col_hi - 1u)))]; \
-    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : (0.0f)); \
+    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e31 = ((col_lo + i0) + 2u); \
     const bool sk_e30 = (sk_e31 < col_hi); \
     const float sk_e29 = x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]; \
-    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : (0.0f)); \
+    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e34 = ((col_lo + i0) + 3u); \
     const bool sk_e33 = (sk_e34 < col_hi); \
     const float sk_e32 = x[(base + (sk_e33 ? sk_e34 : (col_hi - 1u)))]; \
-    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : (0.0f)); \
+    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : sk_bitcast<float>(4286578688u)); \
 }
 #define sk_cut_part_2(cov, noisy, row, col, best64, best64_i) { \
     /* built by kernels::filter_top_p::cut_part */ \
@@ -546,43 +563,40 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
         } \
     } \
 }
-#define sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below) { \
+#define sk_read_step(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int col = (col_lo + li0); \
     float cz = (zx0 / temp); \
     float cov = (cz - cut_mx); \
-    float cw = ((cut_mx == sk_bitcast<float>(2139095040u)) ? ((cz == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((cut_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((cz - cut_mx)))); \
+    float cw = sk_exp_nonpositive((cz - cut_mx)); \
     if ((cw > (0.0f))) { \
         /* built by kernels::filter_top_p::cut_part */ \
-        unsigned int ck = (((sk_bitcast<unsigned int>(cov) & 2147483648u) != 0u) ? (sk_bitcast<unsigned int>(cov) ^ 4294967295u) : (sk_bitcast<unsigned int>(cov) | 2147483648u)); \
         unsigned long long cmv = sk_fixed(cw); \
-        float cg = (grid_r - floorf((cz * cut_grid_scale))); \
-        if ((cg < cut_lo)) { \
+        if (((cz * cut_grid_scale) >= cut_above_from)) { \
             n_above = (n_above + 1u); \
             m_above = (m_above + cmv); \
-            min_above_not = max(min_above_not, (ck ^ 4294967295u)); \
+            min_above = fminf(min_above, cov); \
             if ((cw >= mp)) { \
                 sk_cut_part_2(cov, noisy, row, col, best64, best64_i); \
             } \
         } else { \
-            if ((cg <= cut_hi)) { \
+            if (((cz * cut_grid_scale) >= cut_range_from)) { \
                 n_range = (n_range + 1u); \
                 m_range = (m_range + cmv); \
-                min_range_not = max(min_range_not, (ck ^ 4294967295u)); \
-                max_range = max(max_range, ck); \
+                min_range = fminf(min_range, cov); \
+                max_range_v = fmaxf(max_range_v, cov); \
                 if ((cw >= mp)) { \
                     sk_cut_part_2(cov, noisy, row, col, bestr64, bestr64_i); \
                 } \
                 unsigned int cut_at = 0u; \
                 cut_at = atomicAdd(&cut_listing[0u], 1u); \
                 if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck; \
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
                 } \
             } else { \
                 m_below = (m_below + cmv); \
-                max_below = max(max_below, ck); \
-                w_below = fmaxf(w_below, cw); \
+                max_below_v = fmaxf(max_below_v, cov); \
             } \
         } \
     } \
@@ -642,14 +656,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                     __syncthreads();
                     unsigned int n_above = 0u;
                     unsigned int n_range = 0u;
-                    unsigned int min_above_not = 0u;
-                    unsigned int min_range_not = 0u;
-                    unsigned int max_range = 0u;
-                    unsigned int max_below = 0u;
                     unsigned long long m_above = 0ull;
                     unsigned long long m_range = 0ull;
                     unsigned long long m_below = 0ull;
-                    float w_below = (0.0f);
+                    float min_above = sk_bitcast<float>(2139095040u);
+                    float min_range = sk_bitcast<float>(2139095040u);
+                    float max_range_v = sk_bitcast<float>(4286578688u);
+                    float max_below_v = sk_bitcast<float>(4286578688u);
+                    float cut_above_from = ((grid_r - cut_lo) + (1.0f));
+                    float cut_range_from = (grid_r - cut_hi);
                     float best = sk_bitcast<float>(4286578688u);
                     unsigned int best_i = 4294967295u;
                     double best64 = sk_bitcast<double>(18442240474082181120ull);
@@ -680,16 +695,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                             const float sk_e8 = x[(base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))))];
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                sk_read_step(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                sk_read_step(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                sk_read_step(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, n_above, m_above, min_above_not, best64, best64_i, n_range, m_range, min_range_not, max_range, bestr64, bestr64_i, m_below, max_below, w_below);
+                                sk_read_step(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                         }
                     } else {
@@ -699,10 +714,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                         {
                             // built by kernels::filter_values::for_each_quad
                             unsigned int i0 = (threadIdx.x * 4u);
-                            float zx0 = (0.0f);
-                            float zx1 = (0.0f);
-                            float zx2 = (0.0f);
-                            float zx3 = (0.0f);
+                            float zx0 = sk_bitcast<float>(4286578688u);
+                            float zx1 = sk_bitcast<float>(4286578688u);
+                            float zx2 = sk_bitcast<float>(4286578688u);
+                            float zx3 = sk_bitcast<float>(4286578688u);
                             unsigned int zx_at = (base + (col_lo + i0));
                             const unsigned int sk_e18 = (col_lo + i0);
                             if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
@@ -719,20 +734,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                                 sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
                             }
                             unsigned int li0 = (i0 + 0u);
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             unsigned int li1 = (i0 + 1u);
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             unsigned int li2 = (i0 + 2u);
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             unsigned int li3 = (i0 + 3u);
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
                             if ((cut_race != 0u)) {
@@ -768,10 +783,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                         }
                         for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_quad
-                            float zx0 = (0.0f);
-                            float zx1 = (0.0f);
-                            float zx2 = (0.0f);
-                            float zx3 = (0.0f);
+                            float zx0 = sk_bitcast<float>(4286578688u);
+                            float zx1 = sk_bitcast<float>(4286578688u);
+                            float zx2 = sk_bitcast<float>(4286578688u);
+                            float zx3 = sk_bitcast<float>(4286578688u);
                             unsigned int zx_at = (base + (col_lo + i0));
                             const unsigned int sk_e39 = (col_lo + i0);
                             if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
@@ -788,20 +803,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                                 sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
                             }
                             unsigned int li0 = (i0 + 0u);
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             unsigned int li1 = (i0 + 1u);
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             unsigned int li2 = (i0 + 2u);
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             unsigned int li3 = (i0 + 3u);
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above_not, cut_race, n_range, m_range, min_range_not, max_range, m_below, max_below, w_below);
+                            {
+                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
                             }
                             if ((cut_race != 0u)) {
                                 // built by kernels::filter_top_p::cut_part
@@ -833,16 +848,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                     unsigned long long part_m_range = 0ull;
                     unsigned long long part_m_below = 0ull;
                     sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
-                    unsigned int part_min_above_not = 0u;
-                    part_min_above_not = sk_block_max_u32(min_above_not);
-                    unsigned int part_min_range_not = 0u;
-                    part_min_range_not = sk_block_max_u32(min_range_not);
-                    unsigned int part_max_range = 0u;
-                    part_max_range = sk_block_max_u32(max_range);
-                    unsigned int part_max_below = 0u;
-                    part_max_below = sk_block_max_u32(max_below);
                     float part_w_below = (0.0f);
-                    part_w_below = sk_block_max_f32(w_below);
+                    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp(max_below_v)));
+                    unsigned int part_min_above_not = 0u;
+                    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                    unsigned int part_min_range_not = 0u;
+                    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_range) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u)));
+                    unsigned int part_max_range = 0u;
+                    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u))));
+                    unsigned int part_max_below = 0u;
+                    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u))));
                     float part_best = (0.0f);
                     unsigned int part_best_i = 0u;
                     sk_block_argmax_f32(best, best_i, part_best, part_best_i);

@@ -427,7 +427,7 @@ fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -758,7 +758,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -781,7 +781,7 @@ fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u3
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -804,7 +804,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -842,7 +842,7 @@ fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -871,7 +871,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -892,7 +892,7 @@ fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -915,7 +915,7 @@ fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1072,7 +1072,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -1097,7 +1097,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -1159,7 +1159,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
@@ -1512,7 +1512,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                         // built by kernels::filter_rank::race_ranks
                         let sk_e32: u32 = listed_cols[r];
-                        var rk_v: f32 = bitcast<f32>(select((sk_e32 ^ 4294967295u), (sk_e32 ^ 2147483648u), ((sk_e32 & 2147483648u) != 0u)));
+                        var rk_v: f32 = bitcast<f32>((sk_e32 ^ ((bitcast<u32>((bitcast<i32>(sk_e32) >> 31u)) ^ 4294967295u) | 2147483648u)));
                         var s64: f64 = f64(rk_v);
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -1715,7 +1715,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = (zx0 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -1739,7 +1739,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = (zx1 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -1763,7 +1763,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = (zx2 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -1787,7 +1787,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = (zx3 / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;

@@ -724,7 +724,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, 
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -747,7 +747,7 @@ fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mi
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -770,7 +770,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -790,7 +790,7 @@ fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, sk_io_rk_mine: p
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -847,7 +847,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -868,7 +868,7 @@ fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -891,7 +891,7 @@ fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1031,7 +1031,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = x[(base + col)];
                         var zv: f32 = lx;
                         var ov: f32 = zv;
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -1055,7 +1055,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = x[(base + col)];
                         var zv: f32 = lx;
                         var ov: f32 = zv;
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -1116,7 +1116,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var lx: f32 = x[(base + col)];
                             var zv: f32 = lx;
                             var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;
@@ -1453,7 +1453,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                         // built by kernels::filter_rank::race_ranks
                         let sk_e5: u32 = listed_cols[r];
-                        var rk_v: f32 = bitcast<f32>(select((sk_e5 ^ 4294967295u), (sk_e5 ^ 2147483648u), ((sk_e5 & 2147483648u) != 0u)));
+                        var rk_v: f32 = bitcast<f32>((sk_e5 ^ ((bitcast<u32>((bitcast<i32>(sk_e5) >> 31u)) ^ 4294967295u) | 2147483648u)));
                         var s64: f64 = sk_log64(f64(rk_v));
                         if (noisy) {
                             // built by kernels::seeded::score64
@@ -1640,7 +1640,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li0);
                                 var zv: f32 = zx0;
                                 var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -1663,7 +1663,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li1);
                                 var zv: f32 = zx1;
                                 var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -1686,7 +1686,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li2);
                                 var zv: f32 = zx2;
                                 var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -1709,7 +1709,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var col: u32 = (col_lo + li3);
                                 var zv: f32 = zx3;
                                 var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;

@@ -102,7 +102,7 @@ fn sk_block_argmax_f32(sk_lid: u32, sk_v: f32, sk_i: u32, sk_ov: ptr<function, f
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }

@@ -350,7 +350,7 @@ fn sk_block_sums_u64_16(sk_lid: u32, sk_m0: u64, sk_m1: u64, sk_m2: u64, sk_m3: 
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -414,7 +414,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -446,7 +446,7 @@ fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -469,7 +469,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u3
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -496,7 +496,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -651,7 +651,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -676,7 +676,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -738,7 +738,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
                             var zv: f32 = (lx / temp);
                             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;

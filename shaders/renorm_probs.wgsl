@@ -432,7 +432,7 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, 
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -455,7 +455,7 @@ fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mi
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -492,7 +492,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -514,7 +514,7 @@ fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -537,7 +537,7 @@ fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -673,7 +673,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = x[(base + col)];
                         var zv: f32 = lx;
                         var ov: f32 = zv;
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -697,7 +697,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var lx: f32 = x[(base + col)];
                         var zv: f32 = lx;
                         var ov: f32 = zv;
-                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                         var wv: f32 = (0.0f);
                         var ok: bool = false;
                         var mv: u64 = 0lu;
@@ -758,7 +758,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var lx: f32 = x[(base + col)];
                             var zv: f32 = lx;
                             var ov: f32 = zv;
-                            var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                             var wv: f32 = (0.0f);
                             var ok: bool = false;
                             var mv: u64 = 0lu;

@@ -525,12 +525,33 @@ fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
     if ((x > (88.72283f))) {
         return bitcast<f32>(2139095040u);
+    }
+    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
+    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
+    var p: f32 = (0.0001984127f);
+    p = ((p * r) + (0.0013888889f));
+    p = ((p * r) + (0.008333334f));
+    p = ((p * r) + (0.041666668f));
+    p = ((p * r) + (0.16666667f));
+    p = ((p * r) + (0.5f));
+    p = ((p * r) + (1.0f));
+    p = ((p * r) + (1.0f));
+    var k: i32 = i32(kf);
+    var k1: i32 = (k >> 1u);
+    var k2: i32 = (k - k1);
+    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
+}
+fn sk_exp_nonpositive(x_in: f32) -> f32 {
+    var x: f32 = x_in;
+    // built by kernels::math::exp_named
+    if ((x < (-104.0f))) {
+        return (0.0f);
     }
     var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
     var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
@@ -822,68 +843,63 @@ fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_
     *sk_io_cn = cn;
     *sk_io_cm = cm;
 }
-fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_grid_scale: f32, cut_lo: f32, mp: f32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, cut_grid_scale: f32, cut_above_from: f32, mp: f32, cut_range_from: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
+    var min_above: f32 = *sk_io_min_above;
     var cut_race: u32 = *sk_io_cut_race;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
+    var min_range: f32 = *sk_io_min_range;
+    var max_range_v: f32 = *sk_io_max_range_v;
     var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
+    var max_below_v: f32 = *sk_io_max_below_v;
     // built by kernels::filter_values::for_each_quad
     var col: u32 = (col_lo + li0);
     var cz: f32 = (zx0 / temp);
     var cov: f32 = (cz - cut_mx);
-    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+    var cw: f32 = sk_exp_nonpositive((cz - cut_mx));
     if ((cw > (0.0f))) {
         // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - floor((cz * cut_grid_scale)));
-        if ((cg < cut_lo)) {
+        if (((cz * cut_grid_scale) >= cut_above_from)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            min_above = min(min_above, cov);
             if ((cw >= mp)) {
                 cut_race = (cut_race | sk_c0);
             }
         } else {
-            if ((cg <= cut_hi)) {
+            if (((cz * cut_grid_scale) >= cut_range_from)) {
                 n_range = (n_range + 1u);
                 m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
+                min_range = min(min_range, cov);
+                max_range_v = max(max_range_v, cov);
                 if ((cw >= mp)) {
                     cut_race = (cut_race | sk_c1);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
                 if ((cut_at < 640u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u)));
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
                 }
             } else {
                 m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
+                max_below_v = max(max_below_v, cov);
             }
         }
     }
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
+    *sk_io_min_above = min_above;
     *sk_io_cut_race = cut_race;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
+    *sk_io_min_range = min_range;
+    *sk_io_max_range_v = max_range_v;
     *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
+    *sk_io_max_below_v = max_below_v;
 }
 fn sk_sweep_set(mx: f32, zv: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
     var wv: f32 = *sk_io_wv;
@@ -949,7 +965,7 @@ fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -972,7 +988,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u3
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -992,7 +1008,7 @@ fn sk_select_in_range(dk: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, m
     // built by kernels::filter_top_p::select_in_range
     var digit: u32 = ((dk >> shift) & 15u);
     (*cnt)[digit] += 1u;
-    (*mas)[digit] += sk_fixed(sk_exp(bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)))));
+    (*mas)[digit] += sk_fixed(sk_exp(bitcast<f32>((dk ^ ((bitcast<u32>((bitcast<i32>(dk) >> 31u)) ^ 4294967295u) | 2147483648u)))));
 }
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
     var rk_seen: u32 = *sk_io_rk_seen;
@@ -1001,7 +1017,7 @@ fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1039,7 +1055,7 @@ fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1199,19 +1215,19 @@ fn sk_load_quad_as(col_lo: u32, i0: u32, col_hi: u32, base: u32, sk_io_zx0: ptr<
     let sk_e25: u32 = ((col_lo + i0) + 0u);
     let sk_e24: bool = (sk_e25 < col_hi);
     let sk_e23: f32 = sk_load_x((base + select((col_hi - 1u), sk_e25, sk_e24)));
-    zx0 = select((0.0f), select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)), sk_e24);
+    zx0 = select(bitcast<f32>(4286578688u), select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)), sk_e24);
     let sk_e28: u32 = ((col_lo + i0) + 1u);
     let sk_e27: bool = (sk_e28 < col_hi);
     let sk_e26: f32 = sk_load_x((base + select((col_hi - 1u), sk_e28, sk_e27)));
-    zx1 = select((0.0f), select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)), sk_e27);
+    zx1 = select(bitcast<f32>(4286578688u), select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)), sk_e27);
     let sk_e31: u32 = ((col_lo + i0) + 2u);
     let sk_e30: bool = (sk_e31 < col_hi);
     let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sk_e31, sk_e30)));
-    zx2 = select((0.0f), select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)), sk_e30);
+    zx2 = select(bitcast<f32>(4286578688u), select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)), sk_e30);
     let sk_e34: u32 = ((col_lo + i0) + 3u);
     let sk_e33: bool = (sk_e34 < col_hi);
     let sk_e32: f32 = sk_load_x((base + select((col_hi - 1u), sk_e34, sk_e33)));
-    zx3 = select((0.0f), select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)), sk_e33);
+    zx3 = select(bitcast<f32>(4286578688u), select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)), sk_e33);
     *sk_io_zx0 = zx0;
     *sk_io_zx1 = zx1;
     *sk_io_zx2 = zx2;
@@ -1254,46 +1270,43 @@ fn sk_race_one_2(rov: f32, noisy: bool, row: u32, rcol: u32, sk_io_best64: ptr<f
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
 }
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_r: f32, cut_grid_scale: f32, cut_lo: f32, mp: f32, noisy: bool, row: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, cut_grid_scale: f32, cut_above_from: f32, mp: f32, noisy: bool, row: u32, cut_range_from: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
+    var min_above: f32 = *sk_io_min_above;
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
+    var min_range: f32 = *sk_io_min_range;
+    var max_range_v: f32 = *sk_io_max_range_v;
     var bestr64: f64 = *sk_io_bestr64;
     var bestr64_i: u32 = *sk_io_bestr64_i;
     var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
+    var max_below_v: f32 = *sk_io_max_below_v;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
     var cz: f32 = (zx0 / temp);
     var cov: f32 = (cz - cut_mx);
-    var cw: f32 = select(select(sk_exp((cz - cut_mx)), (0.0f), (cut_mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (cz == bitcast<f32>(2139095040u))), (cut_mx == bitcast<f32>(2139095040u)));
+    var cw: f32 = sk_exp_nonpositive((cz - cut_mx));
     if ((cw > (0.0f))) {
         // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - floor((cz * cut_grid_scale)));
-        if ((cg < cut_lo)) {
+        if (((cz * cut_grid_scale) >= cut_above_from)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            min_above = min(min_above, cov);
             if ((cw >= mp)) {
                 {
                     sk_race_one_2(cov, noisy, row, col, &best64, &best64_i);
                 }
             }
         } else {
-            if ((cg <= cut_hi)) {
+            if (((cz * cut_grid_scale) >= cut_range_from)) {
                 n_range = (n_range + 1u);
                 m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
+                min_range = min(min_range, cov);
+                max_range_v = max(max_range_v, cov);
                 if ((cw >= mp)) {
                     {
                         sk_race_one_2(cov, noisy, row, col, &bestr64, &bestr64_i);
@@ -1302,30 +1315,28 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, grid_
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
                 if ((cut_at < 640u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u)));
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
                 }
             } else {
                 m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
+                max_below_v = max(max_below_v, cov);
             }
         }
     }
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
+    *sk_io_min_above = min_above;
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
+    *sk_io_min_range = min_range;
+    *sk_io_max_range_v = max_range_v;
     *sk_io_bestr64 = bestr64;
     *sk_io_bestr64_i = bestr64_i;
     *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
+    *sk_io_max_below_v = max_below_v;
 }
 fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
     // built by kernels::filters::digit_counts
@@ -1338,7 +1349,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1359,7 +1370,7 @@ fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1382,7 +1393,7 @@ fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched:
     var col: u32 = (col_lo + li0);
     var zv: f32 = (zx0 / temp);
     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1462,14 +1473,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             workgroupBarrier();
                             var n_above: u32 = 0u;
                             var n_range: u32 = 0u;
-                            var min_above_not: u32 = 0u;
-                            var min_range_not: u32 = 0u;
-                            var max_range: u32 = 0u;
-                            var max_below: u32 = 0u;
                             var m_above: u64 = 0lu;
                             var m_range: u64 = 0lu;
                             var m_below: u64 = 0lu;
-                            var w_below: f32 = (0.0f);
+                            var min_above: f32 = bitcast<f32>(2139095040u);
+                            var min_range: f32 = bitcast<f32>(2139095040u);
+                            var max_range_v: f32 = bitcast<f32>(4286578688u);
+                            var max_below_v: f32 = bitcast<f32>(4286578688u);
+                            var cut_above_from: f32 = ((grid_r - cut_lo) + (1.0f));
+                            var cut_range_from: f32 = (grid_r - cut_hi);
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;
                             var best64: f64 = bitcast<f64>(18442240474082181120lu);
@@ -1500,16 +1512,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e8: f32 = sk_load_x((base + (col_lo + select((sk_e9 - 1u), li3, (li3 < sk_e9)))));
                                     var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                 }
                             } else {
@@ -1519,10 +1531,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 {
                                     // built by kernels::filter_values::for_each_quad
                                     var i0: u32 = (sk_lid * 4u);
-                                    var zx0: f32 = (0.0f);
-                                    var zx1: f32 = (0.0f);
-                                    var zx2: f32 = (0.0f);
-                                    var zx3: f32 = (0.0f);
+                                    var zx0: f32 = bitcast<f32>(4286578688u);
+                                    var zx1: f32 = bitcast<f32>(4286578688u);
+                                    var zx2: f32 = bitcast<f32>(4286578688u);
+                                    var zx3: f32 = bitcast<f32>(4286578688u);
                                     var zx_at: u32 = (base + (col_lo + i0));
                                     let sk_e18: u32 = (col_lo + i0);
                                     if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
@@ -1539,20 +1551,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         sk_load_quad_as(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     var li0: u32 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li1: u32 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li2: u32 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li3: u32 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
                                     if ((cut_race != 0u)) {
@@ -1588,10 +1600,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 for (var i0: u32 = ((sk_lid + BLOCK) * 4u); i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                                     // built by kernels::filter_values::for_each_quad
-                                    var zx0: f32 = (0.0f);
-                                    var zx1: f32 = (0.0f);
-                                    var zx2: f32 = (0.0f);
-                                    var zx3: f32 = (0.0f);
+                                    var zx0: f32 = bitcast<f32>(4286578688u);
+                                    var zx1: f32 = bitcast<f32>(4286578688u);
+                                    var zx2: f32 = bitcast<f32>(4286578688u);
+                                    var zx3: f32 = bitcast<f32>(4286578688u);
                                     var zx_at: u32 = (base + (col_lo + i0));
                                     let sk_e39: u32 = (col_lo + i0);
                                     if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
@@ -1608,20 +1620,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         sk_load_quad_as(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
                                     }
                                     var li0: u32 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li1: u32 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li2: u32 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li3: u32 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, grid_r, cut_grid_scale, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     if ((cut_race != 0u)) {
                                         // built by kernels::filter_top_p::cut_part
@@ -1653,16 +1665,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var part_m_range: u64 = 0lu;
                             var part_m_below: u64 = 0lu;
                             sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
-                            var part_min_above_not: u32 = 0u;
-                            part_min_above_not = sk_block_max_u32(sk_lid, min_above_not);
-                            var part_min_range_not: u32 = 0u;
-                            part_min_range_not = sk_block_max_u32(sk_lid, min_range_not);
-                            var part_max_range: u32 = 0u;
-                            part_max_range = sk_block_max_u32(sk_lid, max_range);
-                            var part_max_below: u32 = 0u;
-                            part_max_below = sk_block_max_u32(sk_lid, max_below);
                             var part_w_below: f32 = (0.0f);
-                            part_w_below = sk_block_max_f32(sk_lid, w_below);
+                            part_w_below = sk_block_max_f32(sk_lid, select(sk_exp(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
+                            var part_min_above_not: u32 = 0u;
+                            part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                            var part_min_range_not: u32 = 0u;
+                            part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_range) ^ (bitcast<u32>((bitcast<i32>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                            var part_max_range: u32 = 0u;
+                            part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                            var part_max_below: u32 = 0u;
+                            part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                             var part_best: f32 = (0.0f);
                             var part_best_i: u32 = 0u;
                             sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
@@ -2096,7 +2108,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filter_top_p::select_in_range
                                         var rk: u32 = listed_cols[i];
                                         var rcol: u32 = listed_cols[(i + 2048u)];
-                                        var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
+                                        var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             let sk_e72: f32 = sk_load_x((base + rcol));
                                             var rz_x: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
@@ -2375,7 +2387,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rk: u32 = ri_key;
                                         let sk_e87: u32 = (i / 640u);
                                         var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
-                                        var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
+                                        var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
                                             let sk_e88: f32 = sk_load_x((base + rcol));
                                             var rz_x: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
@@ -2396,7 +2408,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                                     let sk_e91: bool = (tie_v == 0lu);
                                     var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e91)) + 1lu), tn64, sk_e91)));
-                                    var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)))) >= mp));
+                                    var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
                                     var t_base: u32 = 0u;
@@ -2463,7 +2475,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tz_x: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
-                                            if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+                                            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                                 t_mine = (t_mine + 1u);
                                             }
                                         }
@@ -2475,7 +2487,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tz_x: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
                                             var tz: f32 = (tz_x / temp);
                                             var tov: f32 = (tz - cut_mx);
-                                            if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
+                                            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                                                 if ((t_rank < t_cut_left)) {
                                                     if (cut_seeded) {
                                                         sk_race_one_2(tov, noisy, row, col, &best64, &best64_i);
@@ -2546,7 +2558,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_k::merge_row
                                 var want: u32 = (kc + 1u);
                                 var n_items: u32 = (parts * want);
-                                var t_top: u32 = select((bitcast<u32>(row_m) | 2147483648u), (bitcast<u32>(row_m) ^ 4294967295u), ((bitcast<u32>(row_m) & 2147483648u) != 0u));
+                                var t_top: u32 = (bitcast<u32>(row_m) ^ (bitcast<u32>((bitcast<i32>(row_m) >> 31u)) | 2147483648u));
                                 for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                     // built by kernels::select::clear
                                     atomicStore(&select_scratch[i], 0u);
@@ -2721,7 +2733,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
                                     let sk_e104: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e104 ^ 4294967295u), (sk_e104 ^ 2147483648u), ((sk_e104 & 2147483648u) != 0u)));
+                                    var zi: f32 = bitcast<f32>((sk_e104 ^ ((bitcast<u32>((bitcast<i32>(sk_e104) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                                     listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -2759,7 +2771,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
                                     let sk_e106: u32 = listed_cols[(1285u + r)];
-                                    let sk_e105: f32 = bitcast<f32>(select((sk_e106 ^ 4294967295u), (sk_e106 ^ 2147483648u), ((sk_e106 & 2147483648u) != 0u)));
+                                    let sk_e105: f32 = bitcast<f32>((sk_e106 ^ ((bitcast<u32>((bitcast<i32>(sk_e106) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     var wr: f32 = select(select(sk_exp((sk_e105 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e105 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2930,7 +2942,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
                                         let sk_e156: u32 = listed_cols[(1285u + r)];
-                                        let sk_e155: f32 = bitcast<f32>(select((sk_e156 ^ 4294967295u), (sk_e156 ^ 2147483648u), ((sk_e156 & 2147483648u) != 0u)));
+                                        let sk_e155: f32 = bitcast<f32>((sk_e156 ^ ((bitcast<u32>((bitcast<i32>(sk_e156) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         var wr: f32 = select(select(sk_exp((sk_e155 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e155 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2944,21 +2956,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     unsure_n = 0u;
                                     reads_before = (reads_before + 1u);
                                 }
-                                var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
+                                var zt: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
                                 let sk_e157: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = ((bitcast<f32>(select((sk_e157 ^ 4294967295u), (sk_e157 ^ 2147483648u), ((sk_e157 & 2147483648u) != 0u))) - row_m) > (zt - row_m));
+                                var cut_above: bool = ((bitcast<f32>((sk_e157 ^ ((bitcast<u32>((bitcast<i32>(sk_e157) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m));
                                 let sk_e158: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || ((bitcast<f32>(select((listed_cols[sk_e158] ^ 4294967295u), (listed_cols[sk_e158] ^ 2147483648u), ((listed_cols[sk_e158] & 2147483648u) != 0u))) - row_m) > (zt - row_m)));
+                                var k_above: bool = ((!k_first) || ((bitcast<f32>((listed_cols[sk_e158] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e158]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m)));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
-                                    var ov_t: f32 = (bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u))) - row_m);
+                                    var ov_t: f32 = (bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m);
                                     var tie_bad: u32 = 0u;
                                     for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         var ek: u32 = listed_cols[(0u + i)];
-                                        if (((ek > t_key) && ((bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        if (((ek > t_key) && ((bitcast<f32>((ek ^ ((bitcast<u32>((bitcast<i32>(ek) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2972,18 +2984,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                         }
                                         var lk: u32 = ik;
-                                        if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        if ((((lk != 0u) && (lk < t_key)) && ((bitcast<f32>((lk ^ ((bitcast<u32>((bitcast<i32>(lk) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         var rk3: u32 = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 3u)]);
-                                        if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        if ((((rk3 != 0u) && (rk3 < t_key)) && ((bitcast<f32>((rk3 ^ ((bitcast<u32>((bitcast<i32>(rk3) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                         var rk4: u32 = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 4u)]);
-                                        if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) - row_m) == ov_t))) {
+                                        if ((((rk4 != 0u) && (rk4 < t_key)) && ((bitcast<f32>((rk4 ^ ((bitcast<u32>((bitcast<i32>(rk4) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -3007,7 +3019,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
                                         let sk_e160: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e160 ^ 4294967295u), (sk_e160 ^ 2147483648u), ((sk_e160 & 2147483648u) != 0u)));
+                                        var rz: f32 = bitcast<f32>((sk_e160 ^ ((bitcast<u32>((bitcast<i32>(sk_e160) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if (ow_ranked) {
                                             sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -3056,7 +3068,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filter_top_k::left_out_kept
                                         let sk_e165: u32 = (((slot * parts) + p) * 1317u);
                                         var mo_lk: u32 = max(atomicLoad(&partials[(sk_e165 + 3u)]), atomicLoad(&partials[(sk_e165 + 4u)]));
-                                        let sk_e168: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e168: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         let sk_e166: f32 = select((0.0f), (1.0f), (sk_e168 == bitcast<f32>(2139095040u)));
                                         let sk_e167: f32 = (sk_e168 - row_m);
                                         let sk_e169: bool = (row_m == bitcast<f32>(4286578688u));
@@ -3084,7 +3096,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]))) {
                                                 let sk_e172: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e172 ^ 4294967295u), (sk_e172 ^ 2147483648u), ((sk_e172 & 2147483648u) != 0u)));
+                                                var mo_z: f32 = bitcast<f32>((sk_e172 ^ ((bitcast<u32>((bitcast<i32>(sk_e172) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                                 let sk_e173: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                                                 if (((sk_e173 > (0.0f)) && (sk_e173 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
@@ -3252,7 +3264,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var lx: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -3277,7 +3289,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var lx: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
                                 var zv: f32 = (lx / temp);
                                 var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -3339,7 +3351,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lx: f32 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
                                     var zv: f32 = (lx / temp);
                                     var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                     var wv: f32 = (0.0f);
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
@@ -3681,7 +3693,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
                                 let sk_e209: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e209 ^ 4294967295u), (sk_e209 ^ 2147483648u), ((sk_e209 & 2147483648u) != 0u)));
+                                var rk_v: f32 = bitcast<f32>((sk_e209 ^ ((bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 var s64: f64 = f64(rk_v);
                                 if (noisy) {
                                     // built by kernels::seeded::score64
@@ -3884,7 +3896,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li0);
                                         var zv: f32 = (zx0 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
@@ -3908,7 +3920,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li1);
                                         var zv: f32 = (zx1 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
@@ -3932,7 +3944,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li2);
                                         var zv: f32 = (zx2 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
@@ -3956,7 +3968,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li3);
                                         var zv: f32 = (zx3 / temp);
                                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;

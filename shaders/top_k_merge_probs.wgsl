@@ -789,18 +789,17 @@ fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_
     *sk_io_cn = cn;
     *sk_io_cm = cm;
 }
-fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, cut_grid_shift: u32, cut_above_from: u32, mp: f32, cut_range_from: u32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
+    var min_above: f32 = *sk_io_min_above;
     var cut_race: u32 = *sk_io_cut_race;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
+    var min_range: f32 = *sk_io_min_range;
+    var max_range_v: f32 = *sk_io_max_range_v;
     var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
+    var max_below_v: f32 = *sk_io_max_below_v;
     // built by kernels::filter_values::for_each_quad
     var col: u32 = (col_lo + li0);
     var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
@@ -808,49 +807,45 @@ fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, c
     var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
     if ((cw > (0.0f))) {
         // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
-        if ((cg < cut_lo)) {
+        if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            min_above = min(min_above, cov);
             if ((cw >= mp)) {
                 cut_race = (cut_race | sk_c0);
             }
         } else {
-            if ((cg <= cut_hi)) {
+            if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) {
                 n_range = (n_range + 1u);
                 m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
+                min_range = min(min_range, cov);
+                max_range_v = max(max_range_v, cov);
                 if ((cw >= mp)) {
                     cut_race = (cut_race | sk_c1);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
                 if ((cut_at < 640u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u)));
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
                 }
             } else {
                 m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
+                max_below_v = max(max_below_v, cov);
             }
         }
     }
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
+    *sk_io_min_above = min_above;
     *sk_io_cut_race = cut_race;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
+    *sk_io_min_range = min_range;
+    *sk_io_max_range_v = max_range_v;
     *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
+    *sk_io_max_below_v = max_below_v;
 }
 fn sk_sweep_set(zv: f32, mx: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
     var wv: f32 = *sk_io_wv;
@@ -916,7 +911,7 @@ fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, 
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -939,7 +934,7 @@ fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mi
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -959,7 +954,7 @@ fn sk_select_in_range(dk: u32, shift: u32, cut_mx: f32, cnt: ptr<function, array
     // built by kernels::filter_top_p::select_in_range
     var digit: u32 = ((dk >> shift) & 15u);
     (*cnt)[digit] += 1u;
-    let sk_e40: f32 = bitcast<f32>(select((dk ^ 4294967295u), (dk ^ 2147483648u), ((dk & 2147483648u) != 0u)));
+    let sk_e40: f32 = bitcast<f32>((dk ^ ((bitcast<u32>((bitcast<i32>(dk) >> 31u)) ^ 4294967295u) | 2147483648u)));
     (*mas)[digit] += sk_fixed(select((sk_e40 / cut_mx), (1.0f), (sk_e40 == cut_mx)));
 }
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
@@ -969,7 +964,7 @@ fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -989,7 +984,7 @@ fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, sk_io_rk_mine: p
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1195,21 +1190,20 @@ fn sk_race_one_2(rz: f32, noisy: bool, row: u32, rcol: u32, sk_io_best64: ptr<fu
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
 }
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, noisy: bool, row: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, cut_grid_shift: u32, cut_above_from: u32, mp: f32, noisy: bool, row: u32, cut_range_from: u32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
+    var min_above: f32 = *sk_io_min_above;
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
+    var min_range: f32 = *sk_io_min_range;
+    var max_range_v: f32 = *sk_io_max_range_v;
     var bestr64: f64 = *sk_io_bestr64;
     var bestr64_i: u32 = *sk_io_bestr64_i;
     var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
+    var max_below_v: f32 = *sk_io_max_below_v;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
     var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
@@ -1217,24 +1211,22 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
     var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
     if ((cw > (0.0f))) {
         // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
-        if ((cg < cut_lo)) {
+        if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            min_above = min(min_above, cov);
             if ((cw >= mp)) {
                 {
                     sk_race_one_2(cz, noisy, row, col, &best64, &best64_i);
                 }
             }
         } else {
-            if ((cg <= cut_hi)) {
+            if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) {
                 n_range = (n_range + 1u);
                 m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
+                min_range = min(min_range, cov);
+                max_range_v = max(max_range_v, cov);
                 if ((cw >= mp)) {
                     {
                         sk_race_one_2(cz, noisy, row, col, &bestr64, &bestr64_i);
@@ -1243,30 +1235,28 @@ fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
                 if ((cut_at < 640u)) {
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], ck);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u)));
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
                 }
             } else {
                 m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
+                max_below_v = max(max_below_v, cov);
             }
         }
     }
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
+    *sk_io_min_above = min_above;
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
+    *sk_io_min_range = min_range;
+    *sk_io_max_range_v = max_range_v;
     *sk_io_bestr64 = bestr64;
     *sk_io_bestr64_i = bestr64_i;
     *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
+    *sk_io_max_below_v = max_below_v;
 }
 fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
     // built by kernels::filters::digit_counts
@@ -1279,7 +1269,7 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1300,7 +1290,7 @@ fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1323,7 +1313,7 @@ fn sk_read_step_9(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, m
     var col: u32 = (col_lo + li0);
     var zv: f32 = zx0;
     var ov: f32 = zv;
-    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
     var wv: f32 = (0.0f);
     var ok: bool = false;
     var mv: u64 = 0lu;
@@ -1403,14 +1393,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             workgroupBarrier();
                             var n_above: u32 = 0u;
                             var n_range: u32 = 0u;
-                            var min_above_not: u32 = 0u;
-                            var min_range_not: u32 = 0u;
-                            var max_range: u32 = 0u;
-                            var max_below: u32 = 0u;
                             var m_above: u64 = 0lu;
                             var m_range: u64 = 0lu;
                             var m_below: u64 = 0lu;
-                            var w_below: f32 = (0.0f);
+                            var min_above: f32 = bitcast<f32>(2139095040u);
+                            var min_range: f32 = bitcast<f32>(2139095040u);
+                            var max_range_v: f32 = bitcast<f32>(4286578688u);
+                            var max_below_v: f32 = bitcast<f32>(4286578688u);
+                            var cut_above_from: u32 = u32(max(((grid_r - cut_lo) + (1.0f)), (0.0f)));
+                            var cut_range_from: u32 = u32(max((grid_r - cut_hi), (0.0f)));
                             var best: f32 = bitcast<f32>(4286578688u);
                             var best_i: u32 = 4294967295u;
                             var best64: f64 = bitcast<f64>(18442240474082181120lu);
@@ -1436,16 +1427,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e5: u32 = (col_hi - col_lo);
                                     var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
                                     if ((li0 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                     if ((li1 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                     if ((li2 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                     if ((li3 < (col_hi - col_lo))) {
-                                        sk_read_step_2(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                        sk_read_step_2(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                                     }
                                 }
                             } else {
@@ -1483,20 +1474,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e22, sk_e21))], sk_e21);
                                     }
                                     var li0: u32 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li1: u32 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li2: u32 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li3: u32 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
                                     if ((cut_race != 0u)) {
@@ -1560,20 +1551,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e31, sk_e30))], sk_e30);
                                     }
                                     var li0: u32 = (i0 + 0u);
-                                    if ((li0 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li1: u32 = (i0 + 1u);
-                                    if ((li1 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li2: u32 = (i0 + 2u);
-                                    if ((li2 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     var li3: u32 = (i0 + 3u);
-                                    if ((li3 < (col_hi - col_lo))) {
-                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                                    {
+                                        sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                                     }
                                     if ((cut_race != 0u)) {
                                         // built by kernels::filter_top_p::cut_part
@@ -1605,16 +1596,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var part_m_range: u64 = 0lu;
                             var part_m_below: u64 = 0lu;
                             sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
-                            var part_min_above_not: u32 = 0u;
-                            part_min_above_not = sk_block_max_u32(sk_lid, min_above_not);
-                            var part_min_range_not: u32 = 0u;
-                            part_min_range_not = sk_block_max_u32(sk_lid, min_range_not);
-                            var part_max_range: u32 = 0u;
-                            part_max_range = sk_block_max_u32(sk_lid, max_range);
-                            var part_max_below: u32 = 0u;
-                            part_max_below = sk_block_max_u32(sk_lid, max_below);
                             var part_w_below: f32 = (0.0f);
-                            part_w_below = sk_block_max_f32(sk_lid, w_below);
+                            part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / cut_mx), (1.0f), (max_below_v == cut_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
+                            var part_min_above_not: u32 = 0u;
+                            part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                            var part_min_range_not: u32 = 0u;
+                            part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_range) ^ (bitcast<u32>((bitcast<i32>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                            var part_max_range: u32 = 0u;
+                            part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                            var part_max_below: u32 = 0u;
+                            part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                             var part_best: f32 = (0.0f);
                             var part_best_i: u32 = 0u;
                             sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
@@ -2048,7 +2039,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filter_top_p::select_in_range
                                         var rk: u32 = listed_cols[i];
                                         var rcol: u32 = listed_cols[(i + 2048u)];
-                                        var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
+                                        var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
                                             var rz_x: f32 = x[(base + rcol)];
                                             var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
@@ -2326,7 +2317,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rk: u32 = ri_key;
                                         let sk_e60: u32 = (i / 640u);
                                         var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e60) * 1317u) + (6u + ((i - (sk_e60 * 640u)) * 2u)))]);
-                                        var rov: f32 = bitcast<f32>(select((rk ^ 4294967295u), (rk ^ 2147483648u), ((rk & 2147483648u) != 0u)));
+                                        var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
                                             var rz_x: f32 = x[(base + rcol)];
                                             var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
@@ -2346,7 +2337,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                                     let sk_e63: bool = (tie_v == 0lu);
                                     var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e63)) + 1lu), tn64, sk_e63)));
-                                    let sk_e64: f32 = bitcast<f32>(select((max_range_all ^ 4294967295u), (max_range_all ^ 2147483648u), ((max_range_all & 2147483648u) != 0u)));
+                                    let sk_e64: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     var t_kept: u32 = select(0u, ties, (select((sk_e64 / cut_mx), (1.0f), (sk_e64 == cut_mx)) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
@@ -2413,7 +2404,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tz_x: f32 = x[(base + col)];
                                             var tz: f32 = select((0.0f), tz_x, ((tz_x > (0.0f)) && (tz_x < bitcast<f32>(2139095040u))));
                                             var tov: f32 = tz;
-                                            if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > (0.0f)))) {
+                                            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                                                 t_mine = (t_mine + 1u);
                                             }
                                         }
@@ -2424,7 +2415,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var tz_x: f32 = x[(base + col)];
                                             var tz: f32 = select((0.0f), tz_x, ((tz_x > (0.0f)) && (tz_x < bitcast<f32>(2139095040u))));
                                             var tov: f32 = tz;
-                                            if (((select((bitcast<u32>(tov) | 2147483648u), (bitcast<u32>(tov) ^ 4294967295u), ((bitcast<u32>(tov) & 2147483648u) != 0u)) == max_range_all) && (tz > (0.0f)))) {
+                                            if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                                                 if ((t_rank < t_cut_left)) {
                                                     if (cut_seeded) {
                                                         sk_race_one_2(tz, noisy, row, col, &best64, &best64_i);
@@ -2489,7 +2480,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 // built by kernels::filter_top_k::merge_row
                                 var want: u32 = (kc + 1u);
                                 var n_items: u32 = (parts * want);
-                                var t_top: u32 = select((bitcast<u32>(row_m) | 2147483648u), (bitcast<u32>(row_m) ^ 4294967295u), ((bitcast<u32>(row_m) & 2147483648u) != 0u));
+                                var t_top: u32 = (bitcast<u32>(row_m) ^ (bitcast<u32>((bitcast<i32>(row_m) >> 31u)) | 2147483648u));
                                 for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
                                     // built by kernels::select::clear
                                     atomicStore(&select_scratch[i], 0u);
@@ -2664,7 +2655,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 workgroupBarrier();
                                 for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
                                     let sk_e74: u32 = listed_cols[(0u + i)];
-                                    var zi: f32 = bitcast<f32>(select((sk_e74 ^ 4294967295u), (sk_e74 ^ 2147483648u), ((sk_e74 & 2147483648u) != 0u)));
+                                    var zi: f32 = bitcast<f32>((sk_e74 ^ ((bitcast<u32>((bitcast<i32>(sk_e74) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     listed_cols[(514u + i)] = bitcast<u32>(zi);
                                     listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                                     listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -2702,7 +2693,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var n_unsure: u32 = 0u;
                                 for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
                                     let sk_e76: u32 = listed_cols[(1285u + r)];
-                                    let sk_e75: f32 = bitcast<f32>(select((sk_e76 ^ 4294967295u), (sk_e76 ^ 2147483648u), ((sk_e76 & 2147483648u) != 0u)));
+                                    let sk_e75: f32 = bitcast<f32>((sk_e76 ^ ((bitcast<u32>((bitcast<i32>(sk_e76) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     var wr: f32 = select((sk_e75 / row_m), (1.0f), (sk_e75 == row_m));
                                     var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                     var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2857,7 +2848,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     n_lo = 0u;
                                     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
                                         let sk_e110: u32 = listed_cols[(1285u + r)];
-                                        let sk_e109: f32 = bitcast<f32>(select((sk_e110 ^ 4294967295u), (sk_e110 ^ 2147483648u), ((sk_e110 & 2147483648u) != 0u)));
+                                        let sk_e109: f32 = bitcast<f32>((sk_e110 ^ ((bitcast<u32>((bitcast<i32>(sk_e110) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         var wr: f32 = select((sk_e109 / row_m), (1.0f), (sk_e109 == row_m));
                                         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                                         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
@@ -2871,21 +2862,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     unsure_n = 0u;
                                     reads_before = (reads_before + 1u);
                                 }
-                                var zt: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
+                                var zt: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
                                 let sk_e111: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-                                var cut_above: bool = (bitcast<f32>(select((sk_e111 ^ 4294967295u), (sk_e111 ^ 2147483648u), ((sk_e111 & 2147483648u) != 0u))) > zt);
+                                var cut_above: bool = (bitcast<f32>((sk_e111 ^ ((bitcast<u32>((bitcast<i32>(sk_e111) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt);
                                 let sk_e112: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-                                var k_above: bool = ((!k_first) || (bitcast<f32>(select((listed_cols[sk_e112] ^ 4294967295u), (listed_cols[sk_e112] ^ 2147483648u), ((listed_cols[sk_e112] & 2147483648u) != 0u))) > zt));
+                                var k_above: bool = ((!k_first) || (bitcast<f32>((listed_cols[sk_e112] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e112]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt));
                                 var prefix_exact: bool = all_in;
                                 if (((!all_in) && (!(cut_above && k_above)))) {
                                     // built by kernels::filter_top_k::prefix_is_exact
-                                    var ov_t: f32 = bitcast<f32>(select((t_key ^ 4294967295u), (t_key ^ 2147483648u), ((t_key & 2147483648u) != 0u)));
+                                    var ov_t: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                     var tie_bad: u32 = 0u;
                                     for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         var ek: u32 = listed_cols[(0u + i)];
-                                        if (((ek > t_key) && (bitcast<f32>(select((ek ^ 4294967295u), (ek ^ 2147483648u), ((ek & 2147483648u) != 0u))) == ov_t))) {
+                                        if (((ek > t_key) && (bitcast<f32>((ek ^ ((bitcast<u32>((bitcast<i32>(ek) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2899,18 +2890,18 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             ik = atomicLoad(&partials[((((slot * parts) + ip) * 1317u) + (5u + (is * 2u)))]);
                                         }
                                         var lk: u32 = ik;
-                                        if ((((lk != 0u) && (lk < t_key)) && (bitcast<f32>(select((lk ^ 4294967295u), (lk ^ 2147483648u), ((lk & 2147483648u) != 0u))) == ov_t))) {
+                                        if ((((lk != 0u) && (lk < t_key)) && (bitcast<f32>((lk ^ ((bitcast<u32>((bitcast<i32>(lk) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
                                     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                                         // built by kernels::filter_top_k::count_shared_boundary
                                         var rk3: u32 = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 3u)]);
-                                        if ((((rk3 != 0u) && (rk3 < t_key)) && (bitcast<f32>(select((rk3 ^ 4294967295u), (rk3 ^ 2147483648u), ((rk3 & 2147483648u) != 0u))) == ov_t))) {
+                                        if ((((rk3 != 0u) && (rk3 < t_key)) && (bitcast<f32>((rk3 ^ ((bitcast<u32>((bitcast<i32>(rk3) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                         var rk4: u32 = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 4u)]);
-                                        if ((((rk4 != 0u) && (rk4 < t_key)) && (bitcast<f32>(select((rk4 ^ 4294967295u), (rk4 ^ 2147483648u), ((rk4 & 2147483648u) != 0u))) == ov_t))) {
+                                        if ((((rk4 != 0u) && (rk4 < t_key)) && (bitcast<f32>((rk4 ^ ((bitcast<u32>((bitcast<i32>(rk4) >> 31u)) ^ 4294967295u) | 2147483648u))) == ov_t))) {
                                             tie_bad = (tie_bad + 1u);
                                         }
                                     }
@@ -2934,7 +2925,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
                                         var rc: u32 = listed_cols[(1542u + r)];
                                         let sk_e114: u32 = listed_cols[(1285u + r)];
-                                        var rz: f32 = bitcast<f32>(select((sk_e114 ^ 4294967295u), (sk_e114 ^ 2147483648u), ((sk_e114 & 2147483648u) != 0u)));
+                                        var rz: f32 = bitcast<f32>((sk_e114 ^ ((bitcast<u32>((bitcast<i32>(sk_e114) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         if (ow_ranked) {
                                             sk_race_one_2(rz, noisy, row, r, &best64, &best64_i);
                                         } else {
@@ -2977,7 +2968,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         // built by kernels::filter_top_k::left_out_kept
                                         let sk_e118: u32 = (((slot * parts) + p) * 1317u);
                                         var mo_lk: u32 = max(atomicLoad(&partials[(sk_e118 + 3u)]), atomicLoad(&partials[(sk_e118 + 4u)]));
-                                        let sk_e120: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                                        let sk_e120: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                         let sk_e119: f32 = select((sk_e120 / row_m), (1.0f), (sk_e120 == row_m));
                                         if (((mo_lk != 0u) && ((sk_e119 > (0.0f)) && (sk_e119 >= mp)))) {
                                             mo_left = 1u;
@@ -3002,7 +2993,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                             var mo_s: u32 = (i - (mo_p * 257u));
                                             if ((mo_s < atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]))) {
                                                 let sk_e122: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                                                var mo_z: f32 = bitcast<f32>(select((sk_e122 ^ 4294967295u), (sk_e122 ^ 2147483648u), ((sk_e122 & 2147483648u) != 0u)));
+                                                var mo_z: f32 = bitcast<f32>((sk_e122 ^ ((bitcast<u32>((bitcast<i32>(sk_e122) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                                 let sk_e123: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
                                                 if (((sk_e123 > (0.0f)) && (sk_e123 >= mp))) {
                                                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
@@ -3147,7 +3138,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var lx: f32 = x[(base + col)];
                                 var zv: f32 = lx;
                                 var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -3171,7 +3162,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var lx: f32 = x[(base + col)];
                                 var zv: f32 = lx;
                                 var ov: f32 = zv;
-                                var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                 var wv: f32 = (0.0f);
                                 var ok: bool = false;
                                 var mv: u64 = 0lu;
@@ -3232,7 +3223,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var lx: f32 = x[(base + col)];
                                     var zv: f32 = lx;
                                     var ov: f32 = zv;
-                                    var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                     var wv: f32 = (0.0f);
                                     var ok: bool = false;
                                     var mv: u64 = 0lu;
@@ -3558,7 +3549,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
                                 // built by kernels::filter_rank::race_ranks
                                 let sk_e131: u32 = listed_cols[r];
-                                var rk_v: f32 = bitcast<f32>(select((sk_e131 ^ 4294967295u), (sk_e131 ^ 2147483648u), ((sk_e131 & 2147483648u) != 0u)));
+                                var rk_v: f32 = bitcast<f32>((sk_e131 ^ ((bitcast<u32>((bitcast<i32>(sk_e131) >> 31u)) ^ 4294967295u) | 2147483648u)));
                                 var s64: f64 = sk_log64(f64(rk_v));
                                 if (noisy) {
                                     // built by kernels::seeded::score64
@@ -3745,7 +3736,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li0);
                                         var zv: f32 = zx0;
                                         var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
@@ -3768,7 +3759,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li1);
                                         var zv: f32 = zx1;
                                         var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
@@ -3791,7 +3782,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li2);
                                         var zv: f32 = zx2;
                                         var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;
@@ -3814,7 +3805,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var col: u32 = (col_lo + li3);
                                         var zv: f32 = zx3;
                                         var ov: f32 = zv;
-                                        var key: u32 = select((bitcast<u32>(ov) | 2147483648u), (bitcast<u32>(ov) ^ 4294967295u), ((bitcast<u32>(ov) & 2147483648u) != 0u));
+                                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
                                         var wv: f32 = (0.0f);
                                         var ok: bool = false;
                                         var mv: u64 = 0lu;

@@ -96,7 +96,7 @@ fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
 }
 fn sk_exp(x_in: f32) -> f32 {
     var x: f32 = x_in;
-    // built by kernels::math::exp
+    // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
         return (0.0f);
     }
@@ -118,12 +118,15 @@ fn sk_exp(x_in: f32) -> f32 {
     var k2: i32 = (k - k1);
     return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
 }
-fn sk_read_step(zx0: f32, temp: f32, li0: u32, sk_io_m: ptr<function, f32>) {
+fn sk_read_step(zx0: f32, temp: f32, li0: u32, n_cols: u32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::read_step
     var z: f32 = (zx0 / temp);
     var z_ok: bool = (z > bitcast<f32>(4286578688u));
-    part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
+    if ((li0 < n_cols)) {
+        // built by kernels::filter_top_k::load_part
+        part_keys[li0] = select(0u, (bitcast<u32>(z) ^ (bitcast<u32>((bitcast<i32>(z) >> 31u)) | 2147483648u)), z_ok);
+    }
     if (z_ok) {
         // built by kernels::filter_top_k::load_part
         m = max(m, z);
@@ -133,17 +136,19 @@ fn sk_read_step(zx0: f32, temp: f32, li0: u32, sk_io_m: ptr<function, f32>) {
 fn sk_histogram_part(hk0: u32, grid_r: f32, grid_f_low: u32, grid_rf: f32) {
     // built by kernels::filter_top_p::histogram_part
     if ((hk0 != 0u)) {
-        var hz: f32 = bitcast<f32>(select((hk0 ^ 4294967295u), (hk0 ^ 2147483648u), ((hk0 & 2147483648u) != 0u)));
-        var hg: f32 = (grid_r - floor((hz * (16.0f))));
+        var hz: f32 = bitcast<f32>((hk0 ^ ((bitcast<u32>((bitcast<i32>(hk0) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var hg_i: f32 = floor((hz * (16.0f)));
+        var hg: f32 = (grid_r - hg_i);
         if ((hg < (512.0f))) {
             var hgu: u32 = u32(hg);
             var hist_old: u32 = 0u;
-            hist_old = atomicAdd(&part_hist[hgu], u32(((exp((hz - (((grid_r - hg) + (1.0f)) * (0.0625f)))) * (524288.0f)) + (0.5f))));
+            hist_old = atomicAdd(&part_hist[hgu], (bitcast<u32>(((exp((hz - ((hg_i + (1.0f)) * (0.0625f)))) * (524288.0f)) + (8388608.0f))) - 1258291200u));
             var hist_n_old: u32 = 0u;
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
         }
         if ((hk0 >= grid_f_low)) {
-            var hfg: f32 = (grid_rf - floor((hz * (32768.0f))));
+            var hfg_i: f32 = floor((hz * (32768.0f)));
+            var hfg: f32 = (grid_rf - hfg_i);
             if ((hfg < (1024.0f))) {
                 var hist_f_old: u32 = 0u;
                 hist_f_old = atomicAdd(&part_hist[(1024u + u32(hfg))], 1u);
@@ -157,98 +162,114 @@ fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, temp: f32, sk_
     var li0: u32 = (i0 + (BLOCK * 0u));
     let sk_e2: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
     var zx0: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+    zx0 = select(bitcast<f32>(4286578688u), zx0, (li0 < n_cols));
     var li1: u32 = (i0 + (BLOCK * 1u));
     let sk_e3: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols)))));
     var zx1: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+    zx1 = select(bitcast<f32>(4286578688u), zx1, (li1 < n_cols));
     var li2: u32 = (i0 + (BLOCK * 2u));
     let sk_e4: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols)))));
     var zx2: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+    zx2 = select(bitcast<f32>(4286578688u), zx2, (li2 < n_cols));
     var li3: u32 = (i0 + (BLOCK * 3u));
     let sk_e5: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
     var zx3: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+    zx3 = select(bitcast<f32>(4286578688u), zx3, (li3 < n_cols));
     var li4: u32 = (i0 + (BLOCK * 4u));
     let sk_e6: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li4, (li4 < n_cols)))));
     var zx4: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+    zx4 = select(bitcast<f32>(4286578688u), zx4, (li4 < n_cols));
     var li5: u32 = (i0 + (BLOCK * 5u));
     let sk_e7: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li5, (li5 < n_cols)))));
     var zx5: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+    zx5 = select(bitcast<f32>(4286578688u), zx5, (li5 < n_cols));
     var li6: u32 = (i0 + (BLOCK * 6u));
     let sk_e8: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li6, (li6 < n_cols)))));
     var zx6: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+    zx6 = select(bitcast<f32>(4286578688u), zx6, (li6 < n_cols));
     var li7: u32 = (i0 + (BLOCK * 7u));
     let sk_e9: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li7, (li7 < n_cols)))));
     var zx7: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+    zx7 = select(bitcast<f32>(4286578688u), zx7, (li7 < n_cols));
     var li8: u32 = (i0 + (BLOCK * 8u));
     let sk_e10: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li8, (li8 < n_cols)))));
     var zx8: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+    zx8 = select(bitcast<f32>(4286578688u), zx8, (li8 < n_cols));
     var li9: u32 = (i0 + (BLOCK * 9u));
     let sk_e11: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li9, (li9 < n_cols)))));
     var zx9: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
+    zx9 = select(bitcast<f32>(4286578688u), zx9, (li9 < n_cols));
     var li10: u32 = (i0 + (BLOCK * 10u));
     let sk_e12: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li10, (li10 < n_cols)))));
     var zx10: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+    zx10 = select(bitcast<f32>(4286578688u), zx10, (li10 < n_cols));
     var li11: u32 = (i0 + (BLOCK * 11u));
     let sk_e13: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li11, (li11 < n_cols)))));
     var zx11: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+    zx11 = select(bitcast<f32>(4286578688u), zx11, (li11 < n_cols));
     var li12: u32 = (i0 + (BLOCK * 12u));
     let sk_e14: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li12, (li12 < n_cols)))));
     var zx12: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
+    zx12 = select(bitcast<f32>(4286578688u), zx12, (li12 < n_cols));
     var li13: u32 = (i0 + (BLOCK * 13u));
     let sk_e15: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li13, (li13 < n_cols)))));
     var zx13: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
+    zx13 = select(bitcast<f32>(4286578688u), zx13, (li13 < n_cols));
     var li14: u32 = (i0 + (BLOCK * 14u));
     let sk_e16: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li14, (li14 < n_cols)))));
     var zx14: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
+    zx14 = select(bitcast<f32>(4286578688u), zx14, (li14 < n_cols));
     var li15: u32 = (i0 + (BLOCK * 15u));
     let sk_e17: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li15, (li15 < n_cols)))));
     var zx15: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
-    if ((li0 < n_cols)) {
-        sk_read_step(zx0, temp, li0, &m);
+    zx15 = select(bitcast<f32>(4286578688u), zx15, (li15 < n_cols));
+    {
+        sk_read_step(zx0, temp, li0, n_cols, &m);
     }
-    if ((li1 < n_cols)) {
-        sk_read_step(zx1, temp, li1, &m);
+    {
+        sk_read_step(zx1, temp, li1, n_cols, &m);
     }
-    if ((li2 < n_cols)) {
-        sk_read_step(zx2, temp, li2, &m);
+    {
+        sk_read_step(zx2, temp, li2, n_cols, &m);
     }
-    if ((li3 < n_cols)) {
-        sk_read_step(zx3, temp, li3, &m);
+    {
+        sk_read_step(zx3, temp, li3, n_cols, &m);
     }
-    if ((li4 < n_cols)) {
-        sk_read_step(zx4, temp, li4, &m);
+    {
+        sk_read_step(zx4, temp, li4, n_cols, &m);
     }
-    if ((li5 < n_cols)) {
-        sk_read_step(zx5, temp, li5, &m);
+    {
+        sk_read_step(zx5, temp, li5, n_cols, &m);
     }
-    if ((li6 < n_cols)) {
-        sk_read_step(zx6, temp, li6, &m);
+    {
+        sk_read_step(zx6, temp, li6, n_cols, &m);
     }
-    if ((li7 < n_cols)) {
-        sk_read_step(zx7, temp, li7, &m);
+    {
+        sk_read_step(zx7, temp, li7, n_cols, &m);
     }
-    if ((li8 < n_cols)) {
-        sk_read_step(zx8, temp, li8, &m);
+    {
+        sk_read_step(zx8, temp, li8, n_cols, &m);
     }
-    if ((li9 < n_cols)) {
-        sk_read_step(zx9, temp, li9, &m);
+    {
+        sk_read_step(zx9, temp, li9, n_cols, &m);
     }
-    if ((li10 < n_cols)) {
-        sk_read_step(zx10, temp, li10, &m);
+    {
+        sk_read_step(zx10, temp, li10, n_cols, &m);
     }
-    if ((li11 < n_cols)) {
-        sk_read_step(zx11, temp, li11, &m);
+    {
+        sk_read_step(zx11, temp, li11, n_cols, &m);
     }
-    if ((li12 < n_cols)) {
-        sk_read_step(zx12, temp, li12, &m);
+    {
+        sk_read_step(zx12, temp, li12, n_cols, &m);
     }
-    if ((li13 < n_cols)) {
-        sk_read_step(zx13, temp, li13, &m);
+    {
+        sk_read_step(zx13, temp, li13, n_cols, &m);
     }
-    if ((li14 < n_cols)) {
-        sk_read_step(zx14, temp, li14, &m);
+    {
+        sk_read_step(zx14, temp, li14, n_cols, &m);
     }
-    if ((li15 < n_cols)) {
-        sk_read_step(zx15, temp, li15, &m);
+    {
+        sk_read_step(zx15, temp, li15, n_cols, &m);
     }
     *sk_io_m = m;
 }
@@ -309,8 +330,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 var grid_r: f32 = (-floor(((-part_m) * (16.0f))));
                 var grid_rf: f32 = (-floor(((-part_m) * (32768.0f))));
-                let sk_e18: u32 = bitcast<u32>(((grid_rf - (1023.0f)) * (3.0517578e-5f)));
-                var grid_f_low: u32 = select((sk_e18 | 2147483648u), (sk_e18 ^ 4294967295u), ((sk_e18 & 2147483648u) != 0u));
+                let sk_e18: f32 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
+                var grid_f_low: u32 = (bitcast<u32>(sk_e18) ^ (bitcast<u32>((bitcast<i32>(sk_e18) >> 31u)) | 2147483648u));
                 for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
@@ -663,14 +684,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
-                var top_key: u32 = select((bitcast<u32>(part_m) | 2147483648u), (bitcast<u32>(part_m) ^ 4294967295u), ((bitcast<u32>(part_m) & 2147483648u) != 0u));
+                var top_key: u32 = (bitcast<u32>(part_m) ^ (bitcast<u32>((bitcast<i32>(part_m) >> 31u)) | 2147483648u));
                 var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
                 var s: f32 = (0.0f);
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_k::sum_part
                     var k: u32 = part_keys[i];
                     if ((k != 0u)) {
-                        var kz: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
+                        var kz: f32 = bitcast<f32>((k ^ ((bitcast<u32>((bitcast<i32>(k) >> 31u)) ^ 4294967295u) | 2147483648u)));
                         var kw: f32 = exp((kz - m_finite));
                         s = (s + kw);
                         if ((k != 0u)) {
@@ -900,7 +921,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filter_top_k::left_out_kept
                             let sk_e45: u32 = (((row_slot * parts) + p) * 1317u);
                             var mo_lk: u32 = max(atomicLoad(&partials[(sk_e45 + 3u)]), atomicLoad(&partials[(sk_e45 + 4u)]));
-                            let sk_e48: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e48: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                             let sk_e46: f32 = select((0.0f), (1.0f), (sk_e48 == bitcast<f32>(2139095040u)));
                             let sk_e47: f32 = (sk_e48 - mp_mx);
                             let sk_e49: bool = (mp_mx == bitcast<f32>(4286578688u));

@@ -23,8 +23,7 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
-var<workgroup> part_hist: array<atomic<u32>, 2048>;
-var<workgroup> edge_rcp: array<f32, 16>;
+var<workgroup> part_hist: array<atomic<u32>, 2064>;
 
 fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
     sk_red_f32[sk_lid] = sk_v;
@@ -91,62 +90,69 @@ fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
     workgroupBarrier();
     return sk_r;
 }
-fn sk_histogram_part(hk0: u32, grid_r: f32, grid_f_low: u32, grid_rf: f32) {
-    // built by kernels::filter_top_p::histogram_part
-    if ((hk0 != 0u)) {
-        var hz: f32 = bitcast<f32>(select((hk0 ^ 4294967295u), (hk0 ^ 2147483648u), ((hk0 & 2147483648u) != 0u)));
-        var hg: f32 = (grid_r - f32((bitcast<u32>(hz) >> (23u - 4u))));
-        if ((hg < (512.0f))) {
-            var hbits: u32 = bitcast<u32>(hz);
-            var hgu: u32 = u32(hg);
-            var hist_old: u32 = 0u;
-            hist_old = atomicAdd(&part_hist[hgu], u32((((bitcast<f32>(((hbits & 8388607u) | 1065353216u)) * edge_rcp[((hbits >> 19u) & 15u)]) * (524288.0f)) + (0.5f))));
-            var hist_n_old: u32 = 0u;
-            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
-        }
-        if ((hk0 >= grid_f_low)) {
-            var hfg: f32 = (grid_rf - f32((bitcast<u32>(hz) >> (23u - 14u))));
-            if ((hfg < (1024.0f))) {
-                var hist_f_old: u32 = 0u;
-                hist_f_old = atomicAdd(&part_hist[(1024u + u32(hfg))], 1u);
-            }
-        }
-    }
-}
-fn sk_read_step(zx0: f32, li0: u32, sk_io_m: ptr<function, f32>) {
+fn sk_read_step(zx0: f32, li0: u32, n_cols: u32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::read_step
     var z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
     var z_ok: bool = (z > (0.0f));
-    part_keys[li0] = select(0u, select((bitcast<u32>(z) | 2147483648u), (bitcast<u32>(z) ^ 4294967295u), ((bitcast<u32>(z) & 2147483648u) != 0u)), z_ok);
+    if ((li0 < n_cols)) {
+        // built by kernels::filter_top_k::load_part
+        part_keys[li0] = select(0u, (bitcast<u32>(z) ^ (bitcast<u32>((bitcast<i32>(z) >> 31u)) | 2147483648u)), z_ok);
+    }
     if (z_ok) {
         // built by kernels::filter_top_k::load_part
         m = max(m, z);
     }
     *sk_io_m = m;
 }
+fn sk_histogram_part(hk0: u32, grid_ru: u32, grid_f_low: u32, grid_rfu: u32) {
+    // built by kernels::filter_top_p::histogram_part
+    if ((hk0 != 0u)) {
+        var hz: f32 = bitcast<f32>((hk0 ^ 2147483648u));
+        var hg: u32 = (grid_ru - (bitcast<u32>(hz) >> (23u - 4u)));
+        if ((hg < 512u)) {
+            var hbits: u32 = bitcast<u32>(hz);
+            var hgu: u32 = u32(hg);
+            var hist_old: u32 = 0u;
+            hist_old = atomicAdd(&part_hist[hgu], (bitcast<u32>((((bitcast<f32>(((hbits & 8388607u) | 1065353216u)) * bitcast<f32>(atomicLoad(&part_hist[(2048u + ((hbits >> 19u) & 15u))]))) * (524288.0f)) + (8388608.0f))) - 1258291200u));
+            var hist_n_old: u32 = 0u;
+            hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
+        }
+        if ((hk0 >= grid_f_low)) {
+            var hfg: u32 = (grid_rfu - (bitcast<u32>(hz) >> (23u - 14u)));
+            if ((hfg < 1024u)) {
+                var hist_f_old: u32 = 0u;
+                hist_f_old = atomicAdd(&part_hist[(1024u + u32(hfg))], 1u);
+            }
+        }
+    }
+}
 fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::for_each_read
     var li0: u32 = (i0 + (BLOCK * 0u));
     var zx0: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+    zx0 = select((0.0f), zx0, (li0 < n_cols));
     var li1: u32 = (i0 + (BLOCK * 1u));
     var zx1: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+    zx1 = select((0.0f), zx1, (li1 < n_cols));
     var li2: u32 = (i0 + (BLOCK * 2u));
     var zx2: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+    zx2 = select((0.0f), zx2, (li2 < n_cols));
     var li3: u32 = (i0 + (BLOCK * 3u));
     var zx3: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
-    if ((li0 < n_cols)) {
-        sk_read_step(zx0, li0, &m);
+    zx3 = select((0.0f), zx3, (li3 < n_cols));
+    {
+        sk_read_step(zx0, li0, n_cols, &m);
     }
-    if ((li1 < n_cols)) {
-        sk_read_step(zx1, li1, &m);
+    {
+        sk_read_step(zx1, li1, n_cols, &m);
     }
-    if ((li2 < n_cols)) {
-        sk_read_step(zx2, li2, &m);
+    {
+        sk_read_step(zx2, li2, n_cols, &m);
     }
-    if ((li3 < n_cols)) {
-        sk_read_step(zx3, li3, &m);
+    {
+        sk_read_step(zx3, li3, n_cols, &m);
     }
     *sk_io_m = m;
 }
@@ -200,7 +206,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((sk_lid < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    edge_rcp[sk_lid] = ((16.0f) / (f32(sk_lid) + (17.0f)));
+                    atomicStore(&part_hist[(2048u + sk_lid)], bitcast<u32>(((16.0f) / (f32(sk_lid) + (17.0f)))));
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
@@ -211,8 +217,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 workgroupBarrier();
                 var grid_r: f32 = f32((bitcast<u32>(part_m) >> (23u - 4u)));
                 var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 14u)));
-                let sk_e2: u32 = bitcast<u32>(bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 14u))));
-                var grid_f_low: u32 = select((sk_e2 | 2147483648u), (sk_e2 ^ 4294967295u), ((sk_e2 & 2147483648u) != 0u));
+                let sk_e2: f32 = bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 14u)));
+                var grid_f_low: u32 = (bitcast<u32>(sk_e2) ^ (bitcast<u32>((bitcast<i32>(sk_e2) >> 31u)) | 2147483648u));
+                var grid_ru: u32 = u32(grid_r);
+                var grid_rfu: u32 = u32(grid_rf);
                 for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
@@ -220,16 +228,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
                     var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
                     {
-                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk0, grid_ru, grid_f_low, grid_rfu);
                     }
                     {
-                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk1, grid_ru, grid_f_low, grid_rfu);
                     }
                     {
-                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk2, grid_ru, grid_f_low, grid_rfu);
                     }
                     {
-                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk3, grid_ru, grid_f_low, grid_rfu);
                     }
                 }
                 workgroupBarrier();
@@ -565,14 +573,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
-                var top_key: u32 = select((bitcast<u32>(part_m) | 2147483648u), (bitcast<u32>(part_m) ^ 4294967295u), ((bitcast<u32>(part_m) & 2147483648u) != 0u));
+                var top_key: u32 = (bitcast<u32>(part_m) ^ (bitcast<u32>((bitcast<i32>(part_m) >> 31u)) | 2147483648u));
                 var m_finite: f32 = select((0.0f), part_m, ((part_m > bitcast<f32>(4286578688u)) && (part_m < bitcast<f32>(2139095040u))));
                 var s: f32 = (0.0f);
                 for (var i: u32 = sk_lid; i < n_cols; i = i + BLOCK) {
                     // built by kernels::filter_top_k::sum_part
                     var k: u32 = part_keys[i];
                     if ((k != 0u)) {
-                        var kz: f32 = bitcast<f32>(select((k ^ 4294967295u), (k ^ 2147483648u), ((k & 2147483648u) != 0u)));
+                        var kz: f32 = bitcast<f32>((k ^ ((bitcast<u32>((bitcast<i32>(k) >> 31u)) ^ 4294967295u) | 2147483648u)));
                         var kw: f32 = select((kz / m_finite), (1.0f), (kz == m_finite));
                         s = (s + kw);
                         if ((k != 0u)) {
@@ -802,7 +810,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             // built by kernels::filter_top_k::left_out_kept
                             let sk_e13: u32 = (((row_slot * parts) + p) * 1317u);
                             var mo_lk: u32 = max(atomicLoad(&partials[(sk_e13 + 3u)]), atomicLoad(&partials[(sk_e13 + 4u)]));
-                            let sk_e15: f32 = bitcast<f32>(select((mo_lk ^ 4294967295u), (mo_lk ^ 2147483648u), ((mo_lk & 2147483648u) != 0u)));
+                            let sk_e15: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
                             let sk_e14: f32 = select((sk_e15 / mp_mx), (1.0f), (sk_e15 == mp_mx));
                             if (((mo_lk != 0u) && ((sk_e14 > (0.0f)) && (sk_e14 >= mp)))) {
                                 mo_left = 1u;

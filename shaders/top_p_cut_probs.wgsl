@@ -397,18 +397,17 @@ fn sk_seeded_gumbel64(h_in: u32) -> f64 {
     var e: f64 = min(sk_log64((f64(h) / (4294967295.0lf))), (-2.3283064365386963e-10lf));
     return (-sk_log64((-e)));
 }
-fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, cut_grid_shift: u32, cut_above_from: u32, mp: f32, cut_range_from: u32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
+    var min_above: f32 = *sk_io_min_above;
     var cut_race: u32 = *sk_io_cut_race;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
+    var min_range: f32 = *sk_io_min_range;
+    var max_range_v: f32 = *sk_io_max_range_v;
     var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
+    var max_below_v: f32 = *sk_io_max_below_v;
     // built by kernels::filter_values::for_each_quad
     var col: u32 = (col_lo + li0);
     var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
@@ -416,49 +415,45 @@ fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, c
     var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
     if ((cw > (0.0f))) {
         // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
-        if ((cg < cut_lo)) {
+        if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            min_above = min(min_above, cov);
             if ((cw >= mp)) {
                 cut_race = (cut_race | sk_c0);
             }
         } else {
-            if ((cg <= cut_hi)) {
+            if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) {
                 n_range = (n_range + 1u);
                 m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
+                min_range = min(min_range, cov);
+                max_range_v = max(max_range_v, cov);
                 if ((cw >= mp)) {
                     cut_race = (cut_race | sk_c1);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
                 if ((cut_at < 640u)) {
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck;
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
                 }
             } else {
                 m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
+                max_below_v = max(max_below_v, cov);
             }
         }
     }
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
+    *sk_io_min_above = min_above;
     *sk_io_cut_race = cut_race;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
+    *sk_io_min_range = min_range;
+    *sk_io_max_range_v = max_range_v;
     *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
+    *sk_io_max_below_v = max_below_v;
 }
 fn sk_cut_part(cut_race: u32, cut_floor: f32, cut_w0: u32, zx0: f32, col_lo: u32, i0: u32, sk_c0: u32, sk_c1: u32, sk_c2: u32, sk_c3: u32, sk_c4: u32, sk_c5: u32, sk_io_best: ptr<function, f32>, sk_io_bestr: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_bestr_i: ptr<function, u32>) {
     var best: f32 = *sk_io_best;
@@ -511,21 +506,20 @@ fn sk_cut_part_2(cz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
 }
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_grid_shift: u32, cut_lo: f32, mp: f32, noisy: bool, row: u32, cut_hi: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above_not: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range_not: ptr<function, u32>, sk_io_max_range: ptr<function, u32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below: ptr<function, u32>, sk_io_w_below: ptr<function, f32>) {
+fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, cut_grid_shift: u32, cut_above_from: u32, mp: f32, noisy: bool, row: u32, cut_range_from: u32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
     var n_above: u32 = *sk_io_n_above;
     var m_above: u64 = *sk_io_m_above;
-    var min_above_not: u32 = *sk_io_min_above_not;
+    var min_above: f32 = *sk_io_min_above;
     var best64: f64 = *sk_io_best64;
     var best64_i: u32 = *sk_io_best64_i;
     var n_range: u32 = *sk_io_n_range;
     var m_range: u64 = *sk_io_m_range;
-    var min_range_not: u32 = *sk_io_min_range_not;
-    var max_range: u32 = *sk_io_max_range;
+    var min_range: f32 = *sk_io_min_range;
+    var max_range_v: f32 = *sk_io_max_range_v;
     var bestr64: f64 = *sk_io_bestr64;
     var bestr64_i: u32 = *sk_io_bestr64_i;
     var m_below: u64 = *sk_io_m_below;
-    var max_below: u32 = *sk_io_max_below;
-    var w_below: f32 = *sk_io_w_below;
+    var max_below_v: f32 = *sk_io_max_below_v;
     // built by kernels::filter_values::read_step
     var col: u32 = (col_lo + li0);
     var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
@@ -533,52 +527,48 @@ fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, grid_r: f32, cut_g
     var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
     if ((cw > (0.0f))) {
         // built by kernels::filter_top_p::cut_part
-        var ck: u32 = select((bitcast<u32>(cov) | 2147483648u), (bitcast<u32>(cov) ^ 4294967295u), ((bitcast<u32>(cov) & 2147483648u) != 0u));
         var cmv: u64 = sk_fixed(cw);
-        var cg: f32 = (grid_r - f32((bitcast<u32>(cz) >> (23u - cut_grid_shift))));
-        if ((cg < cut_lo)) {
+        if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) {
             n_above = (n_above + 1u);
             m_above = (m_above + cmv);
-            min_above_not = max(min_above_not, (ck ^ 4294967295u));
+            min_above = min(min_above, cov);
             if ((cw >= mp)) {
                 sk_cut_part_2(cz, noisy, row, col, &best64, &best64_i);
             }
         } else {
-            if ((cg <= cut_hi)) {
+            if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) {
                 n_range = (n_range + 1u);
                 m_range = (m_range + cmv);
-                min_range_not = max(min_range_not, (ck ^ 4294967295u));
-                max_range = max(max_range, ck);
+                min_range = min(min_range, cov);
+                max_range_v = max(max_range_v, cov);
                 if ((cw >= mp)) {
                     sk_cut_part_2(cz, noisy, row, col, &bestr64, &bestr64_i);
                 }
                 var cut_at: u32 = 0u;
                 cut_at = atomicAdd(&cut_listing[0u], 1u);
                 if ((cut_at < 640u)) {
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = ck;
+                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
                     partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
                 }
             } else {
                 m_below = (m_below + cmv);
-                max_below = max(max_below, ck);
-                w_below = max(w_below, cw);
+                max_below_v = max(max_below_v, cov);
             }
         }
     }
     *sk_io_n_above = n_above;
     *sk_io_m_above = m_above;
-    *sk_io_min_above_not = min_above_not;
+    *sk_io_min_above = min_above;
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;
     *sk_io_n_range = n_range;
     *sk_io_m_range = m_range;
-    *sk_io_min_range_not = min_range_not;
-    *sk_io_max_range = max_range;
+    *sk_io_min_range = min_range;
+    *sk_io_max_range_v = max_range_v;
     *sk_io_bestr64 = bestr64;
     *sk_io_bestr64_i = bestr64_i;
     *sk_io_m_below = m_below;
-    *sk_io_max_below = max_below;
-    *sk_io_w_below = w_below;
+    *sk_io_max_below_v = max_below_v;
 }
 
 @compute @workgroup_size(256)
@@ -635,14 +625,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                     var n_above: u32 = 0u;
                     var n_range: u32 = 0u;
-                    var min_above_not: u32 = 0u;
-                    var min_range_not: u32 = 0u;
-                    var max_range: u32 = 0u;
-                    var max_below: u32 = 0u;
                     var m_above: u64 = 0lu;
                     var m_range: u64 = 0lu;
                     var m_below: u64 = 0lu;
-                    var w_below: f32 = (0.0f);
+                    var min_above: f32 = bitcast<f32>(2139095040u);
+                    var min_range: f32 = bitcast<f32>(2139095040u);
+                    var max_range_v: f32 = bitcast<f32>(4286578688u);
+                    var max_below_v: f32 = bitcast<f32>(4286578688u);
+                    var cut_above_from: u32 = u32(max(((grid_r - cut_lo) + (1.0f)), (0.0f)));
+                    var cut_range_from: u32 = u32(max((grid_r - cut_hi), (0.0f)));
                     var best: f32 = bitcast<f32>(4286578688u);
                     var best_i: u32 = 4294967295u;
                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
@@ -668,16 +659,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e5: u32 = (col_hi - col_lo);
                             var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                sk_read_step(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                sk_read_step(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                sk_read_step(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, noisy, row, cut_hi, row_slot, parts, part, &n_above, &m_above, &min_above_not, &best64, &best64_i, &n_range, &m_range, &min_range_not, &max_range, &bestr64, &bestr64_i, &m_below, &max_below, &w_below);
+                                sk_read_step(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                         }
                     } else {
@@ -715,20 +706,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e22, sk_e21))], sk_e21);
                             }
                             var li0: u32 = (i0 + 0u);
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var li1: u32 = (i0 + 1u);
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var li2: u32 = (i0 + 2u);
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var li3: u32 = (i0 + 3u);
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
                             if ((cut_race != 0u)) {
@@ -792,20 +783,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e31, sk_e30))], sk_e30);
                             }
                             var li0: u32 = (i0 + 0u);
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var li1: u32 = (i0 + 1u);
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var li2: u32 = (i0 + 2u);
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             var li3: u32 = (i0 + 3u);
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, grid_r, cut_grid_shift, cut_lo, mp, cut_hi, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above_not, &cut_race, &n_range, &m_range, &min_range_not, &max_range, &m_below, &max_below, &w_below);
+                            {
+                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
                             }
                             if ((cut_race != 0u)) {
                                 // built by kernels::filter_top_p::cut_part
@@ -837,16 +828,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var part_m_range: u64 = 0lu;
                     var part_m_below: u64 = 0lu;
                     sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
-                    var part_min_above_not: u32 = 0u;
-                    part_min_above_not = sk_block_max_u32(sk_lid, min_above_not);
-                    var part_min_range_not: u32 = 0u;
-                    part_min_range_not = sk_block_max_u32(sk_lid, min_range_not);
-                    var part_max_range: u32 = 0u;
-                    part_max_range = sk_block_max_u32(sk_lid, max_range);
-                    var part_max_below: u32 = 0u;
-                    part_max_below = sk_block_max_u32(sk_lid, max_below);
                     var part_w_below: f32 = (0.0f);
-                    part_w_below = sk_block_max_f32(sk_lid, w_below);
+                    part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / cut_mx), (1.0f), (max_below_v == cut_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
+                    var part_min_above_not: u32 = 0u;
+                    part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
+                    var part_min_range_not: u32 = 0u;
+                    part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_range) ^ (bitcast<u32>((bitcast<i32>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
+                    var part_max_range: u32 = 0u;
+                    part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
+                    var part_max_below: u32 = 0u;
+                    part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
                     var part_best: f32 = (0.0f);
                     var part_best_i: u32 = 0u;
                     sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);

@@ -252,10 +252,13 @@ pub(super) fn load_part(b: &mut Block, input: Input, n: Expr) -> Expr {
         Input::Logits(_) => 16,
         Input::Probs => 4,
     };
-    values::for_each_read(b, input, n, width, |b, i, _, x| {
+    // Every column of a step is weighed, one past the part as nothing: only its store is
+    // skipped.
+    let past = Some(values::weightless(input));
+    values::for_each_read(b, input, (n.clone(), past), width, |b, i, _, x| {
         let v = b.let_("z", Ty::F32, values::value(input, x));
         let valid = b.let_("z_ok", Ty::Bool, values::has_mass(input, v.clone()));
-        b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0)));
+        b.if_(i.clone().lt(n.clone()), |b| b.store_shared(KEYS, i, select(valid.clone(), order_key(v.clone()), u(0))));
         b.if_(valid, |b| b.set("m", var("m").max(v)));
     });
     let m = b.reduce(ReduceOp::Max, Ty::F32, var("m"), "part_m");
@@ -469,7 +472,7 @@ fn row_mass(b: &mut Block, input: Input, mx: Expr) -> Expr {
     b.let_("rm_own", Ty::U64, Expr::Lit(Lit::U64(0)));
     let n = var("col_hi") - var("col_lo");
     // Sixteen reads in flight an invocation: the workgroup reads the row alone.
-    values::for_each_read(b, input, n, 16, |b, _, _, x| {
+    values::for_each_read(b, input, (n, None), 16, |b, _, _, x| {
         let w = values::weight(input, values::value(input, x), mx.clone());
         b.set("rm_own", var("rm_own") + call(FIXED, vec![w]));
     });

@@ -95,6 +95,8 @@ const ESTIMATE_MARGIN: f32 = 1.0 / 65536.0;
 /// top is off by at most that share of it, besides the coarse grid's 5e-6: three times the two
 /// together (2.3 times from probabilities).
 const FINE_MARGIN: f32 = 1.0 / 16384.0;
+/// 2^23: a float at or above it and below 2^24 is an integer, its bits that integer plus these.
+const ROUNDER: f32 = 8_388_608.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
 /// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array.
@@ -164,22 +166,24 @@ fn tail_word(row_slot: Expr, p: Expr, k: u32) -> Expr {
     slot_word(row_slot, p, u(TAIL + k))
 }
 
-/// The workgroup arrays of [`histogram_part`]: the coarse bins' masses, then the coarse and the
+/// The workgroup array of [`histogram_part`]: the coarse bins' masses, then the coarse and the
 /// fine bins' counts, a word each (the slot packs the counts two a word); from probabilities
-/// also [`EDGE_RCP`].
+/// then the bits of [`EDGE_RCP`]'s table.
 pub(super) fn histogram_shared(input: Input) -> Vec<SharedDecl> {
-    let hist = SharedDecl::atomic(HIST, HIST_SHARED);
-    match input {
-        Input::Logits(_) => vec![hist],
-        Input::Probs => vec![hist, SharedDecl::new(EDGE_RCP, Ty::F32, COARSE_STEPS)],
-    }
+    let table = match input {
+        Input::Logits(_) => 0,
+        Input::Probs => COARSE_STEPS,
+    };
+    vec![SharedDecl::atomic(HIST, HIST_SHARED + table)]
 }
 
-/// The reciprocals of a coarse bin's upper edge within its octave, `16 / (17 + j)` for the
-/// bin's place `j` in it: a probability's weight against its bin's edge is its mantissa
-/// (`1 + m`, the octave's exponent cancels) times its bin's, one product where a division took
-/// its range checks too.
-const EDGE_RCP: &str = "edge_rcp";
+/// Where the reciprocals of a coarse bin's upper edge within its octave lie in [`HIST`],
+/// `16 / (17 + j)` for the bin's place `j` in it: a probability's weight against its bin's edge
+/// is its mantissa (`1 + m`, the octave's exponent cancels) times its bin's, one product where a
+/// division took its range checks too. In the histograms' array, not one of its own, so that
+/// its address is the histograms' base plus the place (nvcc rebuilt a second array's address
+/// for every key).
+const EDGE_RCP: u32 = HIST_SHARED;
 /// Coarse bins an octave of probabilities.
 const COARSE_STEPS: u32 = 1 << 4;
 
@@ -236,7 +240,8 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
         // Read after `load_part`'s barrier.
         b.if_(lid.clone().lt(u(COARSE_STEPS)), |b| {
             let j = lid.clone().cast(Ty::F32);
-            b.store_shared(EDGE_RCP, lid.clone(), f(COARSE_STEPS as f32) / (j + f((COARSE_STEPS + 1) as f32)))
+            let rcp = f(COARSE_STEPS as f32) / (j + f((COARSE_STEPS + 1) as f32));
+            b.store_shared(HIST, u(EDGE_RCP) + lid.clone(), rcp.bitcast(Ty::U32))
         });
     }
     let m = load_part(b, input, n.clone());
@@ -246,6 +251,14 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     // The fine grid holds the keys from its lowest bin's lower edge (a compare of keys, which
     // are monotone in the value): a model-like row's few, a flat row's all.
     let lowest = b.let_("grid_f_low", Ty::U32, order_key(fine.edge(input, rf.clone() - f((FINE_BINS - 1) as f32))));
+    // From probabilities the bins are counted in integers (a probability's index is its bits
+    // shifted), without a conversion each way per key.
+    let (r_at, rf_at) = match input {
+        Input::Logits(_) => (r.clone(), rf.clone()),
+        Input::Probs => {
+            (b.let_("grid_ru", Ty::U32, r.clone().cast(Ty::U32)), b.let_("grid_rfu", Ty::U32, rf.clone().cast(Ty::U32)))
+        }
+    };
     // Both grids in one pass over the keys on chip, every count a word of its own (the bin's
     // address is its mass's, offset).
     let count = |b: &mut Block, at: u32, g: Expr, name: &str| {
@@ -260,16 +273,16 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
         for k in keys {
             b.scope(|b| {
                 b.if_(k.clone().ne_(u(0)), |b| {
-                    let z = b.let_("hz", Ty::F32, key_value(k.clone()));
-                    let g = b.let_("hg", Ty::F32, r.clone() - coarse.index(input, z.clone()));
-                    b.if_(g.clone().lt(f(BINS as f32)), |b| {
+                    let z = b.let_("hz", Ty::F32, part_value(input, k.clone()));
+                    let (g, inside) = part_bin(b, input, (&coarse, r_at.clone(), BINS), z.clone(), "hg");
+                    b.if_(inside, |b| {
                         // Against the bin's upper edge, not the part's maximum: a tail of
                         // thousands of tokens under 2^-19 of the maximum each would round to a
                         // unit or to nothing. An estimate (the cut sums exact masses), so the
                         // target's fast exponential.
                         let we = match input {
                             Input::Logits(_) => {
-                                let edge = coarse.edge(input, r.clone() - g.clone() + f(1.0));
+                                let edge = coarse.edge(input, var("hg_i") + f(1.0));
                                 values::estimate_weight(input, z.clone(), edge)
                             }
                             // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge is
@@ -281,17 +294,20 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                                 let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
                                 let j = (bits.clone() >> u(23 - COARSE.shift.1)) & u(COARSE_STEPS - 1);
                                 let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
-                                mantissa * load_shared(EDGE_RCP, j)
+                                mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
                             }
                         };
-                        let mass = (we * f((1u32 << HIST_BITS) as f32) + f(0.5)).cast(Ty::U32);
+                        // Rounded to an integer by the float add of 2^23 (the weight is at most
+                        // about 1, so the sum lies where floats are integers) and read from its
+                        // bits: no conversion, whose pipe is an eighth of the float pipe's.
+                        let placed = we * f((1u32 << HIST_BITS) as f32) + f(ROUNDER);
+                        let mass = placed.bitcast(Ty::U32) - u(ROUNDER.to_bits());
                         let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
                         b.atomic_add(HIST, g.clone(), mass, "hist_old");
                         count(b, BINS, g, "hist_n_old");
                     });
                     b.if_(k.ge(lowest.clone()), |b| {
-                        let g = b.let_("hfg", Ty::F32, rf.clone() - fine.index(input, z));
-                        let fits = g.clone().lt(f(FINE_BINS as f32));
+                        let (g, fits) = part_bin(b, input, (&fine, rf_at.clone(), FINE_BINS), z, "hfg");
                         b.if_(fits, |b| count(b, 2 * BINS, g.cast(Ty::U32), "hist_f_old"));
                     });
                 });
@@ -324,6 +340,40 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
         );
     });
     super::combine::last_part(b, |b| b.scope(|b| estimate_cut(b, input)));
+}
+
+/// The value of a nonzero key of a part's workgroup array: [`key_value`], or from
+/// probabilities, whose values are never below +0, the key without its top bit.
+fn part_value(input: Input, k: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => key_value(k),
+        Input::Probs => (k ^ u(0x8000_0000)).bitcast(Ty::F32),
+    }
+}
+
+/// The bin of value `z` on `grid` counted down from `origin` (of the grid's `bins`), bound to
+/// `name`, and whether it lies inside: an integer as f32 from logits (`origin` an f32; the
+/// value's index on the grid bound to `{name}_i`), a u32
+/// from probabilities (`origin` a u32; a value above the origin, which a part's keys never are,
+/// wraps past the bins).
+fn part_bin(
+    b: &mut Block,
+    input: Input,
+    (grid, origin, bins): (&Grid, Expr, u32),
+    z: Expr,
+    name: &str,
+) -> (Expr, Expr) {
+    match input {
+        Input::Logits(_) => {
+            let index = b.let_(&format!("{name}_i"), Ty::F32, grid.index(input, z));
+            let g = b.let_(name, Ty::F32, origin - index);
+            (g.clone(), g.lt(f(bins as f32)))
+        }
+        Input::Probs => {
+            let g = b.let_(name, Ty::U32, origin - (z.bitcast(Ty::U32) >> (u(23) - grid.shift.clone())));
+            (g.clone(), g.lt(u(bins)))
+        }
+    }
 }
 
 /// The estimate of a top-p row's cut, by its last part in the parts launch (see the module's
@@ -557,6 +607,15 @@ fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
     b.if_(i64.clone().ne_(u(NONE)), |b| keep_lower(b, "64", load64(at(2)).bitcast(Ty::F64), i64));
 }
 
+/// The cut's extreme order values of its classes, each with its start (see [`cut_part`]): the
+/// smallest above the range and in it, the largest in it and below it.
+const EXTREMES: [(&str, f32); 4] = [
+    ("min_above", f32::INFINITY),
+    ("min_range", f32::INFINITY),
+    ("max_range_v", f32::NEG_INFINITY),
+    ("max_below_v", f32::NEG_INFINITY),
+];
+
 /// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts and
 /// masses, its listed range tokens and its winners, into its record.
 fn cut_part(b: &mut Block, input: Input) {
@@ -571,13 +630,22 @@ fn cut_part(b: &mut Block, input: Input) {
     let pkey = PhiloxKey::bound(b);
     b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
     b.barrier();
-    for name in ["n_above", "n_range", "min_above_not", "min_range_not", "max_range", "max_below"] {
+    for name in ["n_above", "n_range"] {
         b.let_(name, Ty::U32, u(0));
     }
     for name in ["m_above", "m_range", "m_below"] {
         b.let_(name, Ty::U64, Expr::Lit(Lit::U64(0)));
     }
-    b.let_("w_below", Ty::F32, f(0.0));
+    // Each class's extreme order values as floats, one compare a column (their keys, and the
+    // weight of the largest below, once the loop is done: both are monotone in the value).
+    for (name, start) in EXTREMES {
+        b.let_(name, Ty::F32, f(start));
+    }
+    // A column's class from its index on the grid, against the row's bounds in the grid's own
+    // terms: above where its bin `r - index` is below `lo`, in the range where it is at most
+    // `hi` (bins are whole numbers), so no bin is counted a column.
+    let above_from = grid.threshold(b, input, r.clone() - lo + f(1.0), "cut_above_from");
+    let range_from = grid.threshold(b, input, r.clone() - hi, "cut_range_from");
     declare_best(b);
     declare_best_as(b, "r");
     // The loop once for seeded rows and once for the others (a row is one or the other), so
@@ -588,43 +656,42 @@ fn cut_part(b: &mut Block, input: Input) {
         let col = b.let_("col", Ty::U32, var("col_lo") + i);
         let z = b.let_("cz", Ty::F32, values::value(input, x));
         let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
-        let w = b.let_("cw", Ty::F32, values::weight(input, z.clone(), mx.clone()));
+        // The row's largest is finite here, and at least every column's value.
+        let w = b.let_("cw", Ty::F32, values::weight_below(input, z.clone(), mx.clone()));
         b.if_(w.clone().gt(f(0.0)), |b| {
-            let key = b.let_("ck", Ty::U32, order_key(ov.clone()));
             let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
-            let g = b.let_("cg", Ty::F32, r.clone() - grid.index(input, z.clone()));
-            let smallest = |b: &mut Block, name: &str| b.set(name, var(name).max(key.clone() ^ u(NONE)));
+            let least = |b: &mut Block, name: &str| b.set(name, var(name).min(ov.clone()));
+            let most = |b: &mut Block, name: &str| b.set(name, var(name).max(ov.clone()));
             let race = |b: &mut Block, suffix: &str| {
                 b.if_(w.clone().ge(var("mp")), |b| race(b, suffix, [col.clone(), z.clone(), ov.clone()]))
             };
             b.if_else(
-                g.clone().lt(lo.clone()),
+                grid.reaches(input, z.clone(), above_from.clone()),
                 |b| {
                     b.set("n_above", var("n_above") + u(1));
                     b.set("m_above", var("m_above") + mv.clone());
-                    smallest(b, "min_above_not");
+                    least(b, "min_above");
                     race(b, "");
                 },
                 |b| {
                     b.if_else(
-                        g.le(hi.clone()),
+                        grid.reaches(input, z.clone(), range_from.clone()),
                         |b| {
                             b.set("n_range", var("n_range") + u(1));
                             b.set("m_range", var("m_range") + mv.clone());
-                            smallest(b, "min_range_not");
-                            b.set("max_range", var("max_range").max(key.clone()));
+                            least(b, "min_range");
+                            most(b, "max_range_v");
                             race(b, "r");
                             let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
                             b.if_(at.clone().lt(u(PART_LIST)), |b| {
                                 let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
-                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), key.clone());
+                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), order_key(ov.clone()));
                                 b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
                             });
                         },
                         |b| {
                             b.set("m_below", var("m_below") + mv.clone());
-                            b.set("max_below", var("max_below").max(key.clone()));
-                            b.set("w_below", var("w_below").max(w.clone()));
+                            most(b, "max_below_v");
                         },
                     );
                 },
@@ -634,7 +701,7 @@ fn cut_part(b: &mut Block, input: Input) {
     let n = var("col_hi") - var("col_lo");
     // The seeded race hashes each column alone: it races where the column is read.
     let seeded_columns = |b: &mut Block| {
-        values::for_each_read(b, input, n.clone(), 4, |b, i, _, x| {
+        values::for_each_read(b, input, (n.clone(), None), 4, |b, i, _, x| {
             let race = |b: &mut Block, suffix: &str, [col, z, ov]: [Expr; 3]| {
                 race_one(b, input, suffix, (boolean(true), &pkey), col, z, ov)
             };
@@ -723,11 +790,21 @@ fn cut_part(b: &mut Block, input: Input) {
         vec![var("m_above"), var("m_range"), var("m_below")],
         &names(&["m_above", "m_range", "m_below"]),
     );
+    // The extremes as the merge takes them: keys (0 for a class with no token), the smallest
+    // with its bits flipped, and the weight of the largest below (0 for none: exp(-inf)).
+    let key_of = |v: &str, least: bool| {
+        let empty = if least { var(v).eq_(f(f32::INFINITY)) } else { var(v).eq_(f(f32::NEG_INFINITY)) };
+        let key = order_key(var(v));
+        select(empty, u(0), if least { key ^ u(NONE) } else { key })
+    };
+    let below = var("max_below_v");
+    let w_below =
+        select(below.clone().eq_(f(f32::NEG_INFINITY)), f(0.0), values::order_weight(input, below, mx.clone()));
+    let w_below = b.reduce(ReduceOp::Max, Ty::F32, w_below, "part_w_below");
     let maxima = ["min_above_not", "min_range_not", "max_range", "max_below"];
-    for name in maxima {
-        b.reduce(ReduceOp::Max, Ty::U32, var(name), &format!("part_{name}"));
+    for (name, (v, start)) in maxima.iter().zip(EXTREMES) {
+        b.reduce(ReduceOp::Max, Ty::U32, key_of(v, start > 0.0), &format!("part_{name}"));
     }
-    let w_below = b.reduce(ReduceOp::Max, Ty::F32, var("w_below"), "part_w_below");
     let at = |k: u32| tail_word(var("row_slot"), var("part"), k);
     store_winners(b, "", &|k| at(tail::BEST + k));
     store_winners(b, "r", &|k| at(tail::RBEST + k));

@@ -22,10 +22,13 @@ pub(super) fn column(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr
 /// reads ([`read`]) first and unconditional (an index at or past `n` reads the last column), so
 /// they are in flight together, one round trip a step, not one a column; then `between`, then
 /// `body(i, j, x)` for each index inside, with its place `j` in the step and its element.
+/// Where `past` is given, an index at or past `n` reads as it (an element that weighs nothing)
+/// and `body` runs on every index of the step with no test of it, so that each column's work
+/// is on the loop's common path; such a body tests the index only before a store by it.
 pub(super) fn read_step(
     b: &mut Block,
     input: Input,
-    n: Expr,
+    (n, past): (Expr, Option<Expr>),
     width: u8,
     at: &dyn Fn(u32) -> Expr,
     between: impl FnOnce(&mut Block),
@@ -33,13 +36,21 @@ pub(super) fn read_step(
 ) {
     for j in 0..width as u32 {
         let i = b.let_(&format!("li{j}"), Ty::U32, at(j));
-        let clamped = select(i.clone().lt(n.clone()), i, n.clone() - u(1));
-        read(b, input, var("col_lo") + clamped, &format!("zx{j}"));
+        let inside = i.clone().lt(n.clone());
+        let name = format!("zx{j}");
+        read(b, input, var("col_lo") + select(inside.clone(), i, n.clone() - u(1)), &name);
+        if let Some(past) = &past {
+            b.set(&name, select(inside, var(&name), past.clone()));
+        }
     }
     between(b);
     for j in 0..width {
         let i = var(&format!("li{j}"));
-        b.if_(i.clone().lt(n.clone()), |b| body(b, i, j, var(&format!("zx{j}"))));
+        let x = var(&format!("zx{j}"));
+        match past {
+            Some(_) => b.scope(|b| body(b, i, j, x)),
+            None => b.if_(i.clone().lt(n.clone()), |b| body(b, i, j, x)),
+        }
     }
 }
 
@@ -51,14 +62,24 @@ pub(super) fn read_step(
 pub(super) fn for_each_read(
     b: &mut Block,
     input: Input,
-    n: Expr,
+    (n, past): (Expr, Option<Expr>),
     width: u8,
     body: impl Fn(&mut Block, Expr, u8, Expr),
 ) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.for_("i0", lid, n.clone(), bs.clone() * u(width as u32), |b, i0| {
-        read_step(b, input, n.clone(), width, &|j| i0.clone() + bs.clone() * u(j), |_| {}, &body)
+        let at = |j| i0.clone() + bs.clone() * u(j);
+        read_step(b, input, (n.clone(), past.clone()), width, &at, |_| {}, &body)
     });
+}
+
+/// An element that weighs nothing, as [`read`] would give it: -inf from logits, 0 from
+/// probabilities.
+pub(super) fn weightless(input: Input) -> Expr {
+    match input {
+        Input::Logits(_) => f(f32::NEG_INFINITY),
+        Input::Probs => f(0.0),
+    }
 }
 
 /// The column's element as read (NaN as -inf from logits), into `name`: [`value`] makes it the
@@ -78,10 +99,11 @@ fn element_at(input: Input, at: Expr) -> Expr {
 /// Visits this invocation's quads of the `n` columns from `col_lo` (a multiple of 4, so that a
 /// quad's four columns share one Philox block), the workgroup's quads side by side a step:
 /// the quad's four elements read first and together, as `zx0` to `zx3` (one address inside
-/// the part, [`load_quad_as`]), then `body(i, j, x)` for each of its columns inside, with its
+/// the part, [`load_quad_as`]), then `body(i, j, x)` for each of its four columns, with its
 /// index `i` from `col_lo` and its place `j`, then `after(i0, first)`, `i0` the quad's first
-/// index. The workgroup's first step is written apart (`first`), outside the loop and any
-/// branch, so that `after` may hold a barrier there.
+/// index. A column past the part reads as [`weightless`], and `body` runs on all four with no
+/// test of its index (as [`read_step`] with `past`): a weightless column must do nothing there. The workgroup's first step is written apart (`first`),
+/// outside the loop and any branch, so that `after` may hold a barrier there.
 pub(super) fn for_each_quad(
     b: &mut Block,
     input: Input,
@@ -91,10 +113,10 @@ pub(super) fn for_each_quad(
 ) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let step = |b: &mut Block, i0: Expr, first: bool| {
-        load_quad_as(b, var("col_lo") + i0.clone(), "zx", Ty::F32, f(0.0), |at| element_at(input, at));
+        load_quad_as(b, var("col_lo") + i0.clone(), "zx", Ty::F32, weightless(input), |at| element_at(input, at));
         for j in 0..4u8 {
             let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + u(j as u32));
-            b.if_(i.clone().lt(n.clone()), |b| body(b, i, j, var(&format!("zx{j}"))));
+            b.scope(|b| body(b, i, j, var(&format!("zx{j}"))));
         }
         after(b, i0, first);
     };
@@ -131,6 +153,16 @@ pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
     match input {
         Input::Logits(_) => softmax_weight(v, m),
         Input::Probs => probs_weight(v, m, |p, m| p / m),
+    }
+}
+
+/// [`weight`] where `m` is finite and `v` at most `m` (a row's largest, as the top-p cut's read
+/// weighs its columns): the same value, without the tests of the softmax's limits and of
+/// overflow, which no such column takes.
+pub(super) fn weight_below(input: Input, v: Expr, m: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => call(math::EXP_NONPOSITIVE, vec![v - m]),
+        Input::Probs => weight(input, v, m),
     }
 }
 
@@ -200,6 +232,27 @@ impl Grid {
         match input {
             Input::Logits(_) => floor(v * self.scale.clone()),
             Input::Probs => (v.bitcast(Ty::U32) >> (u(23) - self.shift.clone())).cast(Ty::F32),
+        }
+    }
+
+    /// `t`, a whole number as f32 (a bin counted from the grid's origin, subtracted from it),
+    /// bound to `name` in the terms [`Grid::reaches`] compares in: the f32 from logits, a u32
+    /// (at least 0) from probabilities, whose indices are the bits of a probability shifted.
+    pub fn threshold(&self, b: &mut Block, input: Input, t: Expr, name: &str) -> Expr {
+        match input {
+            Input::Logits(_) => b.let_(name, Ty::F32, t),
+            Input::Probs => b.let_(name, Ty::U32, t.max(f(0.0)).cast(Ty::U32)),
+        }
+    }
+
+    /// Whether value `v`'s index ([`Grid::index`]) is at least `t` ([`Grid::threshold`]),
+    /// without forming the index: `floor(z 2^shift) >= t` is `z 2^shift >= t` for a whole `t`
+    /// (the product by a power of two is exact, an overflow to +inf included), and a
+    /// probability's shifted bits are compared as integers, with no conversion.
+    pub fn reaches(&self, input: Input, v: Expr, t: Expr) -> Expr {
+        match input {
+            Input::Logits(_) => (v * self.scale.clone()).ge(t),
+            Input::Probs => (v.bitcast(Ty::U32) >> (u(23) - self.shift.clone())).ge(t),
         }
     }
 

@@ -200,10 +200,10 @@ pub(super) fn sweep(
                 let last = (lid * per.clone() + per).min(quads) * u(4);
                 b.for_("c0", first, last, u(4), |b, c0| {
                     let quad = |b: &mut Block| per_quad(b, var("col_lo") + c0.clone());
-                    values::read_step(b, input, n.clone(), 4, &|j| c0.clone() + u(j), quad, &per_col)
+                    values::read_step(b, input, (n.clone(), None), 4, &|j| c0.clone() + u(j), quad, &per_col)
                 });
             },
-            |b| values::for_each_read(b, input, n.clone(), 4, per_col),
+            |b| values::for_each_read(b, input, (n.clone(), None), 4, per_col),
         );
     });
 }
@@ -248,15 +248,18 @@ pub(super) fn element(b: &mut Block, input: Input, x: Expr) {
 /// the sign bit of the rest. -inf gets `0x007f_ffff`; no value gets 0, which the one-read path
 /// uses for "no token".
 pub(super) fn order_key(v: Expr) -> Expr {
-    let bits = v.bitcast(Ty::U32);
-    let neg = (bits.clone() & u(0x8000_0000)).ne_(u(0));
-    select(neg, bits.clone() ^ u(u32::MAX), bits | u(0x8000_0000))
+    // All ones where the sign bit is set, else zero: every bit flipped, or the sign bit alone,
+    // in one shift and one three-input logic operation.
+    let negative = (v.clone().bitcast(Ty::I32) >> u(31)).bitcast(Ty::U32);
+    v.bitcast(Ty::U32) ^ (negative | u(0x8000_0000))
 }
 
 /// The f32 value of an [`order_key`].
 pub(super) fn key_value(k: Expr) -> Expr {
-    let pos = (k.clone() & u(0x8000_0000)).ne_(u(0));
-    select(pos, k.clone() ^ u(0x8000_0000), k ^ u(u32::MAX)).bitcast(Ty::F32)
+    // All ones where the key's top bit is set (a value at or above +0), else zero: the key's
+    // top bit flipped, or all of its bits, in one shift and one three-input logic operation.
+    let above = (k.clone().bitcast(Ty::I32) >> u(31)).bitcast(Ty::U32);
+    (k ^ ((above ^ u(u32::MAX)) | u(0x8000_0000))).bitcast(Ty::F32)
 }
 
 /// Sets, after [`element`], `wv` (the token's weight relative to the row's largest, in [0, 1]),
@@ -988,7 +991,7 @@ pub(super) fn filter_shared(build: Build) -> Vec<SharedDecl> {
 /// The helpers the filter kernels call (with `sample`, the seeded race's hash and float64 log).
 pub(super) fn functions(sample: bool) -> Vec<Function> {
     super::union([
-        vec![math::exp(), math::log(), fixed(), fixed_f32(), fraction()],
+        vec![math::exp(), math::exp_nonpositive(), math::log(), fixed(), fixed_f32(), fraction()],
         philox::noise_functions(),
         if sample { seeded::functions() } else { vec![] },
     ])

@@ -9,6 +9,7 @@ use crate::ir::*;
 
 pub const LOG: &str = "sk_log";
 pub const EXP: &str = "sk_exp";
+pub const EXP_NONPOSITIVE: &str = "sk_exp_nonpositive";
 
 /// Natural log of a positive finite f32 (subnormals included), about one ulp.
 ///
@@ -51,9 +52,23 @@ pub fn log() -> Function {
 /// |k| < 256), the degree-7 Taylor polynomial of `e^r` on |r| <= ln2/2 (truncation 5e-9
 /// relative), and the scaling by `2^k` done in two halves so subnormal results come out right.
 pub fn exp() -> Function {
-    function(EXP, &[("x", Ty::F32)], Ty::F32, |b| {
+    exp_named(EXP, true)
+}
+
+/// [`exp`] of an `x` at most 0 (or NaN): the same values, without the test for overflow, which
+/// no such `x` takes. A weight `exp(z - max)` in a row whose maximum is finite, where that
+/// test was three instructions a column of the top-p cut's read, and a branch past the series.
+pub fn exp_nonpositive() -> Function {
+    exp_named(EXP_NONPOSITIVE, false)
+}
+
+/// [`exp`] as `name`, its test for overflow where `overflows`.
+fn exp_named(name: &str, overflows: bool) -> Function {
+    function(name, &[("x", Ty::F32)], Ty::F32, |b| {
         b.if_(var("x").lt(f(-104.0)), |b| b.ret(f(0.0)));
-        b.if_(var("x").gt(f(88.722_83)), |b| b.ret(f(f32::INFINITY)));
+        if overflows {
+            b.if_(var("x").gt(f(88.722_83)), |b| b.ret(f(f32::INFINITY)));
+        }
         let kf = b.let_("kf", Ty::F32, floor(var("x") * f(std::f32::consts::LOG2_E) + f(0.5)));
         let r = b.let_(
             "r",
