@@ -161,6 +161,19 @@ pub fn massed_share(kernel: &str) -> (f64, &'static str) {
     }
 }
 
+/// The share of a top-p part's keys that its histograms' loop also bins on the fine grid (the
+/// top 1023 bins of 2^-15 below the part's largest), where the rows are not flat, with the
+/// reason: the loop is counted along its path that weighs each key into its coarse bin, and its
+/// costliest path beyond that at this share. A flat row bins every key on both grids
+/// ([`Kernel::of_flat_rows`]).
+pub fn fine_share() -> (f64, &'static str) {
+    (
+        0.00026,
+        "a numpy run of the parts' rule (docs/fine_share.py: parts of 4096, Zipf 1.1 rows at T 0.6 to 1.0): a part's \
+         largest key and about one in 10,000 more lie within the fine grid's 1023 bins below it",
+    )
+}
+
 /// How a flat row's columns take a loop that races the kept ones (the top-p cut's Philox loop,
 /// `filter_top_p.rs`): the share of its quads that race (draw the block and test each column's
 /// noise bound), and the share of its column slots whose exact score a warp runs, with the
@@ -183,7 +196,9 @@ impl Kernel {
     /// iteration, the block's path over the common one at the raced share, and the exact
     /// score beyond the block's path once for each of its columns at the scored share.
     pub fn of_flat_rows(&self) -> Kernel {
-        let Some((raced, scored, _)) = flat_race(&self.name) else { return self.clone() };
+        // A flat row's keys all lie within the fine grid: its histograms' loop takes every bin.
+        let onchip = self.onchip.iter().map(|l| OnChip { weighed: None, ..l.clone() }).collect();
+        let Some((raced, scored, _)) = flat_race(&self.name) else { return Kernel { onchip, ..self.clone() } };
         let loops = self
             .loops
             .iter()
@@ -198,7 +213,7 @@ impl Kernel {
                 _ => l.clone(),
             })
             .collect();
-        Kernel { loops, ..self.clone() }
+        Kernel { loops, onchip, ..self.clone() }
     }
 }
 
@@ -346,7 +361,12 @@ impl Kernel {
             OnChipWork::Histogram => {
                 after_read(&self.loops, &self.onchip, work).iter().fold(Counts::default(), |acc, l| {
                     let copy = if l.common.get(Pipe::Stg) > 0.0 { HISTOGRAM_COPY_SHARE } else { 1.0 };
-                    acc.plus(&l.common.scaled(copy / l.visits))
+                    let (share, _) = fine_share();
+                    let item = match &l.weighed {
+                        Some(w) => w.plus(&l.common.plus(&w.scaled(-1.0)).scaled(share)),
+                        None => l.common,
+                    };
+                    acc.plus(&item.scaled(copy / l.visits))
                 })
             }
         }
@@ -637,12 +657,34 @@ mod tests {
                 common: int(10.0, 1.0),
                 visits: 1.0,
                 longest: int(46.0, 1.0),
+                weighed: None,
                 pass: Some(int(291.0, 0.0)),
             },
-            OnChip { start: 0x18, common: int(12.0, 1.0), visits: 1.0, longest: listing, pass: Some(int(291.0, 0.0)) },
+            OnChip {
+                start: 0x18,
+                common: int(12.0, 1.0),
+                visits: 1.0,
+                longest: listing,
+                weighed: None,
+                pass: Some(int(291.0, 0.0)),
+            },
             // A loop of four keys an iteration outside the passes, and one after the second read.
-            OnChip { start: 0x20, common: int(40.0, 4.0), visits: 4.0, longest: int(40.0, 4.0), pass: None },
-            OnChip { start: 0x2000, common: int(99.0, 1.0), visits: 1.0, longest: int(99.0, 1.0), pass: None },
+            OnChip {
+                start: 0x20,
+                common: int(40.0, 4.0),
+                visits: 4.0,
+                longest: int(40.0, 4.0),
+                weighed: None,
+                pass: None,
+            },
+            OnChip {
+                start: 0x2000,
+                common: int(99.0, 1.0),
+                visits: 1.0,
+                longest: int(99.0, 1.0),
+                weighed: None,
+                pass: None,
+            },
         ];
         let (passes, matched) = (8.0, 2.38 / 8.0);
         let listed = 12.0 + matched * 8.0;
@@ -657,6 +699,7 @@ mod tests {
             common: int(want - listed - 10.0, 1.0),
             visits: 1.0,
             longest: int(0.0, 1.0),
+            weighed: None,
             pass: None,
         });
         let with = launch(&H200, &k, &parts, 32.0 * 151936.0 * 4.0, Cache::Warm);
@@ -696,6 +739,7 @@ mod tests {
             common: c,
             visits: c.shared_loads.max(1.0),
             longest: c,
+            weighed: None,
             pass: None,
         };
         k.onchip = vec![
@@ -725,6 +769,16 @@ mod tests {
         let histogram = k.onchip_per_column(OnChipWork::Histogram, 16.0).total();
         assert!((histogram - want).abs() < 1e-9, "{histogram} {want}");
         assert_eq!(starts(&k, OnChipWork::Select), [0x200, 0x300]);
+        // A sum whose keys weigh 28 into their coarse bins and 36 on both grids: model-like rows
+        // take the fine grid at `fine_share`, flat rows always.
+        let sum = k.onchip.iter().position(|l| l.start == 0x1100).expect("the sum's loop");
+        k.onchip[sum].weighed = Some(counts(28.0, 1.0, 0.0));
+        let (share, _) = fine_share();
+        let want = 28.0 + 8.0 * share + HISTOGRAM_COPY_SHARE * (64.0 + 16.0) / 16.0;
+        let histogram = k.onchip_per_column(OnChipWork::Histogram, 16.0).total();
+        assert!((histogram - want).abs() < 1e-9, "{histogram} {want}");
+        let flat = k.of_flat_rows().onchip_per_column(OnChipWork::Histogram, 16.0).total();
+        assert!((flat - (36.0 + HISTOGRAM_COPY_SHARE * (64.0 + 16.0) / 16.0)).abs() < 1e-9, "{flat}");
     }
 
     /// A cold call's second read of an input that still fits L2 with what the call wrote costs

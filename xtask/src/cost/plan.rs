@@ -160,7 +160,8 @@ pub struct Launch {
     /// the kernel's loops of it ([`crate::cost::sass::OnChip`]).
     pub onchip: OnChipWork,
     /// The rows are flat: the launch's loop that races the kept columns races nearly all of
-    /// them (`model::flat_race`).
+    /// them (`model::flat_race`), and a part bins every key on both of its grids
+    /// (`model::fine_share`).
     pub flat: bool,
 }
 
@@ -300,7 +301,7 @@ pub fn launches(
             (_, true) => OnChipWork::Histogram,
             _ => OnChipWork::None,
         };
-        let parts = Launch { onchip, ..parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut) };
+        let parts = Launch { onchip, flat, ..parted(format!("top_k_parts_{input}"), p, row_bytes, decided || cut) };
         let merge = format!("top_k_merge_{input}");
         let cut_launch = Launch { rereads: true, flat, ..parted(format!("top_p_cut_{input}"), p, row_bytes, cut) };
         if batch * p <= cut_here_groups {

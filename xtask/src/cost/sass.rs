@@ -92,6 +92,8 @@ pub struct Counts {
     /// Adds of a 64-bit sum's high words (`IMAD.X`, `IADD3.X`): a column's fixed-point mass
     /// (a column of zero weight adds none).
     pub carries: f64,
+    /// Adds of a value to workgroup memory (`ATOMS.ADD`): a histogram's masses.
+    pub mass_atomics: f64,
     /// Words loaded from workgroup memory (`LDS`, a vector load counting each): the items an
     /// on-chip loop's iteration visits.
     pub shared_loads: f64,
@@ -114,6 +116,7 @@ impl Counts {
         self.exact_logs += f64::from(u8::from(i.exact_log));
         self.exact_exps += f64::from(u8::from(i.exact_exp));
         self.carries += f64::from(u8::from(i.carry));
+        self.mass_atomics += f64::from(u8::from(i.mass_atomic));
         self.shared_loads += f64::from(i.shared_words);
         self.shared_stores += f64::from(u8::from(i.shared_store));
     }
@@ -128,6 +131,7 @@ impl Counts {
             exact_logs: self.exact_logs * k,
             exact_exps: self.exact_exps * k,
             carries: self.carries * k,
+            mass_atomics: self.mass_atomics * k,
             shared_loads: self.shared_loads * k,
             shared_stores: self.shared_stores * k,
         }
@@ -146,6 +150,7 @@ impl Counts {
             exact_logs: self.exact_logs + o.exact_logs,
             exact_exps: self.exact_exps + o.exact_exps,
             carries: self.carries + o.carries,
+            mass_atomics: self.mass_atomics + o.mass_atomics,
             shared_loads: self.shared_loads + o.shared_loads,
             shared_stores: self.shared_stores + o.shared_stores,
         }
@@ -171,6 +176,9 @@ struct Instr {
     exact_exp: bool,
     /// `IMAD.X` or `IADD3.X`: the high word of a 64-bit add.
     carry: bool,
+    /// `ATOMS.ADD`: an add of a value to workgroup memory (a histogram bin's mass; an add of 1
+    /// is `ATOMS.POPC.INC`, which is no such add).
+    mass_atomic: bool,
     /// `LDS`: a workgroup-memory load.
     shared_words: u8,
     shared_store: bool,
@@ -227,6 +235,7 @@ fn parse_line(line: &str) -> Option<Instr> {
     let exact_log = base == "FMUL" && text.contains("0.24279078841209411621");
     let exact_exp = base == "FMUL" && text.contains("0.00019841270113829523325");
     let carry = matches!(base, "IMAD" | "IADD3") && opcode.split('.').any(|m| m == "X");
+    let mass_atomic = opcode.starts_with("ATOMS.ADD");
     // A vector load from workgroup memory reads several keys: a loop's visits count words.
     let shared_words = if base == "LDS" { (load_width(opcode) / 4).max(1) as u8 } else { 0 };
     let shared_store = base == "STS";
@@ -239,6 +248,7 @@ fn parse_line(line: &str) -> Option<Instr> {
         exact_log,
         exact_exp,
         carry,
+        mass_atomic,
         shared_words,
         shared_store,
         target,
@@ -292,6 +302,7 @@ enum Through {
     Carry,
     ExactLog,
     ExactExp,
+    MassAtomic,
 }
 
 const ANYTHING: &[Through] = &[];
@@ -318,6 +329,10 @@ pub struct OnChip {
     /// (a load behind a branch, such as a probability's lookup of its bin's edge, is no item).
     pub visits: f64,
     pub longest: Counts,
+    /// In a loop that sums floats and adds masses to workgroup memory (a top-p part's
+    /// histograms): its cheapest path through as many of those adds as its costliest takes,
+    /// each item weighed into its coarse bin and into no finer one.
+    pub weighed: Option<Counts>,
     pub pass: Option<Counts>,
 }
 
@@ -410,7 +425,11 @@ impl Function {
                     .min_by_key(|&&(a, b)| b - a);
                 let pass =
                     around.and_then(|&(a, b)| self.path_to(a, b, &|k| k == b, &cheapest, ANYTHING, 0, Some((s, e))));
-                Some(OnChip { start: self.instrs[s].addr, common, visits, longest, pass })
+                let adds = longest.mass_atomics as usize;
+                let weighed = (sums && adds > 0)
+                    .then(|| self.path((s, e), &cheapest, &vec![Through::MassAtomic; adds]))
+                    .flatten();
+                Some(OnChip { start: self.instrs[s].addr, common, visits, longest, weighed, pass })
             })
             .collect()
     }
@@ -462,6 +481,7 @@ impl Function {
                 Through::Carry => i.carry || called.carries > 0.0,
                 Through::ExactLog => i.exact_log || called.exact_logs > 0.0,
                 Through::ExactExp => i.exact_exp || called.exact_exps > 0.0,
+                Through::MassAtomic => i.mass_atomic || called.mass_atomics > 0.0,
             };
             let next = state + usize::from(through.get(state).is_some_and(|&t| marked(t)));
             (i.load_bytes, 1.0 + called.total(), next)
@@ -674,6 +694,33 @@ mod tests {
         assert_eq!((l.common.total(), l.common.exact_exps), (6.0, 0.0));
         let massed = l.massed.expect("a path through the series and a 64-bit add");
         assert_eq!((massed.total(), massed.exact_exps, massed.carries), (10.0, 1.0, 1.0));
+    }
+    /// A histogram's loop of two keys, each weighed into its coarse bin (a float product and a
+    /// value's add) and, behind its own branch, counted in a fine one (an add of 1): its
+    /// weighed path takes both coarse adds and neither fine count; its costliest takes all.
+    #[test]
+    fn the_weighed_path_skips_the_fine_bins() {
+        let listing = "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   LDS R4, [R2] ;
+            /*0020*/                   LDS R5, [R2+0x400] ;
+            /*0030*/                   FMUL R6, R4, 16 ;
+            /*0040*/                   ATOMS.ADD RZ, [R6], R4 ;
+            /*0050*/               @P0 BRA 0x70 ;
+            /*0060*/                   ATOMS.POPC.INC.32 RZ, [R6+URZ+0x1000] ;
+            /*0070*/                   FMUL R7, R5, 16 ;
+            /*0080*/                   ATOMS.ADD RZ, [R7], R5 ;
+            /*0090*/               @P1 BRA 0xb0 ;
+            /*00a0*/                   ATOMS.POPC.INC.32 RZ, [R7+URZ+0x1000] ;
+            /*00b0*/                   IADD3 R2, R2, 0x800, RZ ;
+            /*00c0*/               @P2 BRA 0x10 ;
+            /*00d0*/                   EXIT ;
+        ";
+        let l = &parse(listing)[0].onchip_loops()[0];
+        assert_eq!((l.longest.total(), l.longest.mass_atomics), (12.0, 2.0));
+        let weighed = l.weighed.as_ref().expect("a loop that sums and adds masses");
+        assert_eq!((weighed.total(), weighed.mass_atomics), (10.0, 2.0));
     }
     /// A raced quad's block, then a column's exact score (the exact log's coefficient) behind
     /// its own branch: the scored path takes both; the noised path the block alone.
