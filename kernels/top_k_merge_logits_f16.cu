@@ -897,7 +897,7 @@ __device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
     } \
     { \
         const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = sk_fixed(sk_exp(sk_bitcast<float>((dk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(dk) >> 31u)) ^ 4294967295u) | 2147483648u))))); \
+        const unsigned long long sk_add = sk_fixed(sk_exp_nonpositive(sk_bitcast<float>((dk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(dk) >> 31u)) ^ 4294967295u) | 2147483648u))))); \
         sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
         sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
         sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
@@ -1506,7 +1506,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                             unsigned long long part_m_below = 0ull;
                             sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
                             float part_w_below = (0.0f);
-                            part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp(max_below_v)));
+                            part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)));
                             unsigned int part_min_above_not = 0u;
                             part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                             unsigned int part_min_range_not = 0u;
@@ -1979,7 +1979,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         unsigned int rk = listed_cols[i];
                                         unsigned int rcol = listed_cols[(i + 2048u)];
                                         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
+                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
                                             const float sk_e72 = sk_f16(x[(base + rcol)]);
                                             float rz_x = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72);
                                             float rz = (rz_x / temp);
@@ -2288,7 +2288,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                         const unsigned int sk_e87 = (i / 640u);
                                         unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
                                         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
+                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
                                             const float sk_e88 = sk_f16(x[(base + rcol)]);
                                             float rz_x = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88);
                                             float rz = (rz_x / temp);
@@ -2308,7 +2308,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
                                     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
                                     const bool sk_e91 = (tie_v == 0ull);
                                     unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e91 ? tn64 : (((lim - sel_m) / (sk_e91 ? 1ull : tie_v)) + 1ull))));
-                                    unsigned int t_kept = ((sk_exp(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp) ? ties : 0u);
+                                    unsigned int t_kept = ((sk_exp_nonpositive(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp) ? ties : 0u);
                                     unsigned int t_part = 0u;
                                     unsigned int t_left = 0u;
                                     unsigned int t_base = 0u;

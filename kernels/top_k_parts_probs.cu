@@ -179,7 +179,7 @@ __device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {
             unsigned int hbits = sk_bitcast<unsigned int>(hz); \
             unsigned int hgu = ((unsigned int)hg); \
             unsigned int hist_old = 0u; \
-            hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>((((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * sk_bitcast<float>(part_hist[(2048u + ((hbits >> 19u) & 15u))])) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
+            hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>((((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * sk_bitcast<float>(part_hist[(2048u + ((sk_bitcast<unsigned int>(hz) >> (23u - 4u)) & 15u))])) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
             unsigned int hist_n_old = 0u; \
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
         } \

@@ -195,29 +195,6 @@ __device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk
     sk_oi = sk_am_i[32];
     __syncthreads();
 }
-__device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp_named
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return sk_bitcast<float>(2139095040u);
-    }
-    float kf = floorf(((x * (1.442695f)) + (0.5f)));
-    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    float p = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    int k = ((int)kf);
-    int k1 = (k >> 1u);
-    int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
-}
 __device__ __forceinline__ float sk_exp_nonpositive(float x) {
     // built by kernels::math::exp_named
     if ((x < (-104.0f))) {
@@ -849,7 +826,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                     unsigned long long part_m_below = 0ull;
                     sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
                     float part_w_below = (0.0f);
-                    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp(max_below_v)));
+                    part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)));
                     unsigned int part_min_above_not = 0u;
                     part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_min_range_not = 0u;

@@ -1008,7 +1008,7 @@ fn sk_select_in_range(dk: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, m
     // built by kernels::filter_top_p::select_in_range
     var digit: u32 = ((dk >> shift) & 15u);
     (*cnt)[digit] += 1u;
-    (*mas)[digit] += sk_fixed(sk_exp(bitcast<f32>((dk ^ ((bitcast<u32>((bitcast<i32>(dk) >> 31u)) ^ 4294967295u) | 2147483648u)))));
+    (*mas)[digit] += sk_fixed(sk_exp_nonpositive(bitcast<f32>((dk ^ ((bitcast<u32>((bitcast<i32>(dk) >> 31u)) ^ 4294967295u) | 2147483648u)))));
 }
 fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
     var rk_seen: u32 = *sk_io_rk_seen;
@@ -1666,7 +1666,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var part_m_below: u64 = 0lu;
                             sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
                             var part_w_below: f32 = (0.0f);
-                            part_w_below = sk_block_max_f32(sk_lid, select(sk_exp(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
+                            part_w_below = sk_block_max_f32(sk_lid, select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
                             var part_min_above_not: u32 = 0u;
                             part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                             var part_min_range_not: u32 = 0u;
@@ -2109,7 +2109,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         var rk: u32 = listed_cols[i];
                                         var rcol: u32 = listed_cols[(i + 2048u)];
                                         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
+                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
                                             let sk_e72: f32 = sk_load_x((base + rcol));
                                             var rz_x: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
                                             var rz: f32 = (rz_x / temp);
@@ -2388,7 +2388,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                         let sk_e87: u32 = (i / 640u);
                                         var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
                                         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp(rov) >= mp))) {
+                                        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
                                             let sk_e88: f32 = sk_load_x((base + rcol));
                                             var rz_x: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
                                             var rz: f32 = (rz_x / temp);
@@ -2408,7 +2408,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
                                     let sk_e91: bool = (tie_v == 0lu);
                                     var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e91)) + 1lu), tn64, sk_e91)));
-                                    var t_kept: u32 = select(0u, ties, (sk_exp(bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp));
+                                    var t_kept: u32 = select(0u, ties, (sk_exp_nonpositive(bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp));
                                     var t_part: u32 = 0u;
                                     var t_left: u32 = 0u;
                                     var t_base: u32 = 0u;

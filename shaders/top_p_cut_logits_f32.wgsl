@@ -159,30 +159,6 @@ fn sk_block_argmax_f64(sk_lid: u32, sk_v: f64, sk_i: u32, sk_ov: ptr<function, f
     *sk_oi = sk_am_i[0];
     workgroupBarrier();
 }
-fn sk_exp(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    // built by kernels::math::exp_named
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return bitcast<f32>(2139095040u);
-    }
-    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
-    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    var p: f32 = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    var k: i32 = i32(kf);
-    var k1: i32 = (k >> 1u);
-    var k2: i32 = (k - k1);
-    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
-}
 fn sk_exp_nonpositive(x_in: f32) -> f32 {
     var x: f32 = x_in;
     // built by kernels::math::exp_named
@@ -895,7 +871,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var part_m_below: u64 = 0lu;
                     sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
                     var part_w_below: f32 = (0.0f);
-                    part_w_below = sk_block_max_f32(sk_lid, select(sk_exp(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
+                    part_w_below = sk_block_max_f32(sk_lid, select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
                     var part_min_above_not: u32 = 0u;
                     part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                     var part_min_range_not: u32 = 0u;

@@ -359,9 +359,9 @@ impl Kernel {
                 None => Counts::default(),
             },
             OnChipWork::Histogram => {
+                let (share, _) = fine_share();
                 after_read(&self.loops, &self.onchip, work).iter().fold(Counts::default(), |acc, l| {
                     let copy = if l.common.get(Pipe::Stg) > 0.0 { HISTOGRAM_COPY_SHARE } else { 1.0 };
-                    let (share, _) = fine_share();
                     let item = match &l.weighed {
                         Some(w) => w.plus(&l.common.plus(&w.scaled(-1.0)).scaled(share)),
                         None => l.common,

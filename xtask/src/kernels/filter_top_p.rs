@@ -292,7 +292,7 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                             // estimate, which the merge checks).
                             Input::Probs => {
                                 let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
-                                let j = (bits.clone() >> u(23 - COARSE.shift.1)) & u(COARSE_STEPS - 1);
+                                let j = coarse.bits_index(z.clone()) & u(COARSE_STEPS - 1);
                                 let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
                                 mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
                             }
@@ -370,7 +370,7 @@ fn part_bin(
             (g.clone(), g.lt(f(bins as f32)))
         }
         Input::Probs => {
-            let g = b.let_(name, Ty::U32, origin - (z.bitcast(Ty::U32) >> (u(23) - grid.shift.clone())));
+            let g = b.let_(name, Ty::U32, origin - grid.bits_index(z));
             (g.clone(), g.lt(u(bins)))
         }
     }

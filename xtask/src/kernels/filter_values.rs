@@ -191,10 +191,12 @@ pub(super) fn order_value(input: Input, v: Expr, mx: Expr) -> Expr {
     }
 }
 
-/// The weight of a token from its [`order_value`] `ov` in a row whose largest is `mx`.
+/// The weight of a token from its [`order_value`] `ov` in a row whose largest is `mx`: from
+/// logits `exp(z - mx)`, by [`math::exp_nonpositive`] (an order value is at most 0), the
+/// function [`weight_below`] weighs a column with.
 pub(super) fn order_weight(input: Input, ov: Expr, mx: Expr) -> Expr {
     match input {
-        Input::Logits(_) => call(math::EXP, vec![ov]),
+        Input::Logits(_) => call(math::EXP_NONPOSITIVE, vec![ov]),
         Input::Probs => weight(input, ov, mx),
     }
 }
@@ -231,8 +233,14 @@ impl Grid {
     pub fn index(&self, input: Input, v: Expr) -> Expr {
         match input {
             Input::Logits(_) => floor(v * self.scale.clone()),
-            Input::Probs => (v.bitcast(Ty::U32) >> (u(23) - self.shift.clone())).cast(Ty::F32),
+            Input::Probs => self.bits_index(v).cast(Ty::F32),
         }
+    }
+
+    /// A probability's index on the grid as a u32: its bits shifted right by `23 - shift` (its
+    /// exponent and first `shift` bits of mantissa), what [`Grid::index`] converts.
+    pub fn bits_index(&self, p: Expr) -> Expr {
+        p.bitcast(Ty::U32) >> (u(23) - self.shift.clone())
     }
 
     /// `t`, a whole number as f32 (a bin counted from the grid's origin, subtracted from it),
@@ -252,7 +260,7 @@ impl Grid {
     pub fn reaches(&self, input: Input, v: Expr, t: Expr) -> Expr {
         match input {
             Input::Logits(_) => (v * self.scale.clone()).ge(t),
-            Input::Probs => (v.bitcast(Ty::U32) >> (u(23) - self.shift.clone())).ge(t),
+            Input::Probs => self.bits_index(v).ge(t),
         }
     }
 

@@ -248,18 +248,20 @@ pub(super) fn element(b: &mut Block, input: Input, x: Expr) {
 /// the sign bit of the rest. -inf gets `0x007f_ffff`; no value gets 0, which the one-read path
 /// uses for "no token".
 pub(super) fn order_key(v: Expr) -> Expr {
-    // All ones where the sign bit is set, else zero: every bit flipped, or the sign bit alone,
-    // in one shift and one three-input logic operation.
-    let negative = (v.clone().bitcast(Ty::I32) >> u(31)).bitcast(Ty::U32);
-    v.bitcast(Ty::U32) ^ (negative | u(0x8000_0000))
+    // Every bit flipped where the sign bit is set, else the sign bit alone.
+    v.clone().bitcast(Ty::U32) ^ (top_bit_filled(v) | u(0x8000_0000))
 }
 
 /// The f32 value of an [`order_key`].
 pub(super) fn key_value(k: Expr) -> Expr {
-    // All ones where the key's top bit is set (a value at or above +0), else zero: the key's
-    // top bit flipped, or all of its bits, in one shift and one three-input logic operation.
-    let above = (k.clone().bitcast(Ty::I32) >> u(31)).bitcast(Ty::U32);
-    (k ^ ((above ^ u(u32::MAX)) | u(0x8000_0000))).bitcast(Ty::F32)
+    // The top bit flipped where it is set (a value at or above +0), else every bit.
+    (k.clone() ^ ((top_bit_filled(k) ^ u(u32::MAX)) | u(0x8000_0000))).bitcast(Ty::F32)
+}
+
+/// All ones where the 32-bit `x`'s top bit is set, else zero: one arithmetic shift, so that
+/// [`order_key`] and [`key_value`] are a shift and one three-input logic operation.
+fn top_bit_filled(x: Expr) -> Expr {
+    (x.bitcast(Ty::I32) >> u(31)).bitcast(Ty::U32)
 }
 
 /// Sets, after [`element`], `wv` (the token's weight relative to the row's largest, in [0, 1]),
