@@ -19,27 +19,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
 }
 
 
-__device__ __forceinline__ double sk_log64(double x) {
-    // built by kernels::math::log64
-    unsigned long long ix = sk_bitcast<unsigned long long>(x);
-    int k = (0);
-    if ((ix < 4503599627370496ull)) {
-        x = (x * (1.8014398509481984e16));
-        ix = sk_bitcast<unsigned long long>(x);
-        k = (-54);
-    }
-    ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)(ix >> 52u))) - (1023));
-    ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
-    double fr = (sk_bitcast<double>(ix) - (1.0));
-    double s = (fr / ((2.0) + fr));
-    double z = (s * s);
-    double w = (z * z);
-    double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
-    double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)k);
-    return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
-}
+#include "functions/sk_log64.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) log_f64(
     const double* __restrict__ input, double* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {

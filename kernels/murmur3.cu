@@ -11,40 +11,7 @@
 #define SK_WARPS (SK_BLOCK / 32)
 
 
-__device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
-    // built by kernels::murmur::murmur3
-    unsigned int h = 0u;
-    {
-        unsigned int k = (w0 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        unsigned int k = (w1 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        unsigned int k = (w2 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        unsigned int k = (w3 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    h = (h ^ 16u);
-    h = (h ^ (h >> 16u));
-    h = (h * 2246822507u);
-    h = (h ^ (h >> 13u));
-    h = (h * 3266489909u);
-    return (h ^ (h >> 16u));
-}
+#include "functions/sk_murmur3.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) murmur3(
     const unsigned int* __restrict__ input, unsigned int* __restrict__ output, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {

@@ -24,30 +24,7 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
 
 __shared__ float sk_red_f32[33];
 
-__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = sk_v + ov;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_f32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = sk_v + ov;
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_f32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const float sk_r = sk_red_f32[32];
-    __syncthreads();
-    return sk_r;
-}
+#include "functions/sk_block_sum_f32.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_bf16(
     const unsigned short* __restrict__ x, float* __restrict__ sums, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {

@@ -21,98 +21,10 @@ __device__ __forceinline__ To sk_bitcast(From x) {
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
 
-__device__ __forceinline__ void sk_block_argmax_f64(double sk_v, unsigned int sk_i, double& sk_ov, unsigned int& sk_oi) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-        if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_am_f64[threadIdx.x >> 5] = sk_v;
-        sk_am_i[threadIdx.x >> 5] = sk_i;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_am_f64[threadIdx.x] : sk_bitcast<double>(18442240474082181120ull);
-        sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            double ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            unsigned int oi = __shfl_xor_sync(0xffffffffu, sk_i, sk_o);
-            if (ov > sk_v || (ov == sk_v && oi < sk_i)) { sk_v = ov; sk_i = oi; }
-        }
-        if (threadIdx.x == 0u) {
-            sk_am_f64[32] = sk_v;
-            sk_am_i[32] = sk_i;
-        }
-    }
-    __syncthreads();
-    sk_ov = sk_am_f64[32];
-    sk_oi = sk_am_i[32];
-    __syncthreads();
-}
-__device__ __forceinline__ double sk_log64(double x) {
-    // built by kernels::math::log64
-    unsigned long long ix = sk_bitcast<unsigned long long>(x);
-    int k = (0);
-    if ((ix < 4503599627370496ull)) {
-        x = (x * (1.8014398509481984e16));
-        ix = sk_bitcast<unsigned long long>(x);
-        k = (-54);
-    }
-    ix = (ix + 2638149301829632ull);
-    k = ((k + ((int)(ix >> 52u))) - (1023));
-    ix = ((ix & 4503599627370495ull) + 4604544269498187776ull);
-    double fr = (sk_bitcast<double>(ix) - (1.0));
-    double s = (fr / ((2.0) + fr));
-    double z = (s * s);
-    double w = (z * z);
-    double r = ((z * ((0.6666666666666735) + (w * ((0.2857142874366239) + (w * ((0.1818357216161805) + (w * (0.14798198605116586)))))))) + (w * ((0.3999999999940942) + (w * ((0.22222198432149784) + (w * (0.15313837699209373)))))));
-    double hfsq = (((0.5) * fr) * fr);
-    double dk = ((double)k);
-    return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10))) - hfsq) + fr) + (dk * (0.6931471803691238)));
-}
-__device__ __forceinline__ unsigned int sk_murmur3(unsigned int w0, unsigned int w1, unsigned int w2, unsigned int w3) {
-    // built by kernels::murmur::murmur3
-    unsigned int h = 0u;
-    {
-        unsigned int k = (w0 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        unsigned int k = (w1 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        unsigned int k = (w2 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        unsigned int k = (w3 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    h = (h ^ 16u);
-    h = (h ^ (h >> 16u));
-    h = (h * 2246822507u);
-    h = (h ^ (h >> 13u));
-    h = (h * 3266489909u);
-    return (h ^ (h >> 16u));
-}
-__device__ __forceinline__ double sk_seeded_gumbel64(unsigned int h) {
-    // built by kernels::murmur::seeded_gumbel64
-    if ((h == 0u)) {
-        return (-709.782712893384);
-    }
-    double e = fmin(sk_log64((((double)h) / (4294967295.0))), (-2.3283064365386963e-10));
-    return (-sk_log64((-e)));
-}
+#include "functions/sk_block_argmax_f64.cuh"
+#include "functions/sk_log64.cuh"
+#include "functions/sk_murmur3.cuh"
+#include "functions/sk_seeded_gumbel64.cuh"
 #define sk_for_each_column_then(c0, col_hi, lq0, noisy, row, sk_c0, best, best_i) { \
     /* built by kernels::abi::for_each_column_then */ \
     unsigned int col = (c0 + sk_c0); \

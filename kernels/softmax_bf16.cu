@@ -32,77 +32,9 @@ __device__ __forceinline__ float sk_bf16(unsigned short h) {
 
 __shared__ float sk_red_f32[33];
 
-__device__ __forceinline__ float sk_block_max_f32(float sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = fmaxf(sk_v, ov);
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_f32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : sk_bitcast<float>(4286578688u);
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = fmaxf(sk_v, ov);
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_f32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const float sk_r = sk_red_f32[32];
-    __syncthreads();
-    return sk_r;
-}
-__device__ __forceinline__ float sk_block_sum_f32(float sk_v) {
-    for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-        sk_v = sk_v + ov;
-    }
-    if ((threadIdx.x & 31u) == 0u) {
-        sk_red_f32[threadIdx.x >> 5] = sk_v;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32u) {
-        sk_v = threadIdx.x < SK_WARPS ? sk_red_f32[threadIdx.x] : 0.0f;
-        for (int sk_o = 16; sk_o > 0; sk_o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, sk_v, sk_o);
-            sk_v = sk_v + ov;
-        }
-        if (threadIdx.x == 0u) {
-            sk_red_f32[32] = sk_v;
-        }
-    }
-    __syncthreads();
-    const float sk_r = sk_red_f32[32];
-    __syncthreads();
-    return sk_r;
-}
-__device__ __forceinline__ float sk_exp(float x) {
-    // built by kernels::math::exp_named
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return sk_bitcast<float>(2139095040u);
-    }
-    float kf = floorf(((x * (1.442695f)) + (0.5f)));
-    float r = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    float p = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    int k = ((int)kf);
-    int k1 = (k >> 1u);
-    int k2 = (k - k1);
-    return ((p * sk_bitcast<float>((((unsigned int)(k1 + (127))) << 23u))) * sk_bitcast<float>((((unsigned int)(k2 + (127))) << 23u)));
-}
+#include "functions/sk_block_max_f32.cuh"
+#include "functions/sk_block_sum_f32.cuh"
+#include "functions/sk_exp.cuh"
 #define sk_for_each_column_then_2(c0, col_hi, x0, temp, sk_c0, m, s, comp) { \
     /* built by kernels::abi::for_each_column_then */ \
     unsigned int col = (c0 + sk_c0); \

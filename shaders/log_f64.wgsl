@@ -17,28 +17,7 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 
 
-fn sk_log64(x_in: f64) -> f64 {
-    var x: f64 = x_in;
-    // built by kernels::math::log64
-    var ix: u64 = bitcast<u64>(x);
-    var k: i32 = (0i);
-    if ((ix < 4503599627370496lu)) {
-        x = (x * (1.8014398509481984e16lf));
-        ix = bitcast<u64>(x);
-        k = (-54i);
-    }
-    ix = (ix + 2638149301829632lu);
-    k = ((k + i32((ix >> 52u))) - (1023i));
-    ix = ((ix & 4503599627370495lu) + 4604544269498187776lu);
-    var fr: f64 = (bitcast<f64>(ix) - (1.0lf));
-    var s: f64 = (fr / ((2.0lf) + fr));
-    var z: f64 = (s * s);
-    var w: f64 = (z * z);
-    var r: f64 = ((z * ((0.6666666666666735lf) + (w * ((0.2857142874366239lf) + (w * ((0.1818357216161805lf) + (w * (0.14798198605116586lf)))))))) + (w * ((0.3999999999940942lf) + (w * ((0.22222198432149784lf) + (w * (0.15313837699209373lf)))))));
-    var hfsq: f64 = (((0.5lf) * fr) * fr);
-    var dk: f64 = f64(k);
-    return (((((s * (hfsq + r)) + (dk * (1.9082149292705877e-10lf))) - hfsq) + fr) + (dk * (0.6931471803691238lf)));
-}
+// after the functions the crate puts before this file: shaders/functions/sk_log64.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

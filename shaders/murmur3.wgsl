@@ -17,44 +17,7 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 
 
-fn sk_murmur3(w0_in: u32, w1_in: u32, w2_in: u32, w3_in: u32) -> u32 {
-    var w0: u32 = w0_in;
-    var w1: u32 = w1_in;
-    var w2: u32 = w2_in;
-    var w3: u32 = w3_in;
-    // built by kernels::murmur::murmur3
-    var h: u32 = 0u;
-    {
-        var k: u32 = (w0 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        var k: u32 = (w1 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        var k: u32 = (w2 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    {
-        var k: u32 = (w3 * 3432918353u);
-        k = (((k << 15u) | (k >> 17u)) * 461845907u);
-        h = (h ^ k);
-        h = ((((h << 13u) | (h >> 19u)) * 5u) + 3864292196u);
-    }
-    h = (h ^ 16u);
-    h = (h ^ (h >> 16u));
-    h = (h * 2246822507u);
-    h = (h ^ (h >> 13u));
-    h = (h * 3266489909u);
-    return (h ^ (h >> 16u));
-}
+// after the functions the crate puts before this file: shaders/functions/sk_murmur3.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

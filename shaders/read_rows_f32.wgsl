@@ -18,19 +18,7 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
-fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
-    sk_red_f32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_f32[0];
-    workgroupBarrier();
-    return sk_r;
-}
+// after the functions the crate puts before this file: shaders/functions/sk_block_sum_f32.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

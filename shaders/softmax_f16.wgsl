@@ -24,56 +24,7 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return unpack2x16float(w)[i & 1u];
 }
-fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
-    sk_red_f32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_f32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
-    sk_red_f32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_f32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_exp(x_in: f32) -> f32 {
-    var x: f32 = x_in;
-    // built by kernels::math::exp_named
-    if ((x < (-104.0f))) {
-        return (0.0f);
-    }
-    if ((x > (88.72283f))) {
-        return bitcast<f32>(2139095040u);
-    }
-    var kf: f32 = floor(((x * (1.442695f)) + (0.5f)));
-    var r: f32 = ((x - (kf * (0.69314575f))) - (kf * (1.4286068e-6f)));
-    var p: f32 = (0.0001984127f);
-    p = ((p * r) + (0.0013888889f));
-    p = ((p * r) + (0.008333334f));
-    p = ((p * r) + (0.041666668f));
-    p = ((p * r) + (0.16666667f));
-    p = ((p * r) + (0.5f));
-    p = ((p * r) + (1.0f));
-    p = ((p * r) + (1.0f));
-    var k: i32 = i32(kf);
-    var k1: i32 = (k >> 1u);
-    var k2: i32 = (k - k1);
-    return ((p * bitcast<f32>((u32((k1 + (127i))) << 23u))) * bitcast<f32>((u32((k2 + (127i))) << 23u)));
-}
+// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_sum_f32.wgsl, shaders/functions/sk_exp.wgsl
 fn sk_for_each_column_then_2(c0: u32, col_hi: u32, x0: f32, temp: f32, sk_c0: u32, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>, sk_io_comp: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     var s: f32 = *sk_io_s;

@@ -25,71 +25,7 @@ var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 2064>;
 
-fn sk_block_max_f32(sk_lid: u32, sk_v: f32) -> f32 {
-    sk_red_f32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_f32[sk_lid] = max(sk_red_f32[sk_lid], sk_red_f32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_f32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_block_max_u32(sk_lid: u32, sk_v: u32) -> u32 {
-    sk_red_u32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_u32[sk_lid] = max(sk_red_u32[sk_lid], sk_red_u32[sk_lid + sk_s]);
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_u32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_block_sum_f32(sk_lid: u32, sk_v: f32) -> f32 {
-    sk_red_f32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_f32[sk_lid] = sk_red_f32[sk_lid] + sk_red_f32[sk_lid + sk_s];
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_f32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_block_sum_u32(sk_lid: u32, sk_v: u32) -> u32 {
-    sk_red_u32[sk_lid] = sk_v;
-    workgroupBarrier();
-    for (var sk_s: u32 = BLOCK / 2u; sk_s > 0u; sk_s = sk_s >> 1u) {
-        if (sk_lid < sk_s) {
-            sk_red_u32[sk_lid] = sk_red_u32[sk_lid] + sk_red_u32[sk_lid + sk_s];
-        }
-        workgroupBarrier();
-    }
-    let sk_r = sk_red_u32[0];
-    workgroupBarrier();
-    return sk_r;
-}
-fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {
-    sk_scan[sk_lid] = sk_x;
-    workgroupBarrier();
-    for (var sk_s: u32 = 1u; sk_s < BLOCK; sk_s = sk_s << 1u) {
-        let sk_t = select(0u, sk_scan[sk_lid - min(sk_s, sk_lid)], sk_lid >= sk_s);
-        workgroupBarrier();
-        sk_scan[sk_lid] = sk_scan[sk_lid] + sk_t;
-        workgroupBarrier();
-    }
-    let sk_r = sk_scan[sk_lid] - sk_x;
-    workgroupBarrier();
-    return sk_r;
-}
+// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_sum_f32.wgsl, shaders/functions/sk_block_sum_u32.wgsl, shaders/functions/sk_block_scan.wgsl
 fn sk_read_step(zx0: f32, li0: u32, n_cols: u32, sk_io_m: ptr<function, f32>) {
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::read_step

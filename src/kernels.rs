@@ -36,6 +36,28 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
+    /// The CUDA translation unit NVRTC compiles: [`KernelSource::cuda`] with each function file
+    /// it includes (`#include "functions/sk_exp.cuh"`, written once for every kernel in
+    /// `kernels/functions/`) in place of its include line. Built once per compiled kernel.
+    pub fn cuda_unit(&self) -> Option<String> {
+        let text = self.cuda?;
+        let mut unit = String::with_capacity(text.len() * 2);
+        for line in text.lines() {
+            let included = line
+                .strip_prefix("#include \"")
+                .and_then(|l| l.strip_suffix('"'))
+                .and_then(|path| crate::generated::CUDA_FUNCTIONS.iter().find(|(p, _)| *p == path));
+            match included {
+                Some((_, function)) => unit.push_str(function),
+                None => {
+                    unit.push_str(line);
+                    unit.push('\n');
+                }
+            }
+        }
+        Some(unit)
+    }
+
     /// The binding slot (argument index) of `binding`, if the kernel binds it.
     pub fn slot(&self, binding: Binding) -> Option<usize> {
         self.bindings.iter().position(|b| *b == binding)

@@ -243,8 +243,11 @@ pub fn compile(
         name: Some(format!("{}.cu", kernel.name)),
         ..Default::default()
     };
-    let source =
-        kernel.cuda.ok_or(Error::Unsupported { backend: "cuda", kernel: kernel.name, feature: "a CUDA build" })?;
+    let source = kernel.cuda_unit().ok_or(Error::Unsupported {
+        backend: "cuda",
+        kernel: kernel.name,
+        feature: "a CUDA build",
+    })?;
     cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| cuda_error(format!("NVRTC {}: {e}", kernel.name)))
 }
 

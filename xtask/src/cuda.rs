@@ -333,7 +333,8 @@ impl CLike for Emitter<'_> {
 /// The collectives a kernel uses, each a function of its own (called where the IR has the
 /// collective; a merge kernel runs dozens): warp shuffles, one shared slot per warp, and a
 /// barrier after the result is read, so the scratch may be reused by the next.
-fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Result<(), IrError> {
+fn collective_helpers(used: &Collectives, kernel: &Kernel) -> Result<Vec<(String, String)>, IrError> {
+    let mut helpers = Vec::new();
     for &(op, t) in &used.reduce {
         let tn = ty(t);
         let arr = format!("sk_red_{}", short(t));
@@ -345,16 +346,19 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
             (ReduceOp::Max, Ty::F64) => ("sk_v = fmax(sk_v, ov);".into(), lit(Lit::F64(f64::NEG_INFINITY))),
             (ReduceOp::Max, _) => ("sk_v = ov > sk_v ? ov : sk_v;".into(), "0u".into()),
         };
+        let mut out = Out::default();
         out.open(format!("__device__ __forceinline__ {tn} {}({tn} sk_v) {{", reduce_name(op, t)));
         let refill = vec![format!("sk_v = threadIdx.x < SK_WARPS ? {arr}[threadIdx.x] : {identity};")];
-        warp_tree(out, &[(tn, "v", arr.clone())], &combine, &refill);
+        warp_tree(&mut out, &[(tn, "v", arr.clone())], &combine, &refill);
         out.line(format!("const {tn} sk_r = {arr}[32];"));
         out.line("__syncthreads();");
         out.line("return sk_r;");
         out.close("}");
+        helpers.push((reduce_name(op, t), out.finish()));
     }
     if used.scan {
         // Inclusive scans by shuffles within each warp, then over the warp totals; exclusive out.
+        let mut out = Out::default();
         out.open("__device__ __forceinline__ unsigned int sk_block_scan(unsigned int sk_x) {");
         out.line("unsigned int sk_v = sk_x;");
         let warp_scan = |out: &mut Out, lane: &str| {
@@ -363,13 +367,13 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
             out.line(format!("if ({lane} >= sk_o) sk_v += on;"));
             out.close("}");
         };
-        warp_scan(out, "(threadIdx.x & 31u)");
+        warp_scan(&mut out, "(threadIdx.x & 31u)");
         out.line("if ((threadIdx.x & 31u) == 31u) sk_scan[threadIdx.x >> 5] = sk_v;");
         out.line("__syncthreads();");
         out.open("if (threadIdx.x < 32u) {");
         out.line("unsigned int sk_own = sk_v;");
         out.line("sk_v = threadIdx.x < SK_WARPS ? sk_scan[threadIdx.x] : 0u;");
-        warp_scan(out, "threadIdx.x");
+        warp_scan(&mut out, "threadIdx.x");
         out.line("if (threadIdx.x < SK_WARPS) sk_scan[threadIdx.x] = sk_v;");
         out.line("sk_v = sk_own;");
         out.close("}");
@@ -378,6 +382,7 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
         out.line("__syncthreads();");
         out.line("return sk_r;");
         out.close("}");
+        helpers.push(("sk_block_scan".to_string(), out.finish()));
     }
     for &(t, n) in &used.sums {
         // Sums within each warp, one shared slot per (value, warp), then one thread per value
@@ -385,6 +390,7 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
         let (tn, arr) = (ty(t), format!("sk_many_{}", short(t)));
         let params: Vec<String> =
             (0..n).map(|i| format!("{tn} sk_m{i}")).chain((0..n).map(|i| format!("{tn}& sk_o{i}"))).collect();
+        let mut out = Out::default();
         out.open(format!("__device__ __forceinline__ void {}({}) {{", sums_name(t, n), params.join(", ")));
         // Padded with zeros to a power of two, the values a lane's warp sums ends with.
         let padded = n.next_power_of_two().max(2);
@@ -394,7 +400,7 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
         for i in n..padded {
             out.line(format!("{tn} sk_m{i} = 0;"));
         }
-        warp_reduce_scatter(out, padded);
+        warp_reduce_scatter(&mut out, padded);
         out.open(format!("if ((threadIdx.x & 31u) < {n}u) {{"));
         out.line(format!("{arr}[(threadIdx.x & 31u) * 32 + (threadIdx.x >> 5)] = sk_m0;"));
         out.close("}");
@@ -412,10 +418,12 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
         }
         out.line("__syncthreads();");
         out.close("}");
+        helpers.push((sums_name(t, n), out.finish()));
     }
     for &t in &used.argmax {
         let (tn, v) = (ty(t), format!("sk_am_{}", short(t)));
         let lowest = if t == Ty::F64 { Lit::F64(f64::NEG_INFINITY) } else { Lit::F32(f32::NEG_INFINITY) };
+        let mut out = Out::default();
         out.open(format!(
             "__device__ __forceinline__ void {}({tn} sk_v, unsigned int sk_i, {tn}& sk_ov, unsigned int& sk_oi) {{",
             argmax_name(t)
@@ -426,13 +434,14 @@ fn collective_helpers(out: &mut Out, used: &Collectives, kernel: &Kernel) -> Res
             "sk_i = threadIdx.x < SK_WARPS ? sk_am_i[threadIdx.x] : 0xffffffffu;".to_string(),
         ];
         let slots = [(tn, "v", v.clone()), ("unsigned int", "i", "sk_am_i".to_string())];
-        warp_tree(out, &slots, combine, &refill);
+        warp_tree(&mut out, &slots, combine, &refill);
         out.line(format!("sk_ov = {v}[32];"));
         out.line("sk_oi = sk_am_i[32];");
         out.line("__syncthreads();");
         out.close("}");
+        helpers.push((argmax_name(t), out.finish()));
     }
-    Ok(())
+    Ok(helpers)
 }
 
 /// Sums `n` (a power of two up to 32) per-lane values `sk_m0` .. across each warp, leaving lane
@@ -582,13 +591,8 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
         out.line(format!("__shared__ __align__(16) {} {}[{}];", ty(s.ty), s.name, s.len));
     }
     out.blank();
-    collective_helpers(&mut out, &used, kernel)?;
-    for func in &kernel.functions {
-        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{} {n}", ty(*t))).collect();
-        out.open(format!("__device__ __forceinline__ {} {}({}) {{", ty(func.ret), func.name, params.join(", ")));
-        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
-        e.block(&mut out, &func.body, &mut scope)?;
-        out.close("}");
+    for (path, _) in function_files(kernel, source)? {
+        out.line(format!("#include \"{path}\""));
     }
     // Procedures are macros, so that NVVM compiles the code a kernel would have inline: as
     // `__forceinline__` functions the top-p cut's column loop took 4.5 more instructions a
@@ -629,6 +633,29 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     e.block(&mut out, &kernel.body, &mut scope)?;
     out.close("}");
     Ok(out.finish())
+}
+
+/// The functions `kernel` calls, each a file of its own in `kernels/functions/` (the path a
+/// kernel file includes), written once for every kernel that calls it: its collectives, then the
+/// IR's functions. NVRTC takes one source, so the crate puts each in its include line's place
+/// (`KernelSource::cuda_unit`). They read the file-scope arrays and helpers (`sk_bitcast`) the
+/// including file defines before them.
+pub fn function_files(kernel: &Prepared, source: &str) -> Result<Vec<(String, String)>, IrError> {
+    let mut texts = collective_helpers(&Collectives::of(kernel), kernel)?;
+    for func in &kernel.functions {
+        let mut out = Out::default();
+        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{} {n}", ty(*t))).collect();
+        out.open(format!("__device__ __forceinline__ {} {}({}) {{", ty(func.ret), func.name, params.join(", ")));
+        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
+        Emitter { kernel, macro_body: false }.block(&mut out, &func.body, &mut scope)?;
+        out.close("}");
+        texts.push((func.name.clone(), out.finish()));
+    }
+    let file = |(name, text): (String, String)| {
+        let head = format!("{}// function `{name}`, included by each kernel that calls it\n", header("//", source));
+        (format!("functions/{name}.cuh"), head + &text)
+    };
+    Ok(texts.into_iter().map(file).collect())
 }
 
 #[cfg(test)]

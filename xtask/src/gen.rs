@@ -89,22 +89,38 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         "/// The most buffers any kernel binds: launches list their bindings in arrays this long.\npub const MAX_BUFFERS: usize = {most};\n/// The most launches (stages) any kernel takes per call.\npub const MAX_STAGES: usize = {stages};\n\n"
     ));
     manifest.push_str(&contracts(&kernels));
-    manifest.push_str("pub const KERNELS: &[KernelSource] = &[\n");
+    let mut kernel_entries = String::new();
+    let mut functions = Functions::default();
     for k in &kernels {
         let prepared = crate::passes::prepare(k)?;
+        let block = wgpu.block_for(k.workgroup);
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
-        files.push((PathBuf::from(&wgsl_path), wgsl::emit(&prepared, wgpu.block_for(k.workgroup), SOURCE)?));
-        // A kernel that holds u64 as words is for devices CUDA never is: WGSL only.
+        files.push((PathBuf::from(&wgsl_path), wgsl::emit(&prepared, block, SOURCE)?));
+        // A kernel that holds u64 as words prints its functions itself, and is for devices CUDA
+        // never is: WGSL only.
+        let mut wgsl_parts = Vec::new();
+        for (path, text) in wgsl::function_files(&prepared, block, SOURCE)? {
+            functions.add(&k.name, &format!("shaders/{path}"), text)?;
+            wgsl_parts.push(format!("include_str!(\"../shaders/{path}\")"));
+        }
         let cuda = if k.u64_as_words {
             "None".to_string()
         } else {
+            for (path, text) in cuda::function_files(&prepared, SOURCE)? {
+                functions.add(&k.name, &format!("kernels/{path}"), text)?;
+            }
             files.push((PathBuf::from(&cu_path), cuda::emit(&prepared, sm75.block_for(k.workgroup), SOURCE)?));
             format!("Some(include_str!(\"../{cu_path}\"))")
         };
+        wgsl_parts.push(format!("include_str!(\"../{wgsl_path}\")"));
+        let wgsl = match wgsl_parts.as_slice() {
+            [one] => one.clone(),
+            _ => format!("concat!(\n            {},\n        )", wgsl_parts.join(",\n            ")),
+        };
         let bindings: Vec<String> = k.buffers.iter().map(|b| format!("Binding::{}", camel(&b.name))).collect();
-        manifest.push_str(&format!(
-            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: include_str!(\"../{wgsl_path}\"),\n        cuda: {cuda},\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
+        kernel_entries.push_str(&format!(
+            "    KernelSource {{\n        id: KernelId::{},\n        name: {:?},\n        wgsl: {wgsl},\n        cuda: {cuda},\n        bindings: &[{}],\n        passes: {},\n        stages: {},\n        fixed_part: {},\n        needs_f64: {},\n        needs_int64: {},\n        workgroup_bytes: {},\n    }},\n",
             camel(&k.name),
             k.name,
             bindings.join(", "),
@@ -118,9 +134,43 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
             wgsl::workgroup_bytes(&prepared, wgpu.block_for(k.workgroup))?
         ));
     }
+    manifest.push_str(
+        "/// The functions the CUDA kernels include, by the path their `#include` names (relative to\n\
+         /// `kernels/`): NVRTC takes one source, so `KernelSource::cuda_unit` puts them in its place.\n\
+         pub const CUDA_FUNCTIONS: &[(&str, &str)] = &[\n",
+    );
+    for path in functions.files.iter().filter_map(|(p, ..)| p.strip_prefix("kernels/")) {
+        manifest.push_str(&format!("    ({path:?}, include_str!(\"../kernels/{path}\")),\n"));
+    }
+    manifest.push_str("];\n\npub const KERNELS: &[KernelSource] = &[\n");
+    manifest.push_str(&kernel_entries);
     manifest.push_str("];\n");
+    files.extend(functions.files.into_iter().map(|(p, t, _)| (PathBuf::from(p), t)));
     files.push((PathBuf::from("src/generated.rs"), manifest));
     Ok(files)
+}
+
+/// The function files: each written once, whichever kernels call it; a function whose text
+/// differs between two kernels is an error, not a second file.
+#[derive(Default)]
+struct Functions {
+    /// Path, text, and the first kernel that called it.
+    files: Vec<(String, String, String)>,
+}
+
+impl Functions {
+    fn add(&mut self, kernel: &str, path: &str, text: String) -> Result<(), String> {
+        match self.files.iter().find(|(p, ..)| p == path) {
+            Some((_, t, first)) if *t != text => {
+                Err(format!("{path}: kernels {first} and {kernel} print it differently"))
+            }
+            Some(_) => Ok(()),
+            None => {
+                self.files.push((path.to_string(), text, kernel.to_string()));
+                Ok(())
+            }
+        }
+    }
 }
 
 /// `softmax_f32` as a Rust type name: `SoftmaxF32`.
@@ -198,9 +248,14 @@ pub fn run(root: &Path, check: bool) -> Result<(), String> {
         }
     }
     // Generated files nobody generates any more are drift too.
-    for dir in ["shaders", "kernels"] {
-        for entry in std::fs::read_dir(root.join(dir)).map_err(|e| e.to_string())? {
-            let rel = Path::new(dir).join(entry.map_err(|e| e.to_string())?.file_name());
+    for dir in ["shaders", "kernels", "shaders/functions", "kernels/functions"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+        for entry in entries {
+            let entry = entry.map_err(|e| e.to_string())?;
+            let rel = Path::new(dir).join(entry.file_name());
+            if entry.path().is_dir() && rel.ends_with("functions") {
+                continue;
+            }
             if !files.iter().any(|(p, _)| p == &rel) {
                 if check {
                     stale.push(format!("{} (no longer generated)", rel.display()));

@@ -4,7 +4,7 @@
 //! a kernel spills on either target, but for the spills of [`KNOWN_SPILLS`].
 
 use crate::tuning::{self, Target};
-use crate::{cuda, cuda_tools, kernels};
+use crate::{cuda_tools, kernels};
 use std::process::Command;
 
 /// Spills that are known and left (`docs/registers.md`): `seeded_logits` on sm_90 stores the
@@ -109,21 +109,28 @@ pub fn run() -> Result<(), String> {
     println!("| kernel | arch | threads | registers | shared B | spill st/ld B | blocks/SM | occupancy | f64 ops |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut spills = Vec::new();
+    // The files `gen` writes, the function files where NVRTC finds the kernels' includes.
+    let files = crate::gen::render()?;
+    for (path, text) in &files {
+        if let Ok(function) = path.strip_prefix("kernels/functions") {
+            let path = dir.join("functions").join(function);
+            std::fs::create_dir_all(dir.join("functions")).map_err(|e| e.to_string())?;
+            std::fs::write(&path, text).map_err(|e| e.to_string())?;
+        }
+    }
     for k in kernels::all().into_iter().filter(|k| !k.u64_as_words) {
-        let source = cuda::emit(
-            &crate::passes::prepare(&k)?,
-            tuning::get(Target::Sm75).block_for(k.workgroup),
-            "xtask/src/kernels",
-        )?;
+        let path = std::path::PathBuf::from(format!("kernels/{}.cu", k.name));
+        let source = &files.iter().find(|(p, _)| *p == path).ok_or(format!("gen wrote no {}", path.display()))?.1;
         for sm in &SMS {
             let block = tuning::get(sm.target).block_for(k.workgroup);
             let opts = cudarc::nvrtc::CompileOptions {
                 arch: Some(sm.virtual_arch),
                 fmad: Some(false),
                 options: vec![format!("-DSK_BLOCK={block}")],
+                include_paths: vec![dir.display().to_string()],
                 ..Default::default()
             };
-            let ptx = cudarc::nvrtc::compile_ptx_with_opts(&source, opts).map_err(|e| format!("{}: {e}", k.name))?;
+            let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| format!("{}: {e}", k.name))?;
             let path = dir.join(format!("{}_{}.ptx", k.name, sm.arch));
             std::fs::write(&path, ptx.to_src()).map_err(|e| e.to_string())?;
             let out = Command::new(&ptxas)

@@ -269,9 +269,34 @@ impl CLike for Emitter<'_> {
 }
 
 impl Emitter<'_> {
+    /// The collectives and the IR's functions the kernel calls, each as its name and text.
+    fn functions(&self) -> Result<Vec<(String, String)>, IrError> {
+        let mut texts = self.collective_helpers(&Collectives::of(self.kernel));
+        for func in &self.kernel.functions {
+            let mut out = Out::default();
+            self.function(&mut out, func)?;
+            texts.push((func.name.clone(), out.finish()));
+        }
+        Ok(texts)
+    }
+
+    fn function(&self, out: &mut Out, func: &Function) -> Result<(), IrError> {
+        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{n}_in: {}", self.ty(*t))).collect();
+        out.open(format!("fn {}({}) -> {} {{", func.name, params.join(", "), self.ty(func.ret)));
+        // WGSL parameters are immutable; copy them into variables so bodies may assign.
+        for (n, t) in &func.params {
+            out.line(format!("var {n}: {} = {n}_in;", self.ty(*t)));
+        }
+        let mut scope = Scope::new(self.kernel, &func.params, Some(func.ret));
+        self.block(out, &func.body, &mut scope)?;
+        out.close("}");
+        Ok(())
+    }
+
     /// The collectives the kernel uses, each a function of its own over workgroup memory, with
     /// a barrier after the result is read so the next may reuse the scratch.
-    fn collective_helpers(&self, out: &mut Out, used: &Collectives) {
+    fn collective_helpers(&self, used: &Collectives) -> Vec<(String, String)> {
+        let mut helpers = Vec::new();
         for &(op, t) in &used.reduce {
             let (tn, arr) = (self.ty(t), format!("sk_red_{}", ty(t)));
             let (mine, theirs) = (format!("{arr}[sk_lid]"), format!("{arr}[sk_lid + sk_s]"));
@@ -282,6 +307,7 @@ impl Emitter<'_> {
                 ReduceOp::Max => format!("max({mine}, {theirs})"),
                 ReduceOp::Sum => self.add(t, &mine, &theirs),
             };
+            let mut out = Out::default();
             out.open(format!("fn {}(sk_lid: u32, sk_v: {tn}) -> {tn} {{", reduce_name(op, t)));
             out.line(format!("{arr}[sk_lid] = sk_v;"));
             out.line("workgroupBarrier();");
@@ -295,10 +321,12 @@ impl Emitter<'_> {
             out.line("workgroupBarrier();");
             out.line("return sk_r;");
             out.close("}");
+            helpers.push((reduce_name(op, t), out.finish()));
         }
         if used.scan {
             // Hillis-Steele over workgroup memory: log2(BLOCK) steps, inclusive, then the
             // invocation's own value taken back out.
+            let mut out = Out::default();
             out.open("fn sk_block_scan(sk_lid: u32, sk_x: u32) -> u32 {");
             out.line("sk_scan[sk_lid] = sk_x;");
             out.line("workgroupBarrier();");
@@ -312,6 +340,7 @@ impl Emitter<'_> {
             out.line("workgroupBarrier();");
             out.line("return sk_r;");
             out.close("}");
+            helpers.push(("sk_block_scan".to_string(), out.finish()));
         }
         for &(t, n) in &used.sums {
             // Integer atomics in workgroup memory: exact, so the order they land in does not
@@ -321,6 +350,7 @@ impl Emitter<'_> {
                 .chain((0..n).map(|i| format!("sk_m{i}: {tn}")))
                 .chain((0..n).map(|i| format!("sk_o{i}: ptr<function, {tn}>")))
                 .collect();
+            let mut out = Out::default();
             out.open(format!("fn {}({}) {{", sums_name(t, n), params.join(", ")));
             out.open(format!("if (sk_lid < {n}u) {{"));
             out.line("atomicStore(&sk_sum_lo[sk_lid], 0u);");
@@ -366,9 +396,11 @@ impl Emitter<'_> {
             }
             out.line("workgroupBarrier();");
             out.close("}");
+            helpers.push((sums_name(t, n), out.finish()));
         }
         for &t in &used.argmax {
             let (tn, v) = (self.ty(t), format!("sk_am_{}", ty(t)));
+            let mut out = Out::default();
             out.open(format!(
                 "fn {}(sk_lid: u32, sk_v: {tn}, sk_i: u32, sk_ov: ptr<function, {tn}>, sk_oi: ptr<function, u32>) {{",
                 argmax_name(t)
@@ -391,7 +423,9 @@ impl Emitter<'_> {
             out.line("*sk_oi = sk_am_i[0];");
             out.line("workgroupBarrier();");
             out.close("}");
+            helpers.push((argmax_name(t), out.finish()));
         }
+        helpers
     }
 }
 
@@ -484,6 +518,23 @@ pub fn workgroup_bytes(kernel: &Prepared, block: u32) -> Result<u32, IrError> {
     Ok(workgroup_arrays(&Emitter { kernel, block, pointed: vec![] })?.iter().map(|a| a.bytes).sum())
 }
 
+/// The functions `kernel` calls, each a file of its own in `shaders/functions/` (path, text),
+/// written once for every kernel that calls it: its collectives, then the IR's functions. WGSL
+/// has no includes, so the crate puts them before the kernel's file (the manifest's `concat!`);
+/// they read the `BLOCK` and workgroup arrays that file declares. None for a kernel that holds
+/// u64 as words, which prints its own.
+pub fn function_files(kernel: &Prepared, block: u32, source: &str) -> Result<Vec<(String, String)>, IrError> {
+    if kernel.u64_as_words {
+        return Ok(vec![]);
+    }
+    let e = Emitter { kernel, block, pointed: vec![] };
+    let file = |(name, text): (String, String)| {
+        let head = format!("{}// function `{name}`, put before each kernel that calls it\n", header("//", source));
+        (format!("functions/{name}.wgsl"), head + &text)
+    };
+    Ok(e.functions()?.into_iter().map(file).collect())
+}
+
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
 pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrError> {
     if !block.is_power_of_two() {
@@ -534,18 +585,17 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
     // helpers the lowering needs (`sk_mulhi`, the u64 words' arithmetic) are written where its
     // text calls them.
     let mut body = Out::default();
-    e.collective_helpers(&mut body, &Collectives::of(kernel));
-    for func in &kernel.functions {
-        let params: Vec<String> = func.params.iter().map(|(n, t)| format!("{n}_in: {}", e.ty(*t))).collect();
-        body.open(format!("fn {}({}) -> {} {{", func.name, params.join(", "), e.ty(func.ret)));
-        // WGSL parameters are immutable; copy them into variables so bodies may assign.
-        for (n, t) in &func.params {
-            body.line(format!("var {n}: {} = {n}_in;", e.ty(*t)));
-        }
-        let mut scope = Scope::new(kernel, &func.params, Some(func.ret));
-        e.block(&mut body, &func.body, &mut scope)?;
-        body.close("}");
+    // A kernel's functions are files of their own that the crate puts before it, except where
+    // u64 is held as words: there their text is the kernel's own. The lowering's helpers they
+    // call are written here either way.
+    let functions = e.functions()?;
+    if kernel.u64_as_words {
+        functions.iter().for_each(|(_, text)| body.line(text.trim_end()));
+    } else if !functions.is_empty() {
+        let paths: Vec<String> = functions.iter().map(|(name, _)| format!("shaders/functions/{name}.wgsl")).collect();
+        body.line(format!("// after the functions the crate puts before this file: {}", paths.join(", ")));
     }
+    let functions: String = functions.into_iter().map(|(_, text)| text).collect();
     // Procedures take the builtins they reach (the entry point's arguments), then their values,
     // then pointers to their inouts, copied in and out (no procedure returns early), then
     // pointers to their histograms.
@@ -577,7 +627,7 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
     e.block(&mut body, &kernel.body, &mut scope)?;
     body.close("}");
     let body = body.finish();
-    for helper in wgsl_u64::helpers_for(&body) {
+    for helper in wgsl_u64::helpers_for(&(functions + &body)) {
         for l in helper.lines() {
             out.line(l);
         }

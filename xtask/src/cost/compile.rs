@@ -40,6 +40,14 @@ impl Compiler {
         let text = std::fs::read_to_string(source).map_err(|e| format!("{}: {e}", source.display()))?;
         let mut h = DefaultHasher::new();
         (&text, &flags).hash(&mut h);
+        // The function files beside it, which it includes, are part of what it compiles.
+        let functions = source.with_file_name("functions");
+        let mut included: Vec<PathBuf> =
+            std::fs::read_dir(&functions).into_iter().flatten().flatten().map(|e| e.path()).collect();
+        included.sort();
+        for path in included {
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?.hash(&mut h);
+        }
         let stem =
             format!("{}-{}-{:016x}", source.file_stem().and_then(|s| s.to_str()).unwrap_or("k"), sm.arch, h.finish());
         let (sass_path, ptxas_path) =
