@@ -59,231 +59,22 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#define sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept) { \
-    /* built by kernels::filters::sweep_set */ \
-    wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f)); \
-    ok = (wv > (0.0f)); \
-    mv = sk_fixed(wv); \
-    if (ok) { \
-        all_mass = (all_mass + mv); \
-    } \
-    bool tie = (ok && (key == s_key)); \
-    bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col)))))); \
-    if (tie) { \
-        /* built by kernels::filters::kept */ \
-        tie_rank = (tie_rank + 1u); \
-    } \
-    kept = in_set; \
-}
-#define sk_select_step(kk, lim, cnt_s15, mas_s15, sk_c0, nb, mb, chosen, cn, cm) { \
-    /* built by kernels::filters::select_step */ \
-    if (((nb < kk) && (mb <= lim))) { \
-        chosen = sk_c0; \
-        cn = nb; \
-        cm = mb; \
-    } \
-    nb = (nb + cnt_s15); \
-    mb = (mb + mas_s15); \
-}
-#define sk_read_step_2(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if (((key & sel_mask) == sel_key)) { \
-        /* built by kernels::filters::candidate */ \
-        wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f)); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-    } \
-    if ((ok && (list_at < 4096u))) { \
-        /* built by kernels::filters::list_bucket */ \
-        listed_cols[list_at] = col; \
-        list_at = (list_at + 1u); \
-    } \
-}
-#define sk_read_step_3(col_lo, li0, zx0, s_key, mx, mine) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if ((key == s_key)) { \
-        /* built by kernels::filters::count_ties */ \
-        wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f)); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-    } \
-    if (ok) { \
-        /* built by kernels::filters::count_ties */ \
-        mine = (mine + 1u); \
-    } \
-}
-#define sk_read_step_4(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if ((key == rk_key)) { \
-        /* built by kernels::filter_rank::token_at */ \
-        if ((rk_seen == rk_t)) { \
-            rk_found = (col + 1u); \
-        } \
-        rk_seen = (rk_seen + 1u); \
-    } \
-}
-#define sk_read_step_5(col_lo, li0, zx0, rk_key, rk_mine) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if ((key == rk_key)) { \
-        /* built by kernels::filter_rank::token_at */ \
-        rk_mine = (rk_mine + 1u); \
-    } \
-}
-#define sk_race_sweep(zv, noisy, row, col, best64, best64_i) { \
-    /* built by kernels::filters::race_sweep */ \
-    double s64 = sk_log64(((double)zv)); \
-    if (noisy) { \
-        /* built by kernels::seeded::score64 */ \
-        const unsigned int sk_e7 = (row * 12u); \
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col))); \
-    } \
-    if (((s64 > best64) || (best64_i == 4294967295u))) { \
-        /* built by kernels::filters::keep_best */ \
-        best64 = s64; \
-        best64_i = col; \
-    } \
-}
-#define sk_gather(key) { \
-    /* built by kernels::filter_rank::gather */ \
-    unsigned int rank_at = 0u; \
-    rank_at = atomicAdd(&rank_count[0u], 1u); \
-    if ((rank_at < 4096u)) { \
-        listed_cols[rank_at] = key; \
-    } \
-}
-#define sk_read_step_6(col_lo, li0, zx0, m) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    if (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u)))) { \
-        /* built by kernels::filters::part_max */ \
-        m = fmaxf(m, zx0); \
-    } \
-}
-#define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
-    /* built by kernels::filters::digit_counts */ \
-    unsigned int digit = ((key >> shift) & 15u); \
-    { \
-        const unsigned int sk_bin = digit; \
-        const unsigned int sk_add = 1u; \
-        sk_bin_add_u32(cnt_0, sk_bin, 0u, sk_add); \
-        sk_bin_add_u32(cnt_1, sk_bin, 1u, sk_add); \
-        sk_bin_add_u32(cnt_2, sk_bin, 2u, sk_add); \
-        sk_bin_add_u32(cnt_3, sk_bin, 3u, sk_add); \
-        sk_bin_add_u32(cnt_4, sk_bin, 4u, sk_add); \
-        sk_bin_add_u32(cnt_5, sk_bin, 5u, sk_add); \
-        sk_bin_add_u32(cnt_6, sk_bin, 6u, sk_add); \
-        sk_bin_add_u32(cnt_7, sk_bin, 7u, sk_add); \
-        sk_bin_add_u32(cnt_8, sk_bin, 8u, sk_add); \
-        sk_bin_add_u32(cnt_9, sk_bin, 9u, sk_add); \
-        sk_bin_add_u32(cnt_10, sk_bin, 10u, sk_add); \
-        sk_bin_add_u32(cnt_11, sk_bin, 11u, sk_add); \
-        sk_bin_add_u32(cnt_12, sk_bin, 12u, sk_add); \
-        sk_bin_add_u32(cnt_13, sk_bin, 13u, sk_add); \
-        sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
-        sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
-    } \
-    { \
-        const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = mv; \
-        sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
-        sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
-        sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
-        sk_bin_add_u64(mas_3, sk_bin, 3u, sk_add); \
-        sk_bin_add_u64(mas_4, sk_bin, 4u, sk_add); \
-        sk_bin_add_u64(mas_5, sk_bin, 5u, sk_add); \
-        sk_bin_add_u64(mas_6, sk_bin, 6u, sk_add); \
-        sk_bin_add_u64(mas_7, sk_bin, 7u, sk_add); \
-        sk_bin_add_u64(mas_8, sk_bin, 8u, sk_add); \
-        sk_bin_add_u64(mas_9, sk_bin, 9u, sk_add); \
-        sk_bin_add_u64(mas_10, sk_bin, 10u, sk_add); \
-        sk_bin_add_u64(mas_11, sk_bin, 11u, sk_add); \
-        sk_bin_add_u64(mas_12, sk_bin, 12u, sk_add); \
-        sk_bin_add_u64(mas_13, sk_bin, 13u, sk_add); \
-        sk_bin_add_u64(mas_14, sk_bin, 14u, sk_add); \
-        sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
-    } \
-}
-#define sk_read_step(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if (((key & sel_mask) == sel_key)) { \
-        /* built by kernels::filters::candidate */ \
-        wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f)); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-    } \
-    if (ok) { \
-        sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
-    } \
-}
-#define sk_read_step_7(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    bool kept = false; \
-    if (((!searched) || (key >= s_key))) { \
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
-    } \
-    if (kept) { \
-        sk_gather(key); \
-    } \
-}
-#define sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = zx0; \
-    float ov = zv; \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    bool kept = false; \
-    if (((!searched) || (key >= s_key))) { \
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
-    } \
-    if (kept) { \
-        sk_race_sweep(zv, noisy, row, col, best64, best64_i); \
-    } \
-}
+#include "functions/sk_sweep_set_2.cuh"
+#include "functions/sk_select_step.cuh"
+#include "functions/sk_read_step_8.cuh"
+#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_10.cuh"
+#include "functions/sk_read_step_11.cuh"
+#include "functions/sk_race_sweep_2.cuh"
+#include "functions/sk_gather.cuh"
+#include "functions/sk_read_step_12.cuh"
+#include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_13.cuh"
+#include "functions/sk_read_step_14.cuh"
+#include "functions/sk_read_step_15.cuh"
+#include "functions/sk_digit_counts_5.cuh"
+#include "functions/sk_race_4.cuh"
+#include "functions/sk_find_set_4.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -324,16 +115,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                     if ((li0 < sweep_n)) {
-                        sk_read_step_6(col_lo, li0, zx0, m);
+                        sk_read_step_12(col_lo, li0, zx0, m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_6(col_lo, li1, zx1, m);
+                        sk_read_step_12(col_lo, li1, zx1, m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_6(col_lo, li2, zx2, m);
+                        sk_read_step_12(col_lo, li2, zx2, m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(col_lo, li3, zx3, m);
+                        sk_read_step_12(col_lo, li3, zx3, m);
                     }
                 }
             }
@@ -356,365 +147,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                // built by kernels::filters::find_set
-                bool in_a = (stage <= sel_a);
-                const unsigned int sk_e0 = (stage - 1u);
-                unsigned int digit_pass = (in_a ? sk_e0 : (sk_e0 - sel_a));
-                unsigned int shift = (28u - (digit_pass * 4u));
-                if ((digit_pass == 0u)) {
-                    listed = false;
-                }
-                if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
-                    unsigned int list_from = 0u;
-                    list_from = sk_block_scan(mine);
-                    unsigned int list_at = list_from;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        unsigned int sweep_n = (col_hi - col_lo);
-                        for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_2(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_2(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_2(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_2(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at);
-                            }
-                        }
-                    }
-                    __syncthreads();
-                    listed = true;
-                    n_list = sel_tn;
-                }
-                if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
-                    mine = 0u;
-                    for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filters::sweep_list
-                        unsigned int col = listed_cols[at];
-                        float lx = x[(base + col)];
-                        float zv = lx;
-                        float ov = zv;
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
-                        float wv = (0.0f);
-                        bool ok = false;
-                        unsigned long long mv = 0ull;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            mine = (mine + 1u);
-                        }
-                    }
-                    unsigned int bucket_from = 0u;
-                    bucket_from = sk_block_scan(mine);
-                    unsigned int bucket_at = bucket_from;
-                    for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filters::sweep_list
-                        unsigned int col = listed_cols[at];
-                        float lx = x[(base + col)];
-                        float zv = lx;
-                        float ov = zv;
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
-                        float wv = (0.0f);
-                        bool ok = false;
-                        unsigned long long mv = 0ull;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            if ((bucket_at < 64u)) {
-                                bucket_cols[bucket_at] = col;
-                                bucket_keys[bucket_at] = key;
-                                bucket_masses[bucket_at] = mv;
-                            }
-                            bucket_at = (bucket_at + 1u);
-                        }
-                    }
-                    __syncthreads();
-                    unsigned int found_key = 0u;
-                    unsigned int found_col = 0u;
-                    for (unsigned int t = threadIdx.x; t < min(sel_tn, 64u); t += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filters::select_in_bucket
-                        unsigned int kt = bucket_keys[t];
-                        unsigned int ct = bucket_cols[t];
-                        unsigned long long mt = bucket_masses[t];
-                        unsigned int before = sel_n;
-                        unsigned long long mass_before = sel_m;
-                        for (unsigned int v = 0u; v < min(sel_tn, 64u); v += 1u) {
-                            unsigned int kv = bucket_keys[v];
-                            if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
-                                before = (before + 1u);
-                                mass_before = (mass_before + bucket_masses[v]);
-                            }
-                        }
-                        const unsigned int sk_e1 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
-                            found_key = kt;
-                            found_col = ct;
-                        }
-                    }
-                    unsigned int last_key = 0u;
-                    unsigned int last_col = 0u;
-                    sk_block_sums_u32_2(found_key, found_col, last_key, last_col);
-                    sel_key = last_key;
-                    tie_col = last_col;
-                    done = true;
-                }
-                if ((!done)) {
-                    unsigned int cnt_0 = 0;
-                    unsigned int cnt_1 = 0;
-                    unsigned int cnt_2 = 0;
-                    unsigned int cnt_3 = 0;
-                    unsigned int cnt_4 = 0;
-                    unsigned int cnt_5 = 0;
-                    unsigned int cnt_6 = 0;
-                    unsigned int cnt_7 = 0;
-                    unsigned int cnt_8 = 0;
-                    unsigned int cnt_9 = 0;
-                    unsigned int cnt_10 = 0;
-                    unsigned int cnt_11 = 0;
-                    unsigned int cnt_12 = 0;
-                    unsigned int cnt_13 = 0;
-                    unsigned int cnt_14 = 0;
-                    unsigned int cnt_15 = 0;
-                    unsigned long long mas_0 = 0;
-                    unsigned long long mas_1 = 0;
-                    unsigned long long mas_2 = 0;
-                    unsigned long long mas_3 = 0;
-                    unsigned long long mas_4 = 0;
-                    unsigned long long mas_5 = 0;
-                    unsigned long long mas_6 = 0;
-                    unsigned long long mas_7 = 0;
-                    unsigned long long mas_8 = 0;
-                    unsigned long long mas_9 = 0;
-                    unsigned long long mas_10 = 0;
-                    unsigned long long mas_11 = 0;
-                    unsigned long long mas_12 = 0;
-                    unsigned long long mas_13 = 0;
-                    unsigned long long mas_14 = 0;
-                    unsigned long long mas_15 = 0;
-                    if (listed) {
-                        // built by kernels::filters::digit_counts
-                        for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filters::sweep_list
-                            unsigned int col = listed_cols[at];
-                            float lx = x[(base + col)];
-                            float zv = lx;
-                            float ov = zv;
-                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            if (((key & sel_mask) == sel_key)) {
-                                // built by kernels::filters::candidate
-                                wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                            }
-                            if (ok) {
-                                sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                            }
-                        }
-                    }
-                    if ((!listed)) {
-                        // built by kernels::filters::digit_counts
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            unsigned int sweep_n = (col_hi - col_lo);
-                            if ((digit_pass == 7u)) {
-                                unsigned int quads = ((sweep_n + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    unsigned int li1 = (c0 + 1u);
-                                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    unsigned int li2 = (c0 + 2u);
-                                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    unsigned int li3 = (c0 + 3u);
-                                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                }
-                            } else {
-                                for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    unsigned int cnt_s0 = 0u;
-                    unsigned int cnt_s1 = 0u;
-                    unsigned int cnt_s2 = 0u;
-                    unsigned int cnt_s3 = 0u;
-                    unsigned int cnt_s4 = 0u;
-                    unsigned int cnt_s5 = 0u;
-                    unsigned int cnt_s6 = 0u;
-                    unsigned int cnt_s7 = 0u;
-                    unsigned int cnt_s8 = 0u;
-                    unsigned int cnt_s9 = 0u;
-                    unsigned int cnt_s10 = 0u;
-                    unsigned int cnt_s11 = 0u;
-                    unsigned int cnt_s12 = 0u;
-                    unsigned int cnt_s13 = 0u;
-                    unsigned int cnt_s14 = 0u;
-                    unsigned int cnt_s15 = 0u;
-                    sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
-                    unsigned long long mas_s0 = 0ull;
-                    unsigned long long mas_s1 = 0ull;
-                    unsigned long long mas_s2 = 0ull;
-                    unsigned long long mas_s3 = 0ull;
-                    unsigned long long mas_s4 = 0ull;
-                    unsigned long long mas_s5 = 0ull;
-                    unsigned long long mas_s6 = 0ull;
-                    unsigned long long mas_s7 = 0ull;
-                    unsigned long long mas_s8 = 0ull;
-                    unsigned long long mas_s9 = 0ull;
-                    unsigned long long mas_s10 = 0ull;
-                    unsigned long long mas_s11 = 0ull;
-                    unsigned long long mas_s12 = 0ull;
-                    unsigned long long mas_s13 = 0ull;
-                    unsigned long long mas_s14 = 0ull;
-                    unsigned long long mas_s15 = 0ull;
-                    sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
-                    if ((digit_pass == 0u)) {
-                        // built by kernels::filters::decide
-                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        if (((!in_a) && (!k_first))) {
-                            lim = sk_fraction(pp, row_mass);
-                        }
-                    }
-                    unsigned int nb = sel_n;
-                    unsigned long long mb = sel_m;
-                    unsigned int chosen = 4294967295u;
-                    unsigned int cn = sel_n;
-                    unsigned long long cm = sel_m;
-                    if ((cnt_s15 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s14 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s13 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s12 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s11 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s10 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s9 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s8 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s7 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s6 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s5 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s4 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s3 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s2 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s1 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s0 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::select_step
-                        sel_key = (sel_key | (chosen << shift));
-                        sel_n = cn;
-                        sel_m = cm;
-                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
-                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
-                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
-                    }
-                    sel_mask = (sel_mask | (15u << shift));
-                    if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::select_step
-                        unsigned long long tn64 = ((unsigned long long)sel_tn);
-                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e2 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e2 ? tn64 : (((lim - sel_m) / (sk_e2 ? 1ull : tie_v)) + 1ull))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
-                        sel_key = 0u;
-                        sel_mask = 0u;
-                        sel_n = 0u;
-                        sel_tn = 0u;
-                        sel_m = 0ull;
-                        sel_tm = 0ull;
-                    }
-                }
+                sk_find_set_4(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -756,16 +189,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                     unsigned int li3 = (c0 + 3u);
                                     float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, s_key, mx, mine);
+                                        sk_read_step_9(col_lo, li0, zx0, s_key, mx, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, s_key, mx, mine);
+                                        sk_read_step_9(col_lo, li1, zx1, s_key, mx, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, s_key, mx, mine);
+                                        sk_read_step_9(col_lo, li2, zx2, s_key, mx, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, s_key, mx, mine);
+                                        sk_read_step_9(col_lo, li3, zx3, s_key, mx, mine);
                                     }
                                 }
                             }
@@ -781,198 +214,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             unsigned int rank_col = 4294967295u;
             const unsigned int sk_e4 = (row * 12u);
             if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
-                // built by kernels::filter_rank::race
-                if ((threadIdx.x == 0u)) {
-                    // built by kernels::filter_rank::gather
-                    rank_count[0u] = 0u;
-                }
-                __syncthreads();
-                tie_rank = tie_start;
-                sweeps = (sweeps + 1u);
-                {
-                    // built by kernels::filters::sweep
-                    unsigned int sweep_n = (col_hi - col_lo);
-                    {
-                        unsigned int quads = ((sweep_n + 3u) >> 2u);
-                        unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                        for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                            unsigned int li0 = (c0 + 0u);
-                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                            unsigned int li1 = (c0 + 1u);
-                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                            unsigned int li2 = (c0 + 2u);
-                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                            unsigned int li3 = (c0 + 3u);
-                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_7(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_7(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_7(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_7(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank);
-                            }
-                        }
-                    }
-                }
-                __syncthreads();
-                unsigned int rank_n = rank_count[0u];
-                if ((rank_n <= 4096u)) {
-                    unsigned int sort_n = 1u;
-                    unsigned int sort_log = 0u;
-                    for (unsigned int doubling = 0u; doubling < 12u; doubling += 1u) {
-                        // built by kernels::filter_rank::sort
-                        if ((sort_n < rank_n)) {
-                            sort_n = (sort_n * 2u);
-                            sort_log = (sort_log + 1u);
-                        }
-                    }
-                    for (unsigned int pad = (rank_n + threadIdx.x); pad < sort_n; pad += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filter_rank::sort
-                        listed_cols[pad] = 0u;
-                    }
-                    __syncthreads();
-                    for (unsigned int stage = 1u; stage < (sort_log + 1u); stage += 1u) {
-                        // built by kernels::filter_rank::sort
-                        unsigned int sort_block = (1u << stage);
-                        for (unsigned int step = 1u; step < (stage + 1u); step += 1u) {
-                            unsigned int sort_half = (sort_block >> step);
-                            for (unsigned int i = threadIdx.x; i < sort_n; i += ((unsigned int)SK_BLOCK)) {
-                                unsigned int sort_other = (i ^ sort_half);
-                                if ((sort_other > i)) {
-                                    unsigned int sort_x = listed_cols[i];
-                                    unsigned int sort_y = listed_cols[sort_other];
-                                    if ((((i & sort_block) == 0u) ? (sort_x < sort_y) : (sort_x > sort_y))) {
-                                        listed_cols[i] = sort_y;
-                                        listed_cols[sort_other] = sort_x;
-                                    }
-                                }
-                            }
-                            __syncthreads();
-                        }
-                    }
-                    double bestrk64 = sk_bitcast<double>(18442240474082181120ull);
-                    unsigned int bestrk64_i = 4294967295u;
-                    for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filter_rank::race_ranks
-                        const unsigned int sk_e5 = listed_cols[r];
-                        float rk_v = sk_bitcast<float>((sk_e5 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e5) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                        double s64 = sk_log64(((double)rk_v));
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            const unsigned int sk_e6 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], r)));
-                        }
-                        if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
-                            // built by kernels::filter_top_k::keep_lower
-                            bestrk64 = s64;
-                            bestrk64_i = r;
-                        }
-                    }
-                    double rk_win = (0.0);
-                    unsigned int rk_rank = 0u;
-                    sk_block_argmax_f64(bestrk64, bestrk64_i, rk_win, rk_rank);
-                    unsigned int rk_key = listed_cols[min(rk_rank, 4095u)];
-                    unsigned int rk_above = 0u;
-                    unsigned int rk_same = 0u;
-                    for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filter_rank::token_at
-                        unsigned int rk_k = listed_cols[r];
-                        if ((rk_k > rk_key)) {
-                            rk_above = (rk_above + 1u);
-                        }
-                        if ((rk_k == rk_key)) {
-                            rk_same = (rk_same + 1u);
-                        }
-                    }
-                    unsigned int rk_above_n = 0u;
-                    unsigned int rk_same_n = 0u;
-                    sk_block_sums_u32_2(rk_above, rk_same, rk_above_n, rk_same_n);
-                    unsigned int rk_t = (rk_rank - rk_above_n);
-                    unsigned int rk_start = 0u;
-                    if ((rk_same_n > 1u)) {
-                        // built by kernels::filter_rank::token_at
-                        unsigned int rk_mine = 0u;
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            unsigned int sweep_n = (col_hi - col_lo);
-                            {
-                                unsigned int quads = ((sweep_n + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                    unsigned int li1 = (c0 + 1u);
-                                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                    unsigned int li2 = (c0 + 2u);
-                                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                    unsigned int li3 = (c0 + 3u);
-                                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li0, zx0, rk_key, rk_mine);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li1, zx1, rk_key, rk_mine);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li2, zx2, rk_key, rk_mine);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li3, zx3, rk_key, rk_mine);
-                                    }
-                                }
-                            }
-                        }
-                        unsigned int rk_before = 0u;
-                        rk_before = sk_block_scan(rk_mine);
-                        rk_start = rk_before;
-                    }
-                    unsigned int rk_seen = rk_start;
-                    unsigned int rk_found = 0u;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        unsigned int sweep_n = (col_hi - col_lo);
-                        {
-                            unsigned int quads = ((sweep_n + 3u) >> 2u);
-                            unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                            for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                unsigned int li0 = (c0 + 0u);
-                                float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
-                                unsigned int li1 = (c0 + 1u);
-                                float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
-                                unsigned int li2 = (c0 + 2u);
-                                float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
-                                unsigned int li3 = (c0 + 3u);
-                                float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
-                                if ((li0 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found);
-                                }
-                                if ((li1 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found);
-                                }
-                                if ((li2 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found);
-                                }
-                                if ((li3 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found);
-                                }
-                            }
-                        }
-                    }
-                    unsigned int rk_found_all = 0u;
-                    rk_found_all = sk_block_max_u32(rk_found);
-                    rank_col = (((rk_rank < 4294967295u) && (rk_found_all > 0u)) ? (rk_found_all - 1u) : 4294967295u);
-                    rank_done = true;
-                } else {
-                    rank_over = true;
-                    all_mass = 0ull;
-                }
+                sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
             float best = sk_bitcast<float>(4286578688u);
@@ -1000,16 +242,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                             unsigned int li3 = (c0 + 3u);
                             float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
                             if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_15(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_15(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_15(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_15(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                         }
                     }
@@ -1053,7 +295,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -1076,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -1099,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -1122,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned long long mv = 0ull;
                                 bool kept = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep

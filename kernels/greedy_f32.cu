@@ -30,49 +30,9 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_exp.cuh"
 #include "functions/sk_log.cuh"
-#define sk_for_each_column_then(c0, col_hi, x0, temp, sk_c0, top_n, top, top_i, best, best_i, best_z, m, s) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float sv = (x0 / temp); \
-        if ((sv == sk_bitcast<float>(2139095040u))) { \
-            /* built by kernels::race::greedy_column */ \
-            top_n = (top_n + 1u); \
-            if ((((0.0f) > top) || (top_i == 4294967295u))) { \
-                /* built by kernels::race::keep_top */ \
-                top = (0.0f); \
-                top_i = col; \
-            } \
-        } else { \
-            /* built by kernels::race::greedy_column */ \
-            if (((sv > best) || (best_i == 4294967295u))) { \
-                /* built by kernels::race::keep */ \
-                best = sv; \
-                best_i = col; \
-                best_z = sv; \
-            } \
-            if (((flags & 1u) != 0u)) { \
-                if ((sv > m)) { \
-                    /* built by kernels::softmax::online_logsumexp */ \
-                    s = ((s * sk_exp((m - sv))) + (1.0f)); \
-                    m = sv; \
-                } else { \
-                    /* built by kernels::softmax::online_logsumexp */ \
-                    if ((sv > sk_bitcast<float>(4286578688u))) { \
-                        s = (s + ((1.0f) * sk_exp((sv - m)))); \
-                    } \
-                } \
-            } \
-        } \
-    } \
-}
-#define sk_whole_row_results(top, top_i, tok) { \
-    /* built by kernels::race::whole_row_results */ \
-    float top_win = (0.0f); \
-    unsigned int top_tok = 0u; \
-    sk_block_argmax_f32(top, top_i, top_win, top_tok); \
-    tok = top_tok; \
-}
+#include "functions/sk_for_each_column_then_5.cuh"
+#include "functions/sk_whole_row_results.cuh"
+#include "functions/sk_last_part_on.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
     const float* __restrict__ x, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -134,16 +94,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) : sk_bitcast<float>(4286578688u));
             }
             {
-                sk_for_each_column_then(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
         }
         float win = (0.0f);
@@ -221,81 +181,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
             unsigned int arrivals = 0u;
             arrivals = sk_block_max_u32(arrived);
             if ((arrivals == parts)) {
-                // built by kernels::combine::last_part_on
-                __threadfence();
-                {
-                    // built by kernels::combine::last_part_combines
-                    float best = sk_bitcast<float>(4286578688u);
-                    float top = sk_bitcast<float>(4286578688u);
-                    float m = sk_bitcast<float>(4286578688u);
-                    float s = (0.0f);
-                    unsigned int best_i = 4294967295u;
-                    unsigned int top_i = 4294967295u;
-                    unsigned int top_n = 0u;
-                    for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::combine::combine_row
-                        float pv = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
-                        unsigned int pi = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
-                        if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
-                            best = pv;
-                            best_i = pi;
-                        }
-                        float ptv = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
-                        unsigned int pti = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
-                        if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
-                            top = ptv;
-                            top_i = pti;
-                        }
-                        top_n = (top_n + (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
-                        float pm = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
-                        float ps = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
-                        if ((pm > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - pm))) + ps);
-                            m = pm;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((pm > sk_bitcast<float>(4286578688u))) {
-                                s = (s + (ps * sk_exp((pm - m))));
-                            }
-                        }
-                    }
-                    float win = (0.0f);
-                    unsigned int tok = 0u;
-                    sk_block_argmax_f32(best, best_i, win, tok);
-                    unsigned int tops = 0u;
-                    tops = sk_block_sum_u32(top_n);
-                    if ((tops > 0u)) {
-                        sk_whole_row_results(top, top_i, tok);
-                    }
-                    const bool sk_e17 = (tok == 4294967295u);
-                    float z = (sk_e17 ? sk_bitcast<float>(4286578688u) : sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + (sk_e17 ? 0u : ((tok >> 2u) / (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)))) * 8u) + 2u)])));
-                    if ((tok == 4294967295u)) {
-                        // built by kernels::combine::combine_row
-                        tok = 0u;
-                    }
-                    bool valid = ((tops > 0u) || (win > sk_bitcast<float>(4286578688u)));
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::abi::write_results_as
-                        tokens[row] = (valid ? tok : 0u);
-                        if (((flags & 2u) != 0u)) {
-                            status[row] = (valid ? 1u : 0u);
-                        }
-                    }
-                    if (((flags & 1u) != 0u)) {
-                        // built by kernels::abi::write_results_as
-                        float row_max = (0.0f);
-                        row_max = sk_block_max_f32(m);
-                        float row_sum = (0.0f);
-                        row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
-                        if ((threadIdx.x == 0u)) {
-                            logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((z - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
-                        }
-                    }
-                }
-                if ((threadIdx.x == 0u)) {
-                    counters[row_slot] = 0u;
-                }
+                sk_last_part_on(parts, row_slot, row);
             }
         }
     }

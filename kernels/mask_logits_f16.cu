@@ -50,149 +50,13 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_exp.cuh"
 #include "functions/sk_fixed.cuh"
 #include "functions/sk_fraction.cuh"
-#define sk_select_step(kk, lim, cnt_s15, mas_s15, sk_c0, nb, mb, chosen, cn, cm) { \
-    /* built by kernels::filters::select_step */ \
-    if (((nb < kk) && (mb <= lim))) { \
-        chosen = sk_c0; \
-        cn = nb; \
-        cm = mb; \
-    } \
-    nb = (nb + cnt_s15); \
-    mb = (mb + mas_s15); \
-}
-#define sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = (zx0 / temp); \
-    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    bool kept = false; \
-    if (((!searched) || (key >= s_key))) { \
-        /* built by kernels::filters::sweep_set */ \
-        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-        if (ok) { \
-            all_mass = (all_mass + mv); \
-        } \
-        bool tie = (ok && (key == s_key)); \
-        bool in_set = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col)))))); \
-        if (tie) { \
-            /* built by kernels::filters::kept */ \
-            tie_rank = (tie_rank + 1u); \
-        } \
-        kept = in_set; \
-    } \
-    const unsigned int sk_e31 = (base + col); \
-    out[sk_e31] = (kept ? sk_f16(x[sk_e31]) : sk_bitcast<float>(4286578688u)); \
-}
-#define sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = (zx0 / temp); \
-    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if (((key & sel_mask) == sel_key)) { \
-        /* built by kernels::filters::candidate */ \
-        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-    } \
-    if ((ok && (list_at < 4096u))) { \
-        /* built by kernels::filters::list_bucket */ \
-        listed_cols[list_at] = col; \
-        list_at = (list_at + 1u); \
-    } \
-}
-#define sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = (zx0 / temp); \
-    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if ((key == s_key)) { \
-        /* built by kernels::filters::count_ties */ \
-        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-    } \
-    if (ok) { \
-        /* built by kernels::filters::count_ties */ \
-        mine = (mine + 1u); \
-    } \
-}
-#define sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
-    /* built by kernels::filters::digit_counts */ \
-    unsigned int digit = ((key >> shift) & 15u); \
-    { \
-        const unsigned int sk_bin = digit; \
-        const unsigned int sk_add = 1u; \
-        sk_bin_add_u32(cnt_0, sk_bin, 0u, sk_add); \
-        sk_bin_add_u32(cnt_1, sk_bin, 1u, sk_add); \
-        sk_bin_add_u32(cnt_2, sk_bin, 2u, sk_add); \
-        sk_bin_add_u32(cnt_3, sk_bin, 3u, sk_add); \
-        sk_bin_add_u32(cnt_4, sk_bin, 4u, sk_add); \
-        sk_bin_add_u32(cnt_5, sk_bin, 5u, sk_add); \
-        sk_bin_add_u32(cnt_6, sk_bin, 6u, sk_add); \
-        sk_bin_add_u32(cnt_7, sk_bin, 7u, sk_add); \
-        sk_bin_add_u32(cnt_8, sk_bin, 8u, sk_add); \
-        sk_bin_add_u32(cnt_9, sk_bin, 9u, sk_add); \
-        sk_bin_add_u32(cnt_10, sk_bin, 10u, sk_add); \
-        sk_bin_add_u32(cnt_11, sk_bin, 11u, sk_add); \
-        sk_bin_add_u32(cnt_12, sk_bin, 12u, sk_add); \
-        sk_bin_add_u32(cnt_13, sk_bin, 13u, sk_add); \
-        sk_bin_add_u32(cnt_14, sk_bin, 14u, sk_add); \
-        sk_bin_add_u32(cnt_15, sk_bin, 15u, sk_add); \
-    } \
-    { \
-        const unsigned int sk_bin = digit; \
-        const unsigned long long sk_add = mv; \
-        sk_bin_add_u64(mas_0, sk_bin, 0u, sk_add); \
-        sk_bin_add_u64(mas_1, sk_bin, 1u, sk_add); \
-        sk_bin_add_u64(mas_2, sk_bin, 2u, sk_add); \
-        sk_bin_add_u64(mas_3, sk_bin, 3u, sk_add); \
-        sk_bin_add_u64(mas_4, sk_bin, 4u, sk_add); \
-        sk_bin_add_u64(mas_5, sk_bin, 5u, sk_add); \
-        sk_bin_add_u64(mas_6, sk_bin, 6u, sk_add); \
-        sk_bin_add_u64(mas_7, sk_bin, 7u, sk_add); \
-        sk_bin_add_u64(mas_8, sk_bin, 8u, sk_add); \
-        sk_bin_add_u64(mas_9, sk_bin, 9u, sk_add); \
-        sk_bin_add_u64(mas_10, sk_bin, 10u, sk_add); \
-        sk_bin_add_u64(mas_11, sk_bin, 11u, sk_add); \
-        sk_bin_add_u64(mas_12, sk_bin, 12u, sk_add); \
-        sk_bin_add_u64(mas_13, sk_bin, 13u, sk_add); \
-        sk_bin_add_u64(mas_14, sk_bin, 14u, sk_add); \
-        sk_bin_add_u64(mas_15, sk_bin, 15u, sk_add); \
-    } \
-}
-#define sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float zv = (zx0 / temp); \
-    float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
-    unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
-    float wv = (0.0f); \
-    bool ok = false; \
-    unsigned long long mv = 0ull; \
-    if (((key & sel_mask) == sel_key)) { \
-        /* built by kernels::filters::candidate */ \
-        wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx)))); \
-        ok = (wv > (0.0f)); \
-        mv = sk_fixed(wv); \
-    } \
-    if (ok) { \
-        sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
-    } \
-}
+#include "functions/sk_select_step.cuh"
+#include "functions/sk_read_step_17.cuh"
+#include "functions/sk_read_step.cuh"
+#include "functions/sk_read_step_2.cuh"
+#include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_5.cuh"
+#include "functions/sk_digit_counts_3.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -308,16 +172,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                             const float sk_e8 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                             if ((li0 < sweep_n)) {
-                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
                             }
                         }
                     }
@@ -410,246 +274,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                     done = true;
                 }
                 if ((!done)) {
-                    unsigned int cnt_0 = 0;
-                    unsigned int cnt_1 = 0;
-                    unsigned int cnt_2 = 0;
-                    unsigned int cnt_3 = 0;
-                    unsigned int cnt_4 = 0;
-                    unsigned int cnt_5 = 0;
-                    unsigned int cnt_6 = 0;
-                    unsigned int cnt_7 = 0;
-                    unsigned int cnt_8 = 0;
-                    unsigned int cnt_9 = 0;
-                    unsigned int cnt_10 = 0;
-                    unsigned int cnt_11 = 0;
-                    unsigned int cnt_12 = 0;
-                    unsigned int cnt_13 = 0;
-                    unsigned int cnt_14 = 0;
-                    unsigned int cnt_15 = 0;
-                    unsigned long long mas_0 = 0;
-                    unsigned long long mas_1 = 0;
-                    unsigned long long mas_2 = 0;
-                    unsigned long long mas_3 = 0;
-                    unsigned long long mas_4 = 0;
-                    unsigned long long mas_5 = 0;
-                    unsigned long long mas_6 = 0;
-                    unsigned long long mas_7 = 0;
-                    unsigned long long mas_8 = 0;
-                    unsigned long long mas_9 = 0;
-                    unsigned long long mas_10 = 0;
-                    unsigned long long mas_11 = 0;
-                    unsigned long long mas_12 = 0;
-                    unsigned long long mas_13 = 0;
-                    unsigned long long mas_14 = 0;
-                    unsigned long long mas_15 = 0;
-                    if (listed) {
-                        // built by kernels::filters::digit_counts
-                        for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filters::sweep_list
-                            unsigned int col = listed_cols[at];
-                            const float sk_e12 = sk_f16(x[(base + col)]);
-                            float lx = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
-                            float zv = (lx / temp);
-                            float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
-                            unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
-                            float wv = (0.0f);
-                            bool ok = false;
-                            unsigned long long mv = 0ull;
-                            if (((key & sel_mask) == sel_key)) {
-                                // built by kernels::filters::candidate
-                                wv = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zv - mx))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                            }
-                            if (ok) {
-                                sk_digit_counts(key, shift, mv, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                            }
-                        }
-                    }
-                    if ((!listed)) {
-                        // built by kernels::filters::digit_counts
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            unsigned int sweep_n = (col_hi - col_lo);
-                            if ((digit_pass == 7u)) {
-                                unsigned int quads = ((sweep_n + 3u) >> 2u);
-                                unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
-                                for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    const float sk_e13 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
-                                    unsigned int li1 = (c0 + 1u);
-                                    const float sk_e14 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14);
-                                    unsigned int li2 = (c0 + 2u);
-                                    const float sk_e15 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15);
-                                    unsigned int li3 = (c0 + 3u);
-                                    const float sk_e16 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16);
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                }
-                            } else {
-                                for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                                    const float sk_e17 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
-                                    unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                                    const float sk_e18 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
-                                    unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                                    const float sk_e19 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
-                                    unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                                    const float sk_e20 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    unsigned int cnt_s0 = 0u;
-                    unsigned int cnt_s1 = 0u;
-                    unsigned int cnt_s2 = 0u;
-                    unsigned int cnt_s3 = 0u;
-                    unsigned int cnt_s4 = 0u;
-                    unsigned int cnt_s5 = 0u;
-                    unsigned int cnt_s6 = 0u;
-                    unsigned int cnt_s7 = 0u;
-                    unsigned int cnt_s8 = 0u;
-                    unsigned int cnt_s9 = 0u;
-                    unsigned int cnt_s10 = 0u;
-                    unsigned int cnt_s11 = 0u;
-                    unsigned int cnt_s12 = 0u;
-                    unsigned int cnt_s13 = 0u;
-                    unsigned int cnt_s14 = 0u;
-                    unsigned int cnt_s15 = 0u;
-                    sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
-                    unsigned long long mas_s0 = 0ull;
-                    unsigned long long mas_s1 = 0ull;
-                    unsigned long long mas_s2 = 0ull;
-                    unsigned long long mas_s3 = 0ull;
-                    unsigned long long mas_s4 = 0ull;
-                    unsigned long long mas_s5 = 0ull;
-                    unsigned long long mas_s6 = 0ull;
-                    unsigned long long mas_s7 = 0ull;
-                    unsigned long long mas_s8 = 0ull;
-                    unsigned long long mas_s9 = 0ull;
-                    unsigned long long mas_s10 = 0ull;
-                    unsigned long long mas_s11 = 0ull;
-                    unsigned long long mas_s12 = 0ull;
-                    unsigned long long mas_s13 = 0ull;
-                    unsigned long long mas_s14 = 0ull;
-                    unsigned long long mas_s15 = 0ull;
-                    sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
-                    if ((digit_pass == 0u)) {
-                        // built by kernels::filters::decide
-                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        if (((!in_a) && (!k_first))) {
-                            lim = sk_fraction(pp, row_mass);
-                        }
-                    }
-                    unsigned int nb = sel_n;
-                    unsigned long long mb = sel_m;
-                    unsigned int chosen = 4294967295u;
-                    unsigned int cn = sel_n;
-                    unsigned long long cm = sel_m;
-                    if ((cnt_s15 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s14 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s13 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s12 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s11 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s10 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s9 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s8 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s7 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s6 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s5 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s4 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s3 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s2 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s1 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((cnt_s0 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, nb, mb, chosen, cn, cm);
-                    }
-                    if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::select_step
-                        sel_key = (sel_key | (chosen << shift));
-                        sel_n = cn;
-                        sel_m = cm;
-                        sel_tn = ((chosen == 15u) ? cnt_s15 : ((chosen == 14u) ? cnt_s14 : ((chosen == 13u) ? cnt_s13 : ((chosen == 12u) ? cnt_s12 : ((chosen == 11u) ? cnt_s11 : ((chosen == 10u) ? cnt_s10 : ((chosen == 9u) ? cnt_s9 : ((chosen == 8u) ? cnt_s8 : ((chosen == 7u) ? cnt_s7 : ((chosen == 6u) ? cnt_s6 : ((chosen == 5u) ? cnt_s5 : ((chosen == 4u) ? cnt_s4 : ((chosen == 3u) ? cnt_s3 : ((chosen == 2u) ? cnt_s2 : ((chosen == 1u) ? cnt_s1 : ((chosen == 0u) ? cnt_s0 : 0u))))))))))))))));
-                        sel_tm = ((chosen == 15u) ? mas_s15 : ((chosen == 14u) ? mas_s14 : ((chosen == 13u) ? mas_s13 : ((chosen == 12u) ? mas_s12 : ((chosen == 11u) ? mas_s11 : ((chosen == 10u) ? mas_s10 : ((chosen == 9u) ? mas_s9 : ((chosen == 8u) ? mas_s8 : ((chosen == 7u) ? mas_s7 : ((chosen == 6u) ? mas_s6 : ((chosen == 5u) ? mas_s5 : ((chosen == 4u) ? mas_s4 : ((chosen == 3u) ? mas_s3 : ((chosen == 2u) ? mas_s2 : ((chosen == 1u) ? mas_s1 : ((chosen == 0u) ? mas_s0 : 0ull))))))))))))))));
-                        mine = ((chosen == 15u) ? cnt_15 : ((chosen == 14u) ? cnt_14 : ((chosen == 13u) ? cnt_13 : ((chosen == 12u) ? cnt_12 : ((chosen == 11u) ? cnt_11 : ((chosen == 10u) ? cnt_10 : ((chosen == 9u) ? cnt_9 : ((chosen == 8u) ? cnt_8 : ((chosen == 7u) ? cnt_7 : ((chosen == 6u) ? cnt_6 : ((chosen == 5u) ? cnt_5 : ((chosen == 4u) ? cnt_4 : ((chosen == 3u) ? cnt_3 : ((chosen == 2u) ? cnt_2 : ((chosen == 1u) ? cnt_1 : ((chosen == 0u) ? cnt_0 : 0u))))))))))))))));
-                    }
-                    sel_mask = (sel_mask | (15u << shift));
-                    if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::select_step
-                        unsigned long long tn64 = ((unsigned long long)sel_tn);
-                        unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                        const bool sk_e21 = (tie_v == 0ull);
-                        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e21 ? tn64 : (((lim - sel_m) / (sk_e21 ? 1ull : tie_v)) + 1ull))));
-                        lim = sk_fraction(pp, (sel_m + (((unsigned long long)ties) * tie_v)));
-                        sel_key = 0u;
-                        sel_mask = 0u;
-                        sel_n = 0u;
-                        sel_tn = 0u;
-                        sel_m = 0ull;
-                        sel_tm = 0ull;
-                    }
+                    sk_digit_counts_3(listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
                 }
             }
             unsigned int s_key = sel_key;
@@ -696,16 +321,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                                     const float sk_e26 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -738,16 +363,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f16(
                         const float sk_e30 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
                         if ((li0 < sweep_n)) {
-                            sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_17(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_2(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_17(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_2(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_17(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_2(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_17(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                     }
                 }

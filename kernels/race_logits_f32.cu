@@ -35,176 +35,16 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
-#define sk_prune_step(wj, za, c0, sk_c0, sk_c1, lo_best, up1, up2, up1_i) { \
-    /* built by kernels::race::prune_step */ \
-    float un = sk_uniform(wj); \
-    float tn = ((1.0f) - un); \
-    float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un))); \
-    float an = (za - __logf(en)); \
-    float dn = ((fabsf(za) * (9.536743e-7f)) + (0.00048828125f)); \
-    bool in_range = (fabsf(za) < (1.7014118e38f)); \
-    lo_best = fmaxf(lo_best, (in_range ? (an - dn) : sk_bitcast<float>(4286578688u))); \
-    if (((in_range ? (an + dn) : sk_bitcast<float>(4286578688u)) > up1)) { \
-        /* built by kernels::race::bound */ \
-        up2 = up1; \
-        up1 = (in_range ? (an + dn) : sk_bitcast<float>(4286578688u)); \
-        up1_i = (c0 + sk_c0); \
-    } else { \
-        /* built by kernels::race::bound */ \
-        up2 = fmaxf(up2, (in_range ? (an + dn) : sk_bitcast<float>(4286578688u))); \
-    } \
-    if (((!in_range) && (za > sk_bitcast<float>(4286578688u)))) { \
-        /* built by kernels::race::screened_column */ \
-        up1 = sk_bitcast<float>(2139095040u); \
-        up1_i = (c0 + sk_c1); \
-        up2 = sk_bitcast<float>(2139095040u); \
-    } \
-}
-#define sk_prune_step_2(lse_v, m, s) { \
-    /* built by kernels::race::prune_step */ \
-    if ((lse_v > m)) { \
-        /* built by kernels::softmax::online_logsumexp */ \
-        s = ((s * sk_exp((m - lse_v))) + (1.0f)); \
-        m = lse_v; \
-    } else { \
-        /* built by kernels::softmax::online_logsumexp */ \
-        if ((lse_v > sk_bitcast<float>(4286578688u))) { \
-            s = (s + ((1.0f) * sk_exp((lse_v - m)))); \
-        } \
-    } \
-}
-#define sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, sk_c0, top_n, top, top_i, best, best_i, best_z) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        const float sk_e39 = x[(base + col)]; \
-        float xv = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39); \
-        const float sk_e40 = (xv * rcp_t); \
-        if (((sk_e40 > sk_bitcast<float>(4286578688u)) && ((((sk_e40 + (fabsf(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) { \
-            /* built by kernels::race::screened_pass */ \
-            const uint4 sk_e41 = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
-            const unsigned int sk_e42 = (col & 3u); \
-            unsigned int wj = ((sk_e42 == 0u) ? ((sk_e41).x) : ((sk_e42 == 1u) ? ((sk_e41).y) : ((sk_e42 == 2u) ? ((sk_e41).z) : ((sk_e41).w)))); \
-            float sv = (xv / temp); \
-            if ((sv == sk_bitcast<float>(2139095040u))) { \
-                top_n = (top_n + 1u); \
-                if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) { \
-                    /* built by kernels::race::keep_top */ \
-                    top = sk_gumbel(wj); \
-                    top_i = col; \
-                } \
-            } else { \
-                if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) { \
-                    /* built by kernels::race::keep */ \
-                    best = (sv + sk_gumbel(wj)); \
-                    best_i = col; \
-                    best_z = sv; \
-                } \
-            } \
-        } \
-    } \
-}
-#define sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e10 = (c0 + 0u); \
-    const bool sk_e9 = (sk_e10 < col_hi); \
-    const float sk_e8 = x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))]; \
-    x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e13 = (c0 + 1u); \
-    const bool sk_e12 = (sk_e13 < col_hi); \
-    const float sk_e11 = x[(base + (sk_e12 ? sk_e13 : (col_hi - 1u)))]; \
-    x1 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e16 = (c0 + 2u); \
-    const bool sk_e15 = (sk_e16 < col_hi); \
-    const float sk_e14 = x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]; \
-    x2 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e19 = (c0 + 3u); \
-    const bool sk_e18 = (sk_e19 < col_hi); \
-    const float sk_e17 = x[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))]; \
-    x3 = (sk_e18 ? (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) : sk_bitcast<float>(4286578688u)); \
-}
-#define sk_whole_row_results(top, top_i, tok) { \
-    /* built by kernels::race::whole_row_results */ \
-    float top_win = (0.0f); \
-    unsigned int top_tok = 0u; \
-    sk_block_argmax_f32(top, top_i, top_win, top_tok); \
-    tok = top_tok; \
-}
-#define sk_greedy_column(col, top_n, top, top_i) { \
-    /* built by kernels::race::greedy_column */ \
-    top_n = (top_n + 1u); \
-    if ((((0.0f) > top) || (top_i == 4294967295u))) { \
-        /* built by kernels::race::keep_top */ \
-        top = (0.0f); \
-        top_i = col; \
-    } \
-}
-#define sk_load_quad_as_2(x_at, x0, x1, x2, x3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const float sk_e4 = x[(size_t)(x_at) + 0u]; \
-    x0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
-    const float sk_e5 = x[(size_t)(x_at) + 1u]; \
-    x1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
-    const float sk_e6 = x[(size_t)(x_at) + 2u]; \
-    x2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
-    const float sk_e7 = x[(size_t)(x_at) + 3u]; \
-    x3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
-}
-#define sk_for_each_column_then_2(c0, col_hi, x0, temp, sk_c0, top_n, top, top_i, best, best_i, best_z, m, s) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float sv = (x0 / temp); \
-        if ((sv == sk_bitcast<float>(2139095040u))) { \
-            sk_greedy_column(col, top_n, top, top_i); \
-        } else { \
-            /* built by kernels::race::greedy_column */ \
-            if (((sv > best) || (best_i == 4294967295u))) { \
-                /* built by kernels::race::keep */ \
-                best = sv; \
-                best_i = col; \
-                best_z = sv; \
-            } \
-            if (((flags & 1u) != 0u)) { \
-                sk_prune_step_2(sv, m, s); \
-            } \
-        } \
-    } \
-}
-#define sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, sk_w, lo_best, up1, up2, up1_i) { \
-    /* built by kernels::race::prune_step */ \
-    sk_w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]); \
-    if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((max(max((sk_w).x, (sk_w).y), max((sk_w).z, (sk_w).w)) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) { \
-        { \
-            float za = (x0 * rcp_t); \
-            unsigned int wj = (sk_w).x; \
-            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
-                sk_prune_step(wj, za, c0, 0u, 0u, lo_best, up1, up2, up1_i); \
-            } \
-        } \
-        { \
-            float za = (x1 * rcp_t); \
-            unsigned int wj = (sk_w).y; \
-            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
-                sk_prune_step(wj, za, c0, 1u, 1u, lo_best, up1, up2, up1_i); \
-            } \
-        } \
-        { \
-            float za = (x2 * rcp_t); \
-            unsigned int wj = (sk_w).z; \
-            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
-                sk_prune_step(wj, za, c0, 2u, 2u, lo_best, up1, up2, up1_i); \
-            } \
-        } \
-        { \
-            float za = (x3 * rcp_t); \
-            unsigned int wj = (sk_w).w; \
-            if (((za > sk_bitcast<float>(4286578688u)) && ((((za + (fabsf(za) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) { \
-                sk_prune_step(wj, za, c0, 3u, 3u, lo_best, up1, up2, up1_i); \
-            } \
-        } \
-    } \
-}
+#include "functions/sk_prune_step.cuh"
+#include "functions/sk_prune_step_2.cuh"
+#include "functions/sk_for_each_column_then_6.cuh"
+#include "functions/sk_load_quad_as_4.cuh"
+#include "functions/sk_whole_row_results.cuh"
+#include "functions/sk_greedy_column.cuh"
+#include "functions/sk_load_quad_as_5.cuh"
+#include "functions/sk_for_each_column_then_7.cuh"
+#include "functions/sk_prune_step_3.cuh"
+#include "functions/sk_screened_pass.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -236,165 +76,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
         unsigned int up1_i = 4294967295u;
         float up2 = sk_bitcast<float>(4286578688u);
         if (noisy) {
-            // built by kernels::race::screened_pass
-            if ((threadIdx.x == 0u)) {
-                const unsigned int sk_e0 = (row * 12u);
-                race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]);
-                const unsigned int sk_e1 = (row * 12u);
-                race_key[1u] = ((3449720151u * rows[(sk_e1 + 10u)]) ^ (rows[(sk_e1 + 8u)] + 2654435769u));
-                const unsigned int sk_e2 = (row * 12u);
-                race_key[2u] = (__umulhi(3528531795u, (__umulhi(3449720151u, rows[(sk_e2 + 10u)]) ^ rows[(sk_e2 + 8u)])) ^ (rows[(sk_e2 + 9u)] + 3144134277u));
-                const unsigned int sk_e3 = (row * 12u);
-                race_key[3u] = (3528531795u * (__umulhi(3449720151u, rows[(sk_e3 + 10u)]) ^ rows[(sk_e3 + 8u)]));
-                race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
-                race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
-                race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
-                race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
-                race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
-                race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
-                race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
-                race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
-                race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
-                race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
-                race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
-                race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
-                race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
-                race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
-                race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
-                race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
-            }
-            __syncthreads();
-            {
-                unsigned int c0 = (col_lo + (threadIdx.x * 4u));
-                float qmax = sk_bitcast<float>(4286578688u);
-                float x0 = sk_bitcast<float>(4286578688u);
-                float x1 = sk_bitcast<float>(4286578688u);
-                float x2 = sk_bitcast<float>(4286578688u);
-                float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int x_at = (base + c0);
-                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, x0, x1, x2, x3);
-                } else {
-                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
-                }
-                qmax = fmaxf(qmax, (x0 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    float lse_v = (x0 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                qmax = fmaxf(qmax, (x1 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    float lse_v = (x1 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                qmax = fmaxf(qmax, (x2 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    float lse_v = (x2 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                qmax = fmaxf(qmax, (x3 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    float lse_v = (x3 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, w, lo_best, up1, up2, up1_i);
-                }
-            }
-            float floor_first = (0.0f);
-            floor_first = sk_block_max_f32(lo_best);
-            lo_best = floor_first;
-            for (unsigned int cb = (col_lo + (((unsigned int)SK_BLOCK) * 4u)); cb < col_hi; cb += (((unsigned int)SK_BLOCK) * 4u)) {
-                // built by kernels::race::prune_step
-                unsigned int c0 = (cb + (threadIdx.x * 4u));
-                float qmax = sk_bitcast<float>(4286578688u);
-                float x0 = sk_bitcast<float>(4286578688u);
-                float x1 = sk_bitcast<float>(4286578688u);
-                float x2 = sk_bitcast<float>(4286578688u);
-                float x3 = sk_bitcast<float>(4286578688u);
-                unsigned int x_at = (base + c0);
-                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, x0, x1, x2, x3);
-                } else {
-                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
-                }
-                qmax = fmaxf(qmax, (x0 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    float lse_v = (x0 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                qmax = fmaxf(qmax, (x1 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    float lse_v = (x1 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                qmax = fmaxf(qmax, (x2 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    float lse_v = (x2 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                qmax = fmaxf(qmax, (x3 * rcp_t));
-                if (((flags & 1u) != 0u)) {
-                    float lse_v = (x3 / temp);
-                    if ((lse_v < sk_bitcast<float>(2139095040u))) {
-                        sk_prune_step_2(lse_v, m, s);
-                    }
-                }
-                if (((qmax > sk_bitcast<float>(4286578688u)) && ((((qmax + (fabsf(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, w, lo_best, up1, up2, up1_i);
-                }
-            }
-            float screen_floor = (0.0f);
-            screen_floor = sk_block_max_f32(lo_best);
-            if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                const float sk_e36 = x[(base + up1_i)];
-                float sv = ((((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36) / temp);
-                const uint4 sk_e37 = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                const unsigned int sk_e38 = (up1_i & 3u);
-                best = (sv + sk_gumbel(((sk_e38 == 0u) ? ((sk_e37).x) : ((sk_e38 == 1u) ? ((sk_e37).y) : ((sk_e38 == 2u) ? ((sk_e37).z) : ((sk_e37).w))))));
-                best_i = up1_i;
-                best_z = sv;
-            }
-            if ((up2 >= screen_floor)) {
-                best = sk_bitcast<float>(4286578688u);
-                top = sk_bitcast<float>(4286578688u);
-                best_i = 4294967295u;
-                top_i = 4294967295u;
-                top_n = 0u;
-                for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    // built by kernels::abi::for_each_column_then
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 0u, top_n, top, top_i, best, best_i, best_z);
-                    }
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 1u, top_n, top, top_i, best, best_i, best_z);
-                    }
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 2u, top_n, top, top_i, best, best_i, best_z);
-                    }
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 3u, top_n, top, top_i, best, best_i, best_z);
-                    }
-                }
-            }
+            sk_screened_pass(row, col_lo, base, col_hi, rcp_t, temp, m, s, lo_best, w, up1, up2, up1_i, best, best_i, best_z, top, top_i, top_n);
         } else {
             // built by kernels::race::race_row
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -405,21 +87,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, x0, x1, x2, x3);
+                    sk_load_quad_as_5(x_at, x0, x1, x2, x3);
                 } else {
-                    sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
+                    sk_load_quad_as_4(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_7(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_7(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_7(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_7(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
             }
         }

@@ -41,77 +41,9 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel_screen.cuh"
-#define sk_for_each_column_then(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    float z = (x0 / temp); \
-    const unsigned int sk_e17 = (row * 12u); \
-    unsigned int sh = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col); \
-    if (((z > sk_bitcast<float>(4286578688u)) && ((((z + (fabsf(z) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) { \
-        /* built by kernels::seeded::seeded_logits_row */ \
-        float g32_any = sk_seeded_gumbel_screen(sh); \
-        float g32 = (noisy ? g32_any : (0.0f)); \
-        bool finite = (fabsf(z) < sk_bitcast<float>(2139095040u)); \
-        float sv32 = ((finite ? z : (0.0f)) + g32); \
-        float serr = ((0.00048828125f) + ((fabsf((finite ? z : (0.0f))) + fabsf(g32)) * (4.7683716e-7f))); \
-        lo_best = fmaxf(lo_best, (finite ? (sv32 - serr) : sk_bitcast<float>(4286578688u))); \
-        if (((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) > up1)) { \
-            /* built by kernels::race::bound */ \
-            up2 = up1; \
-            up1 = (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)); \
-            up1_i = col; \
-        } else { \
-            /* built by kernels::race::bound */ \
-            up2 = fmaxf(up2, (finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u))); \
-        } \
-    } \
-    if ((z > m)) { \
-        /* built by kernels::softmax::softmax_merge */ \
-        float r = sk_exp((m - z)); \
-        s = (s * r); \
-        comp = (comp * r); \
-        m = z; \
-    } \
-    float ex = sk_exp((z - m)); \
-    float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp); \
-    float t = (s + y); \
-    comp = ((t - s) - y); \
-    s = t; \
-}
-#define sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, sk_c0, best, best_i) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        const float sk_e42 = sk_f16(x[(base + col)]); \
-        float rz = ((((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42) / temp); \
-        const unsigned int sk_e43 = (row * 12u); \
-        unsigned int rh = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col); \
-        if (((!screened) || ((rz > sk_bitcast<float>(4286578688u)) && ((((rz + (fabsf(rz) * (9.536743e-7f))) + ((22.19071f) - (((((float)sk_bitcast<unsigned int>(((float)(rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) { \
-            /* built by kernels::seeded::seeded_logits_finish */ \
-            float g32_any = sk_seeded_gumbel_screen(rh); \
-            float g32 = (noisy ? g32_any : (0.0f)); \
-            bool finite = (fabsf(rz) < sk_bitcast<float>(2139095040u)); \
-            float sv32 = ((finite ? rz : (0.0f)) + g32); \
-            float serr = ((0.00048828125f) + ((fabsf((finite ? rz : (0.0f))) + fabsf(g32)) * (4.7683716e-7f))); \
-            if (((!screened) || ((finite ? (sv32 + serr) : sk_bitcast<float>(4286578688u)) >= screen_floor))) { \
-                const float sk_e45 = sk_f16(x[(base + col)]); \
-                const float sk_e44 = ((((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45) / temp); \
-                float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e44 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e44 - row_m)))) * inv); \
-                double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u))); \
-                double s64 = lp; \
-                if (noisy) { \
-                    /* built by kernels::seeded::score64 */ \
-                    const unsigned int sk_e46 = (row * 12u); \
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col))); \
-                } \
-                if (((s64 > best) || (best_i == 4294967295u))) { \
-                    /* built by kernels::seeded::keep_best */ \
-                    best = s64; \
-                    best_i = col; \
-                } \
-            } \
-        } \
-    } \
-}
+#include "functions/sk_for_each_column_then_16.cuh"
+#include "functions/sk_for_each_column_then_18.cuh"
+#include "functions/sk_write_seeded_part.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, const unsigned int* __restrict__ listed, unsigned int* __restrict__ passes, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -194,25 +126,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
             }
@@ -258,25 +190,25 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_16(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
             }
@@ -289,88 +221,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
             float row_s = row_sum;
             bool combining = false;
             if ((parts > 1u)) {
-                float part_floor = (0.0f);
-                part_floor = sk_block_max_f32(lo_best);
-                float part_up1 = (0.0f);
-                unsigned int part_up1_i = 0u;
-                sk_block_argmax_f32(up1, up1_i, part_up1, part_up1_i);
-                float part_up2 = (0.0f);
-                part_up2 = sk_block_max_f32(((up1_i == part_up1_i) ? up2 : up1));
-                if ((threadIdx.x == 0u)) {
-                    // built by kernels::seeded::write_seeded_part
-                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 0u)] = sk_bitcast<unsigned int>(row_m);
-                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 1u)] = sk_bitcast<unsigned int>(row_s);
-                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 2u)] = sk_bitcast<unsigned int>(part_floor);
-                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 3u)] = sk_bitcast<unsigned int>(part_up1);
-                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 4u)] = part_up1_i;
-                    counters[((batch + (((row_slot * parts) + part) * 8u)) + 5u)] = sk_bitcast<unsigned int>(part_up2);
-                }
-                __threadfence();
-                __syncthreads();
-                unsigned int arrived = 0u;
-                if ((threadIdx.x == 0u)) {
-                    // built by kernels::combine::last_part_on
-                    unsigned int before = 0u;
-                    before = atomicAdd(&counters[row_slot], 1u);
-                    arrived = (before + 1u);
-                }
-                unsigned int arrivals = 0u;
-                arrivals = sk_block_max_u32(arrived);
-                if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
-                    __threadfence();
-                    {
-                        // built by kernels::seeded::seeded_logits_row
-                        lo_best = sk_bitcast<float>(4286578688u);
-                        up1 = sk_bitcast<float>(4286578688u);
-                        up1_i = 4294967295u;
-                        up2 = sk_bitcast<float>(4286578688u);
-                        float m = sk_bitcast<float>(4286578688u);
-                        float s = (0.0f);
-                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::seeded::combine_parts
-                            float pm = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
-                            float ps = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
-                            if ((pm > m)) {
-                                // built by kernels::softmax::softmax_merge
-                                float r = sk_exp((m - pm));
-                                s = (s * r);
-                                m = pm;
-                            }
-                            float ex = sk_exp((pm - m));
-                            s = (s + ((pm == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((pm == m) ? ps : (ps * ex))));
-                            lo_best = fmaxf(lo_best, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
-                            if ((sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
-                                up1_i = (*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = fmaxf(up2, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
-                            }
-                            up2 = fmaxf(up2, sk_bitcast<float>((*(volatile unsigned int*)&counters[((batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
-                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 0u)] = 0u;
-                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 1u)] = 0u;
-                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 2u)] = 0u;
-                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 3u)] = 0u;
-                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 4u)] = 0u;
-                            counters[((batch + (((row_slot * parts) + p) * 8u)) + 5u)] = 0u;
-                        }
-                        float row_max = (0.0f);
-                        row_max = sk_block_max_f32(m);
-                        float row_sum = (0.0f);
-                        row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
-                        row_m = row_max;
-                        row_s = row_sum;
-                    }
-                    col_lo = 0u;
-                    col_hi = vocab;
-                    combining = true;
-                    if ((threadIdx.x == 0u)) {
-                        counters[row_slot] = 0u;
-                    }
-                }
+                sk_write_seeded_part(row_slot, parts, part, lo_best, up1, up1_i, up2, row_m, row_s, col_lo, col_hi, combining);
             }
             if (((parts <= 1u) || combining)) {
                 float inv = ((row_s > (0.0f)) ? ((1.0f) / row_s) : (0.0f));
@@ -389,16 +240,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f16(
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, best, best_i);
+                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, best, best_i);
                         }
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, best, best_i);
+                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, best, best_i);
                         }
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, best, best_i);
+                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, best, best_i);
                         }
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, best, best_i);
+                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, best, best_i);
                         }
                     }
                 } else {

@@ -29,93 +29,10 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel32.cuh"
-#define sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, sk_c0, best, best_i) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float lp32 = ((float)lq0); \
-        float g32 = (0.0f); \
-        if (noisy) { \
-            /* built by kernels::seeded::seeded_screened */ \
-            const unsigned int sk_e55 = (row * 12u); \
-            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col)); \
-        } \
-        float s32 = (lp32 + g32); \
-        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
-        if ((all || ((s32 + err) >= floor))) { \
-            /* built by kernels::seeded::float64_race */ \
-            double s64 = lq0; \
-            if (noisy) { \
-                /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e56 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col))); \
-            } \
-            if (((s64 > best) || (best_i == 4294967295u))) { \
-                /* built by kernels::seeded::keep_best */ \
-                best = s64; \
-                best_i = col; \
-            } \
-        } \
-    } \
-}
-#define sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, sk_c0, best32, best32_i) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float lp32 = ((float)lq0); \
-        float g32 = (0.0f); \
-        if (noisy) { \
-            /* built by kernels::seeded::seeded_screened */ \
-            const unsigned int sk_e24 = (row * 12u); \
-            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)); \
-        } \
-        float s32 = (lp32 + g32); \
-        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
-        if (((s32 > best32) || (best32_i == 4294967295u))) { \
-            /* built by kernels::seeded::seeded_screened */ \
-            best32 = s32; \
-            best32_i = col; \
-        } \
-    } \
-}
-#define sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e11 = (c0 + 0u); \
-    const bool sk_e10 = (sk_e11 < col_hi); \
-    const double sk_e9 = ((double)(lp[(base + (sk_e10 ? sk_e11 : (col_hi - 1u)))])); \
-    const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9); \
-    lq0 = (sk_e10 ? ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9) : sk_bitcast<double>(18442240474082181120ull)); \
-    const unsigned int sk_e15 = (c0 + 1u); \
-    const bool sk_e14 = (sk_e15 < col_hi); \
-    const double sk_e13 = ((double)(lp[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))])); \
-    const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13); \
-    lq1 = (sk_e14 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull)); \
-    const unsigned int sk_e19 = (c0 + 2u); \
-    const bool sk_e18 = (sk_e19 < col_hi); \
-    const double sk_e17 = ((double)(lp[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))])); \
-    const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17); \
-    lq2 = (sk_e18 ? ((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17) : sk_bitcast<double>(18442240474082181120ull)); \
-    const unsigned int sk_e23 = (c0 + 3u); \
-    const bool sk_e22 = (sk_e23 < col_hi); \
-    const double sk_e21 = ((double)(lp[(base + (sk_e22 ? sk_e23 : (col_hi - 1u)))])); \
-    const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21); \
-    lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull)); \
-}
-#define sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const double sk_e1 = ((double)(lp[(size_t)(lq_at) + 0u])); \
-    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1); \
-    lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1); \
-    const double sk_e3 = ((double)(lp[(size_t)(lq_at) + 1u])); \
-    const unsigned long long sk_e2 = sk_bitcast<unsigned long long>(sk_e3); \
-    lq1 = ((((sk_e2 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e2 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e3); \
-    const double sk_e5 = ((double)(lp[(size_t)(lq_at) + 2u])); \
-    const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5); \
-    lq2 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5); \
-    const double sk_e7 = ((double)(lp[(size_t)(lq_at) + 3u])); \
-    const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7); \
-    lq3 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7); \
-}
+#include "functions/sk_for_each_column_then_12.cuh"
+#include "functions/sk_for_each_column_then_13.cuh"
+#include "functions/sk_load_quad_as_12.cuh"
+#include "functions/sk_load_quad_as_13.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -138,21 +55,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_13(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_12(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
@@ -184,21 +101,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_13(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_12(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);

@@ -29,101 +29,10 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel32.cuh"
-#define sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, sk_c0, best, best_i) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float lp32 = ((float)lq0); \
-        float g32 = (0.0f); \
-        if (noisy) { \
-            /* built by kernels::seeded::seeded_screened */ \
-            const unsigned int sk_e72 = (row * 12u); \
-            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e72 + 8u)], rows[(sk_e72 + 9u)], rows[(sk_e72 + 10u)], col)); \
-        } \
-        float s32 = (lp32 + g32); \
-        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
-        if ((all || ((s32 + err) >= floor))) { \
-            /* built by kernels::seeded::float64_race */ \
-            double s64 = lq0; \
-            if (noisy) { \
-                /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e73 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e73 + 8u)], rows[(sk_e73 + 9u)], rows[(sk_e73 + 10u)], col))); \
-            } \
-            if (((s64 > best) || (best_i == 4294967295u))) { \
-                /* built by kernels::seeded::keep_best */ \
-                best = s64; \
-                best_i = col; \
-            } \
-        } \
-    } \
-}
-#define sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, sk_c0, best32, best32_i) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float lp32 = ((float)lq0); \
-        float g32 = (0.0f); \
-        if (noisy) { \
-            /* built by kernels::seeded::seeded_screened */ \
-            const unsigned int sk_e32 = (row * 12u); \
-            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e32 + 8u)], rows[(sk_e32 + 9u)], rows[(sk_e32 + 10u)], col)); \
-        } \
-        float s32 = (lp32 + g32); \
-        float err = ((1.6e-5f) + ((fminf(fabsf(lp32), (1e30f)) + fabsf(g32)) * (4.7683716e-7f))); \
-        if (((s32 > best32) || (best32_i == 4294967295u))) { \
-            /* built by kernels::seeded::seeded_screened */ \
-            best32 = s32; \
-            best32_i = col; \
-        } \
-    } \
-}
-#define sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e16 = (c0 + 0u); \
-    const bool sk_e15 = (sk_e16 < col_hi); \
-    const float sk_e14 = lp[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]; \
-    const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13); \
-    lq0 = (sk_e15 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull)); \
-    const unsigned int sk_e21 = (c0 + 1u); \
-    const bool sk_e20 = (sk_e21 < col_hi); \
-    const float sk_e19 = lp[(base + (sk_e20 ? sk_e21 : (col_hi - 1u)))]; \
-    const double sk_e18 = ((double)(((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f))) ? sk_log(sk_e19) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e17 = sk_bitcast<unsigned long long>(sk_e18); \
-    lq1 = (sk_e20 ? ((((sk_e17 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e17 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e18) : sk_bitcast<double>(18442240474082181120ull)); \
-    const unsigned int sk_e26 = (c0 + 2u); \
-    const bool sk_e25 = (sk_e26 < col_hi); \
-    const float sk_e24 = lp[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]; \
-    const double sk_e23 = ((double)(((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f))) ? sk_log(sk_e24) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e22 = sk_bitcast<unsigned long long>(sk_e23); \
-    lq2 = (sk_e25 ? ((((sk_e22 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e22 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e23) : sk_bitcast<double>(18442240474082181120ull)); \
-    const unsigned int sk_e31 = (c0 + 3u); \
-    const bool sk_e30 = (sk_e31 < col_hi); \
-    const float sk_e29 = lp[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]; \
-    const double sk_e28 = ((double)(((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f))) ? sk_log(sk_e29) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28); \
-    lq3 = (sk_e30 ? ((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28) : sk_bitcast<double>(18442240474082181120ull)); \
-}
-#define sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const float sk_e2 = lp[(size_t)(lq_at) + 0u]; \
-    const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1); \
-    lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1); \
-    const float sk_e5 = lp[(size_t)(lq_at) + 1u]; \
-    const double sk_e4 = ((double)(((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f))) ? sk_log(sk_e5) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4); \
-    lq1 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4); \
-    const float sk_e8 = lp[(size_t)(lq_at) + 2u]; \
-    const double sk_e7 = ((double)(((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f))) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7); \
-    lq2 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7); \
-    const float sk_e11 = lp[(size_t)(lq_at) + 3u]; \
-    const double sk_e10 = ((double)(((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f))) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u))); \
-    const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10); \
-    lq3 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10); \
-}
+#include "functions/sk_for_each_column_then_14.cuh"
+#include "functions/sk_for_each_column_then_15.cuh"
+#include "functions/sk_load_quad_as_14.cuh"
+#include "functions/sk_load_quad_as_15.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -146,21 +55,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_15(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_14(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
+                sk_for_each_column_then_15(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
+                sk_for_each_column_then_15(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
+                sk_for_each_column_then_15(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
+                sk_for_each_column_then_15(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
@@ -193,21 +102,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_2(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_15(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_14(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
+                sk_for_each_column_then_14(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
+                sk_for_each_column_then_14(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
+                sk_for_each_column_then_14(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
+                sk_for_each_column_then_14(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);

@@ -31,93 +31,9 @@ __shared__ float sk_red_f32[33];
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_exp.cuh"
-#define sk_for_each_column_then_2(c0, col_hi, x0, temp, sk_c0, m, s, comp) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    unsigned int col = (c0 + sk_c0); \
-    if ((col < col_hi)) { \
-        float z = (x0 / temp); \
-        if ((z > m)) { \
-            /* built by kernels::softmax::softmax_merge */ \
-            float r = sk_exp((m - z)); \
-            s = (s * r); \
-            comp = (comp * r); \
-            m = z; \
-        } \
-        float ex = sk_exp((z - m)); \
-        float y = (((z == sk_bitcast<float>(4286578688u)) ? (0.0f) : ((z == m) ? (1.0f) : ((1.0f) * ex))) - comp); \
-        float t = (s + y); \
-        comp = ((t - s) - y); \
-        s = t; \
-    } \
-}
-#define sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e26 = (c0 + 0u); \
-    const bool sk_e25 = (sk_e26 < col_hi); \
-    const float sk_e24 = x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]; \
-    x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e29 = (c0 + 1u); \
-    const bool sk_e28 = (sk_e29 < col_hi); \
-    const float sk_e27 = x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]; \
-    x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e32 = (c0 + 2u); \
-    const bool sk_e31 = (sk_e32 < col_hi); \
-    const float sk_e30 = x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]; \
-    x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e35 = (c0 + 3u); \
-    const bool sk_e34 = (sk_e35 < col_hi); \
-    const float sk_e33 = x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]; \
-    x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u)); \
-}
-#define sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv) { \
-    /* built by kernels::abi::for_each_column_then */ \
-    float x0 = sk_bitcast<float>(4286578688u); \
-    float x1 = sk_bitcast<float>(4286578688u); \
-    float x2 = sk_bitcast<float>(4286578688u); \
-    float x3 = sk_bitcast<float>(4286578688u); \
-    unsigned int x_at = (base + c0); \
-    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
-        /* built by kernels::abi::load_quad_as */ \
-        const float sk_e0 = x[(size_t)(x_at) + 0u]; \
-        x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0); \
-        const float sk_e1 = x[(size_t)(x_at) + 1u]; \
-        x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
-        const float sk_e2 = x[(size_t)(x_at) + 2u]; \
-        x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
-        const float sk_e3 = x[(size_t)(x_at) + 3u]; \
-        x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
-    } else { \
-        sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3); \
-    } \
-    { \
-        unsigned int col = (c0 + 0u); \
-        if ((col < col_hi)) { \
-            const float sk_e16 = (x0 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e16 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e16 - row_max)))) * inv); \
-        } \
-    } \
-    { \
-        unsigned int col = (c0 + 1u); \
-        if ((col < col_hi)) { \
-            const float sk_e17 = (x1 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e17 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e17 - row_max)))) * inv); \
-        } \
-    } \
-    { \
-        unsigned int col = (c0 + 2u); \
-        if ((col < col_hi)) { \
-            const float sk_e18 = (x2 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e18 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e18 - row_max)))) * inv); \
-        } \
-    } \
-    { \
-        unsigned int col = (c0 + 3u); \
-        if ((col < col_hi)) { \
-            const float sk_e19 = (x3 / temp); \
-            probs[(base + col)] = (((row_max == sk_bitcast<float>(2139095040u)) ? ((sk_e19 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_max == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e19 - row_max)))) * inv); \
-        } \
-    } \
-}
+#include "functions/sk_for_each_column_then.cuh"
+#include "functions/sk_load_quad_as.cuh"
+#include "functions/sk_for_each_column_then_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -157,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_f
             row_sum = sk_block_sum_f32(((m == row_max) ? s : ((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max))))));
             float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
             for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv);
+                sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
             }
         } else {
             // built by kernels::softmax::softmax_kernel
@@ -185,16 +101,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_f
                     sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, m, s, comp);
+                    sk_for_each_column_then(c0, col_hi, x0, temp, 0u, m, s, comp);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, m, s, comp);
+                    sk_for_each_column_then(c0, col_hi, x1, temp, 1u, m, s, comp);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, m, s, comp);
+                    sk_for_each_column_then(c0, col_hi, x2, temp, 2u, m, s, comp);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, m, s, comp);
+                    sk_for_each_column_then(c0, col_hi, x3, temp, 3u, m, s, comp);
                 }
             }
             s = (s - comp);
@@ -205,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_f
             if ((parts <= 1u)) {
                 float inv = ((row_sum > (0.0f)) ? ((1.0f) / row_sum) : (0.0f));
                 for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv);
+                    sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
                 }
             } else {
                 if ((threadIdx.x == 0u)) {

@@ -55,140 +55,12 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#define sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v) { \
-    /* built by kernels::filter_values::for_each_quad */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (zx0 / temp); \
-    float cov = (cz - cut_mx); \
-    float cw = sk_exp_nonpositive((cz - cut_mx)); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned long long cmv = sk_fixed(cw); \
-        if (((cz * cut_grid_scale) >= cut_above_from)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above = fminf(min_above, cov); \
-            if ((cw >= mp)) { \
-                cut_race = (cut_race | sk_c0); \
-            } \
-        } else { \
-            if (((cz * cut_grid_scale) >= cut_range_from)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range = fminf(min_range, cov); \
-                max_range_v = fmaxf(max_range_v, cov); \
-                if ((cw >= mp)) { \
-                    cut_race = (cut_race | sk_c1); \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below_v = fmaxf(max_below_v, cov); \
-            } \
-        } \
-    } \
-}
-#define sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, sk_c0, sk_c1, sk_c2, sk_c3, sk_c4, sk_c5, best, bestr, best_i, bestr_i) { \
-    /* built by kernels::filter_top_p::cut_part */ \
-    bool cut_above = ((cut_race & sk_c0) != 0u); \
-    const float sk_e35 = (zx0 * cut_rcp_t); \
-    bool cut_may = ((((sk_e35 + (fabsf(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= (cut_above ? fmaxf(best, cut_floor) : bestr)) || (sk_e35 >= (1.7014118e38f))); \
-    if ((cut_may && ((cut_race & sk_c1) != 0u))) { \
-        float score = ((zx0 / temp) + sk_gumbel(cut_w0)); \
-        if (cut_above) { \
-            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) { \
-                /* built by kernels::filter_top_k::keep_lower */ \
-                best = score; \
-                best_i = ((col_lo + i0) + sk_c3); \
-            } \
-        } else { \
-            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) { \
-                /* built by kernels::filter_top_k::keep_lower */ \
-                bestr = score; \
-                bestr_i = ((col_lo + i0) + sk_c5); \
-            } \
-        } \
-    } \
-}
-#define sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3) { \
-    /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e25 = ((col_lo + i0) + 0u); \
-    const bool sk_e24 = (sk_e25 < col_hi); \
-    const float sk_e23 = sk_bf16(x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]); \
-    zx0 = (sk_e24 ? (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e28 = ((col_lo + i0) + 1u); \
-    const bool sk_e27 = (sk_e28 < col_hi); \
-    const float sk_e26 = sk_bf16(x[(base + (sk_e27 ? sk_e28 : (col_hi - 1u)))]); \
-    zx1 = (sk_e27 ? (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e31 = ((col_lo + i0) + 2u); \
-    const bool sk_e30 = (sk_e31 < col_hi); \
-    const float sk_e29 = sk_bf16(x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]); \
-    zx2 = (sk_e30 ? (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e34 = ((col_lo + i0) + 3u); \
-    const bool sk_e33 = (sk_e34 < col_hi); \
-    const float sk_e32 = sk_bf16(x[(base + (sk_e33 ? sk_e34 : (col_hi - 1u)))]); \
-    zx3 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : sk_bitcast<float>(4286578688u)); \
-}
-#define sk_cut_part_2(cov, noisy, row, col, best64, best64_i) { \
-    /* built by kernels::filter_top_p::cut_part */ \
-    { \
-        /* built by kernels::filter_top_k::race_one */ \
-        double s64 = ((double)cov); \
-        if (noisy) { \
-            /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e10 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col))); \
-        } \
-        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
-            best64 = s64; \
-            best64_i = col; \
-        } \
-    } \
-}
-#define sk_read_step(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (zx0 / temp); \
-    float cov = (cz - cut_mx); \
-    float cw = sk_exp_nonpositive((cz - cut_mx)); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned long long cmv = sk_fixed(cw); \
-        if (((cz * cut_grid_scale) >= cut_above_from)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above = fminf(min_above, cov); \
-            if ((cw >= mp)) { \
-                sk_cut_part_2(cov, noisy, row, col, best64, best64_i); \
-            } \
-        } else { \
-            if (((cz * cut_grid_scale) >= cut_range_from)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range = fminf(min_range, cov); \
-                max_range_v = fmaxf(max_range_v, cov); \
-                if ((cw >= mp)) { \
-                    sk_cut_part_2(cov, noisy, row, col, bestr64, bestr64_i); \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below_v = fmaxf(max_below_v, cov); \
-            } \
-        } \
-    } \
-}
+#include "functions/sk_for_each_quad_3.cuh"
+#include "functions/sk_cut_part.cuh"
+#include "functions/sk_load_quad_as_18.cuh"
+#include "functions/sk_cut_part_7.cuh"
+#include "functions/sk_read_step_34.cuh"
+#include "functions/sk_cut_part_10.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS)) top_p_cut_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -283,151 +155,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                             const float sk_e8 = sk_bf16(x[(base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))))]);
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_34(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_34(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_34(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_34(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                         }
                     } else {
-                        // built by kernels::filter_top_p::cut_part
-                        float cut_floor = sk_bitcast<float>(4286578688u);
-                        unsigned int cut_race = 0u;
-                        {
-                            // built by kernels::filter_values::for_each_quad
-                            unsigned int i0 = (threadIdx.x * 4u);
-                            float zx0 = sk_bitcast<float>(4286578688u);
-                            float zx1 = sk_bitcast<float>(4286578688u);
-                            float zx2 = sk_bitcast<float>(4286578688u);
-                            float zx3 = sk_bitcast<float>(4286578688u);
-                            unsigned int zx_at = (base + (col_lo + i0));
-                            const unsigned int sk_e18 = (col_lo + i0);
-                            if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                const float sk_e19 = sk_bf16(x[(size_t)(zx_at) + 0u]);
-                                zx0 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19);
-                                const float sk_e20 = sk_bf16(x[(size_t)(zx_at) + 1u]);
-                                zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                                const float sk_e21 = sk_bf16(x[(size_t)(zx_at) + 2u]);
-                                zx2 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                                const float sk_e22 = sk_bf16(x[(size_t)(zx_at) + 3u]);
-                                zx3 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                            } else {
-                                sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
-                            }
-                            unsigned int li0 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li1 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li2 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li3 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                unsigned int cut_w0 = (cw4).x;
-                                {
-                                    sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
-                                }
-                            }
-                            float cut_first = (0.0f);
-                            cut_first = sk_block_max_f32(best);
-                            cut_floor = cut_first;
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                unsigned int cut_w1 = (cw4).y;
-                                {
-                                    sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w2 = (cw4).z;
-                                {
-                                    sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w3 = (cw4).w;
-                                {
-                                    sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
-                                }
-                            }
-                            float cut_step = (0.0f);
-                            cut_step = sk_block_max_f32(best);
-                            cut_floor = cut_step;
-                            cut_race = 0u;
-                        }
-                        for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_quad
-                            float zx0 = sk_bitcast<float>(4286578688u);
-                            float zx1 = sk_bitcast<float>(4286578688u);
-                            float zx2 = sk_bitcast<float>(4286578688u);
-                            float zx3 = sk_bitcast<float>(4286578688u);
-                            unsigned int zx_at = (base + (col_lo + i0));
-                            const unsigned int sk_e39 = (col_lo + i0);
-                            if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                const float sk_e40 = sk_bf16(x[(size_t)(zx_at) + 0u]);
-                                zx0 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40);
-                                const float sk_e41 = sk_bf16(x[(size_t)(zx_at) + 1u]);
-                                zx1 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41);
-                                const float sk_e42 = sk_bf16(x[(size_t)(zx_at) + 2u]);
-                                zx2 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
-                                const float sk_e43 = sk_bf16(x[(size_t)(zx_at) + 3u]);
-                                zx3 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
-                            } else {
-                                sk_load_quad_as(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3);
-                            }
-                            unsigned int li0 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li1 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li2 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li3 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                unsigned int cut_w0 = (cw4).x;
-                                {
-                                    sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w1 = (cw4).y;
-                                {
-                                    sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w2 = (cw4).z;
-                                {
-                                    sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w3 = (cw4).w;
-                                {
-                                    sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
-                                }
-                            }
-                            cut_race = 0u;
-                        }
+                        sk_cut_part_10(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, n_above, m_above, min_above, n_range, m_range, min_range, max_range_v, m_below, max_below_v, best, bestr, best_i, bestr_i);
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;

@@ -49,121 +49,11 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#define sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, sk_c0, sk_c1, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v) { \
-    /* built by kernels::filter_values::for_each_quad */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    float cov = cz; \
-    float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned long long cmv = sk_fixed(cw); \
-        if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above = fminf(min_above, cov); \
-            if ((cw >= mp)) { \
-                cut_race = (cut_race | sk_c0); \
-            } \
-        } else { \
-            if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range = fminf(min_range, cov); \
-                max_range_v = fmaxf(max_range_v, cov); \
-                if ((cw >= mp)) { \
-                    cut_race = (cut_race | sk_c1); \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below_v = fmaxf(max_below_v, cov); \
-            } \
-        } \
-    } \
-}
-#define sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, sk_c0, sk_c1, sk_c2, sk_c3, sk_c4, sk_c5, best, bestr, best_i, bestr_i) { \
-    /* built by kernels::filter_top_p::cut_part */ \
-    bool cut_above = ((cut_race & sk_c0) != 0u); \
-    float cut_may_edge = ((cut_above ? fmaxf(best, cut_floor) : bestr) * sk_uniform((cut_w0 ^ 4294967295u))); \
-    bool cut_may = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < sk_bitcast<float>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge))); \
-    if ((cut_may && ((cut_race & sk_c1) != 0u))) { \
-        float score = ((((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)) / sk_exponential(cut_w0)); \
-        if (cut_above) { \
-            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) { \
-                /* built by kernels::filter_top_k::keep_lower */ \
-                best = score; \
-                best_i = ((col_lo + i0) + sk_c3); \
-            } \
-        } else { \
-            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) { \
-                /* built by kernels::filter_top_k::keep_lower */ \
-                bestr = score; \
-                bestr_i = ((col_lo + i0) + sk_c5); \
-            } \
-        } \
-    } \
-}
-#define sk_cut_part_2(cz, noisy, row, col, best64, best64_i) { \
-    /* built by kernels::filter_top_p::cut_part */ \
-    { \
-        /* built by kernels::filter_top_k::race_one */ \
-        double s64 = sk_log64(((double)cz)); \
-        if (noisy) { \
-            /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e6 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col))); \
-        } \
-        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
-            /* built by kernels::filter_top_k::keep_lower */ \
-            best64 = s64; \
-            best64_i = col; \
-        } \
-    } \
-}
-#define sk_read_step(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v) { \
-    /* built by kernels::filter_values::read_step */ \
-    unsigned int col = (col_lo + li0); \
-    float cz = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-    float cov = cz; \
-    float cw = ((cz == cut_mx) ? (1.0f) : (cz / cut_mx)); \
-    if ((cw > (0.0f))) { \
-        /* built by kernels::filter_top_p::cut_part */ \
-        unsigned long long cmv = sk_fixed(cw); \
-        if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) { \
-            n_above = (n_above + 1u); \
-            m_above = (m_above + cmv); \
-            min_above = fminf(min_above, cov); \
-            if ((cw >= mp)) { \
-                sk_cut_part_2(cz, noisy, row, col, best64, best64_i); \
-            } \
-        } else { \
-            if (((sk_bitcast<unsigned int>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) { \
-                n_range = (n_range + 1u); \
-                m_range = (m_range + cmv); \
-                min_range = fminf(min_range, cov); \
-                max_range_v = fmaxf(max_range_v, cov); \
-                if ((cw >= mp)) { \
-                    sk_cut_part_2(cz, noisy, row, col, bestr64, bestr64_i); \
-                } \
-                unsigned int cut_at = 0u; \
-                cut_at = atomicAdd(&cut_listing[0u], 1u); \
-                if ((cut_at < 640u)) { \
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (sk_bitcast<unsigned int>(cov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(cov) >> 31u)) | 2147483648u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col; \
-                } \
-            } else { \
-                m_below = (m_below + cmv); \
-                max_below_v = fmaxf(max_below_v, cov); \
-            } \
-        } \
-    } \
-}
+#include "functions/sk_for_each_quad_4.cuh"
+#include "functions/sk_cut_part_5.cuh"
+#include "functions/sk_cut_part_11.cuh"
+#include "functions/sk_read_step_35.cuh"
+#include "functions/sk_cut_part_12.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS)) top_p_cut_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -253,167 +143,20 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                             const unsigned int sk_e5 = (col_hi - col_lo);
                             float zx3 = x[(base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))];
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_35(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_35(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_35(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_35(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                         }
                     } else {
-                        // built by kernels::filter_top_p::cut_part
-                        float cut_floor = sk_bitcast<float>(4286578688u);
-                        unsigned int cut_race = 0u;
-                        {
-                            // built by kernels::filter_values::for_each_quad
-                            unsigned int i0 = (threadIdx.x * 4u);
-                            float zx0 = (0.0f);
-                            float zx1 = (0.0f);
-                            float zx2 = (0.0f);
-                            float zx3 = (0.0f);
-                            unsigned int zx_at = (base + (col_lo + i0));
-                            const unsigned int sk_e14 = (col_lo + i0);
-                            if (((sk_e14 < col_hi) && ((col_hi - sk_e14) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                zx0 = x[(size_t)(zx_at) + 0u];
-                                zx1 = x[(size_t)(zx_at) + 1u];
-                                zx2 = x[(size_t)(zx_at) + 2u];
-                                zx3 = x[(size_t)(zx_at) + 3u];
-                            } else {
-                                // built by kernels::abi::load_quad_as
-                                const unsigned int sk_e16 = ((col_lo + i0) + 0u);
-                                const bool sk_e15 = (sk_e16 < col_hi);
-                                zx0 = (sk_e15 ? (x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))]) : (0.0f));
-                                const unsigned int sk_e18 = ((col_lo + i0) + 1u);
-                                const bool sk_e17 = (sk_e18 < col_hi);
-                                zx1 = (sk_e17 ? (x[(base + (sk_e17 ? sk_e18 : (col_hi - 1u)))]) : (0.0f));
-                                const unsigned int sk_e20 = ((col_lo + i0) + 2u);
-                                const bool sk_e19 = (sk_e20 < col_hi);
-                                zx2 = (sk_e19 ? (x[(base + (sk_e19 ? sk_e20 : (col_hi - 1u)))]) : (0.0f));
-                                const unsigned int sk_e22 = ((col_lo + i0) + 3u);
-                                const bool sk_e21 = (sk_e22 < col_hi);
-                                zx3 = (sk_e21 ? (x[(base + (sk_e21 ? sk_e22 : (col_hi - 1u)))]) : (0.0f));
-                            }
-                            unsigned int li0 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li1 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li2 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li3 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            uint4 cw4 = make_uint4(0u, 0u, 0u, 0u);
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                unsigned int cut_w0 = (cw4).x;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
-                                }
-                            }
-                            float cut_first = (0.0f);
-                            cut_first = sk_block_max_f32(best);
-                            cut_floor = cut_first;
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                unsigned int cut_w1 = (cw4).y;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w2 = (cw4).z;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w3 = (cw4).w;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
-                                }
-                            }
-                            float cut_step = (0.0f);
-                            cut_step = sk_block_max_f32(best);
-                            cut_floor = cut_step;
-                            cut_race = 0u;
-                        }
-                        for (unsigned int i0 = ((threadIdx.x + ((unsigned int)SK_BLOCK)) * 4u); i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_quad
-                            float zx0 = (0.0f);
-                            float zx1 = (0.0f);
-                            float zx2 = (0.0f);
-                            float zx3 = (0.0f);
-                            unsigned int zx_at = (base + (col_lo + i0));
-                            const unsigned int sk_e23 = (col_lo + i0);
-                            if (((sk_e23 < col_hi) && ((col_hi - sk_e23) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                zx0 = x[(size_t)(zx_at) + 0u];
-                                zx1 = x[(size_t)(zx_at) + 1u];
-                                zx2 = x[(size_t)(zx_at) + 2u];
-                                zx3 = x[(size_t)(zx_at) + 3u];
-                            } else {
-                                // built by kernels::abi::load_quad_as
-                                const unsigned int sk_e25 = ((col_lo + i0) + 0u);
-                                const bool sk_e24 = (sk_e25 < col_hi);
-                                zx0 = (sk_e24 ? (x[(base + (sk_e24 ? sk_e25 : (col_hi - 1u)))]) : (0.0f));
-                                const unsigned int sk_e27 = ((col_lo + i0) + 1u);
-                                const bool sk_e26 = (sk_e27 < col_hi);
-                                zx1 = (sk_e26 ? (x[(base + (sk_e26 ? sk_e27 : (col_hi - 1u)))]) : (0.0f));
-                                const unsigned int sk_e29 = ((col_lo + i0) + 2u);
-                                const bool sk_e28 = (sk_e29 < col_hi);
-                                zx2 = (sk_e28 ? (x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]) : (0.0f));
-                                const unsigned int sk_e31 = ((col_lo + i0) + 3u);
-                                const bool sk_e30 = (sk_e31 < col_hi);
-                                zx3 = (sk_e30 ? (x[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))]) : (0.0f));
-                            }
-                            unsigned int li0 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li1 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li2 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            unsigned int li3 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, n_above, m_above, min_above, cut_race, n_range, m_range, min_range, max_range_v, m_below, max_below_v);
-                            }
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                uint4 cw4 = sk_philox(make_uint4(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                unsigned int cut_w0 = (cw4).x;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w1 = (cw4).y;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w2 = (cw4).z;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, best, bestr, best_i, bestr_i);
-                                }
-                                unsigned int cut_w3 = (cw4).w;
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, best, bestr, best_i, bestr_i);
-                                }
-                            }
-                            cut_race = 0u;
-                        }
+                        sk_cut_part_12(base, col_lo, col_hi, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, n_above, m_above, min_above, n_range, m_range, min_range, max_range_v, m_below, max_below_v, best, bestr, best_i, bestr_i);
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;

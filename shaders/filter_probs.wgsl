@@ -44,244 +44,41 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_sum_u64.wgsl, shaders/functions/sk_block_scan.wgsl, shaders/functions/sk_block_sums_u32_2.wgsl, shaders/functions/sk_block_sums_u32_16.wgsl, shaders/functions/sk_block_sums_u64_16.wgsl, shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_fixed.wgsl, shaders/functions/sk_fraction.wgsl, shaders/functions/sk_philox.wgsl, shaders/functions/sk_uniform.wgsl, shaders/functions/sk_exponential.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl
-fn sk_sweep_set(zv: f32, mx: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
-    var wv: f32 = *sk_io_wv;
-    var ok: bool = *sk_io_ok;
-    var mv: u64 = *sk_io_mv;
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    var kept: bool = *sk_io_kept;
-    // built by kernels::filters::sweep_set
-    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-    ok = (wv > (0.0f));
-    mv = sk_fixed(wv);
-    if (ok) {
-        all_mass = (all_mass + mv);
-    }
-    var tie: bool = (ok && (key == s_key));
-    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-    if (tie) {
-        // built by kernels::filters::kept
-        tie_rank = (tie_rank + 1u);
-    }
-    kept = in_set;
-    *sk_io_wv = wv;
-    *sk_io_ok = ok;
-    *sk_io_mv = mv;
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-    *sk_io_kept = kept;
-}
-fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_io_nb: ptr<function, u32>, sk_io_mb: ptr<function, u64>, sk_io_chosen: ptr<function, u32>, sk_io_cn: ptr<function, u32>, sk_io_cm: ptr<function, u64>) {
-    var nb: u32 = *sk_io_nb;
-    var mb: u64 = *sk_io_mb;
-    var chosen: u32 = *sk_io_chosen;
-    var cn: u32 = *sk_io_cn;
-    var cm: u64 = *sk_io_cm;
-    // built by kernels::filters::select_step
-    if (((nb < kk) && (mb <= lim))) {
-        chosen = sk_c0;
-        cn = nb;
-        cm = mb;
-    }
-    nb = (nb + cnt_s15);
-    mb = (mb + mas_s15);
-    *sk_io_nb = nb;
-    *sk_io_mb = mb;
-    *sk_io_chosen = chosen;
-    *sk_io_cn = cn;
-    *sk_io_cm = cm;
-}
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx: f32, sk_io_list_at: ptr<function, u32>) {
-    var list_at: u32 = *sk_io_list_at;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if (((key & sel_mask) == sel_key)) {
-        // built by kernels::filters::candidate
-        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if ((ok && (list_at < 4096u))) {
-        // built by kernels::filters::list_bucket
-        listed_cols[list_at] = col;
-        list_at = (list_at + 1u);
-    }
-    *sk_io_list_at = list_at;
-}
-fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mine: ptr<function, u32>) {
-    var mine: u32 = *sk_io_mine;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if ((key == s_key)) {
-        // built by kernels::filters::count_ties
-        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        // built by kernels::filters::count_ties
-        mine = (mine + 1u);
-    }
-    *sk_io_mine = mine;
-}
-fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, rk_t: u32, sk_io_rk_seen: ptr<function, u32>, sk_io_rk_found: ptr<function, u32>) {
-    var rk_seen: u32 = *sk_io_rk_seen;
-    var rk_found: u32 = *sk_io_rk_found;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if ((key == rk_key)) {
-        // built by kernels::filter_rank::token_at
-        if ((rk_seen == rk_t)) {
-            rk_found = (col + 1u);
-        }
-        rk_seen = (rk_seen + 1u);
-    }
-    *sk_io_rk_seen = rk_seen;
-    *sk_io_rk_found = rk_found;
-}
-fn sk_read_step_5(col_lo: u32, li0: u32, zx0: f32, rk_key: u32, sk_io_rk_mine: ptr<function, u32>) {
-    var rk_mine: u32 = *sk_io_rk_mine;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if ((key == rk_key)) {
-        // built by kernels::filter_rank::token_at
-        rk_mine = (rk_mine + 1u);
-    }
-    *sk_io_rk_mine = rk_mine;
-}
-fn sk_race_sweep(zv: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    // built by kernels::filters::race_sweep
-    var s64: f64 = sk_log64(f64(zv));
-    if (noisy) {
-        // built by kernels::seeded::score64
-        let sk_e7: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e7 + 8u)], rows[(sk_e7 + 9u)], rows[(sk_e7 + 10u)], col)));
-    }
-    if (((s64 > best64) || (best64_i == 4294967295u))) {
-        // built by kernels::filters::keep_best
-        best64 = s64;
-        best64_i = col;
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-}
-fn sk_gather(key: u32) {
-    // built by kernels::filter_rank::gather
-    var rank_at: u32 = 0u;
-    rank_at = atomicAdd(&rank_count[0u], 1u);
-    if ((rank_at < 4096u)) {
-        listed_cols[rank_at] = key;
-    }
-}
-fn sk_read_step_6(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) {
-    var m: f32 = *sk_io_m;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    if (((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) {
-        // built by kernels::filters::part_max
-        m = max(m, zx0);
-    }
-    *sk_io_m = m;
-}
-fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filters::digit_counts
-    var digit: u32 = ((key >> shift) & 15u);
-    (*cnt)[digit] += 1u;
-    (*mas)[digit] += mv;
-}
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx: f32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if (((key & sel_mask) == sel_key)) {
-        // built by kernels::filters::candidate
-        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        sk_digit_counts(key, shift, mv, cnt, mas);
-    }
-}
-fn sk_read_step_7(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    var kept: bool = false;
-    if (((!searched) || (key >= s_key))) {
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-    }
-    if (kept) {
-        sk_gather(key);
-    }
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-}
-fn sk_read_step_8(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    var kept: bool = false;
-    if (((!searched) || (key >= s_key))) {
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-    }
-    if (kept) {
-        sk_race_sweep(zv, noisy, row, col, &best64, &best64_i);
-    }
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_sum_u64.wgsl
+// shaders/functions/sk_block_scan.wgsl
+// shaders/functions/sk_block_sums_u32_2.wgsl
+// shaders/functions/sk_block_sums_u32_16.wgsl
+// shaders/functions/sk_block_sums_u64_16.wgsl
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_fixed.wgsl
+// shaders/functions/sk_fraction.wgsl
+// shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_sweep_set_2.wgsl
+// shaders/functions/sk_select_step.wgsl
+// shaders/functions/sk_read_step_8.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_10.wgsl
+// shaders/functions/sk_read_step_11.wgsl
+// shaders/functions/sk_race_sweep_2.wgsl
+// shaders/functions/sk_gather.wgsl
+// shaders/functions/sk_read_step_12.wgsl
+// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_13.wgsl
+// shaders/functions/sk_read_step_14.wgsl
+// shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_digit_counts_5.wgsl
+// shaders/functions/sk_race_4.wgsl
+// shaders/functions/sk_find_set_4.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -322,16 +119,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                     if ((li0 < sweep_n)) {
-                        sk_read_step_6(col_lo, li0, zx0, &m);
+                        sk_read_step_12(col_lo, li0, zx0, &m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_6(col_lo, li1, zx1, &m);
+                        sk_read_step_12(col_lo, li1, zx1, &m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_6(col_lo, li2, zx2, &m);
+                        sk_read_step_12(col_lo, li2, zx2, &m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_6(col_lo, li3, zx3, &m);
+                        sk_read_step_12(col_lo, li3, zx3, &m);
                     }
                 }
             }
@@ -354,335 +151,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                // built by kernels::filters::find_set
-                var in_a: bool = (stage <= sel_a);
-                let sk_e0: u32 = (stage - 1u);
-                var digit_pass: u32 = select((sk_e0 - sel_a), sk_e0, in_a);
-                var shift: u32 = (28u - (digit_pass * 4u));
-                if ((digit_pass == 0u)) {
-                    listed = false;
-                }
-                if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
-                    var list_from: u32 = 0u;
-                    list_from = sk_block_scan(sk_lid, mine);
-                    var list_at: u32 = list_from;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        var sweep_n: u32 = (col_hi - col_lo);
-                        for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            var li0: u32 = (i0 + (BLOCK * 0u));
-                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                            var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                            var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                            var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_2(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_2(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_2(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_2(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
-                            }
-                        }
-                    }
-                    workgroupBarrier();
-                    listed = true;
-                    n_list = sel_tn;
-                }
-                if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
-                    mine = 0u;
-                    for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
-                        // built by kernels::filters::sweep_list
-                        var col: u32 = listed_cols[at];
-                        var lx: f32 = x[(base + col)];
-                        var zv: f32 = lx;
-                        var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                        var wv: f32 = (0.0f);
-                        var ok: bool = false;
-                        var mv: u64 = 0lu;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            mine = (mine + 1u);
-                        }
-                    }
-                    var bucket_from: u32 = 0u;
-                    bucket_from = sk_block_scan(sk_lid, mine);
-                    var bucket_at: u32 = bucket_from;
-                    for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
-                        // built by kernels::filters::sweep_list
-                        var col: u32 = listed_cols[at];
-                        var lx: f32 = x[(base + col)];
-                        var zv: f32 = lx;
-                        var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                        var wv: f32 = (0.0f);
-                        var ok: bool = false;
-                        var mv: u64 = 0lu;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            if ((bucket_at < 64u)) {
-                                bucket_cols[bucket_at] = col;
-                                bucket_keys[bucket_at] = key;
-                                bucket_masses[bucket_at] = mv;
-                            }
-                            bucket_at = (bucket_at + 1u);
-                        }
-                    }
-                    workgroupBarrier();
-                    var found_key: u32 = 0u;
-                    var found_col: u32 = 0u;
-                    for (var t: u32 = sk_lid; t < min(sel_tn, 64u); t = t + BLOCK) {
-                        // built by kernels::filters::select_in_bucket
-                        var kt: u32 = bucket_keys[t];
-                        var ct: u32 = bucket_cols[t];
-                        var mt: u64 = bucket_masses[t];
-                        var before: u32 = sel_n;
-                        var mass_before: u64 = sel_m;
-                        for (var v: u32 = 0u; v < min(sel_tn, 64u); v = v + 1u) {
-                            var kv: u32 = bucket_keys[v];
-                            if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
-                                before = (before + 1u);
-                                mass_before = (mass_before + bucket_masses[v]);
-                            }
-                        }
-                        let sk_e1: u32 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
-                            found_key = kt;
-                            found_col = ct;
-                        }
-                    }
-                    var last_key: u32 = 0u;
-                    var last_col: u32 = 0u;
-                    sk_block_sums_u32_2(sk_lid, found_key, found_col, &last_key, &last_col);
-                    sel_key = last_key;
-                    tie_col = last_col;
-                    done = true;
-                }
-                if ((!done)) {
-                    var cnt: array<u32, 16>;
-                    var mas: array<u64, 16>;
-                    if (listed) {
-                        // built by kernels::filters::digit_counts
-                        for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
-                            // built by kernels::filters::sweep_list
-                            var col: u32 = listed_cols[at];
-                            var lx: f32 = x[(base + col)];
-                            var zv: f32 = lx;
-                            var ov: f32 = zv;
-                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            if (((key & sel_mask) == sel_key)) {
-                                // built by kernels::filters::candidate
-                                wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                            }
-                            if (ok) {
-                                sk_digit_counts(key, shift, mv, &cnt, &mas);
-                            }
-                        }
-                    }
-                    if ((!listed)) {
-                        // built by kernels::filters::digit_counts
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            var sweep_n: u32 = (col_hi - col_lo);
-                            if ((digit_pass == 7u)) {
-                                var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                }
-                            } else {
-                                for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    var li0: u32 = (i0 + (BLOCK * 0u));
-                                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var li1: u32 = (i0 + (BLOCK * 1u));
-                                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var li2: u32 = (i0 + (BLOCK * 2u));
-                                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var li3: u32 = (i0 + (BLOCK * 3u));
-                                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    var cnt_s0: u32 = 0u;
-                    var cnt_s1: u32 = 0u;
-                    var cnt_s2: u32 = 0u;
-                    var cnt_s3: u32 = 0u;
-                    var cnt_s4: u32 = 0u;
-                    var cnt_s5: u32 = 0u;
-                    var cnt_s6: u32 = 0u;
-                    var cnt_s7: u32 = 0u;
-                    var cnt_s8: u32 = 0u;
-                    var cnt_s9: u32 = 0u;
-                    var cnt_s10: u32 = 0u;
-                    var cnt_s11: u32 = 0u;
-                    var cnt_s12: u32 = 0u;
-                    var cnt_s13: u32 = 0u;
-                    var cnt_s14: u32 = 0u;
-                    var cnt_s15: u32 = 0u;
-                    sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
-                    var mas_s0: u64 = 0lu;
-                    var mas_s1: u64 = 0lu;
-                    var mas_s2: u64 = 0lu;
-                    var mas_s3: u64 = 0lu;
-                    var mas_s4: u64 = 0lu;
-                    var mas_s5: u64 = 0lu;
-                    var mas_s6: u64 = 0lu;
-                    var mas_s7: u64 = 0lu;
-                    var mas_s8: u64 = 0lu;
-                    var mas_s9: u64 = 0lu;
-                    var mas_s10: u64 = 0lu;
-                    var mas_s11: u64 = 0lu;
-                    var mas_s12: u64 = 0lu;
-                    var mas_s13: u64 = 0lu;
-                    var mas_s14: u64 = 0lu;
-                    var mas_s15: u64 = 0lu;
-                    sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
-                    if ((digit_pass == 0u)) {
-                        // built by kernels::filters::decide
-                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        if (((!in_a) && (!k_first))) {
-                            lim = sk_fraction(pp, row_mass);
-                        }
-                    }
-                    var nb: u32 = sel_n;
-                    var mb: u64 = sel_m;
-                    var chosen: u32 = 4294967295u;
-                    var cn: u32 = sel_n;
-                    var cm: u64 = sel_m;
-                    if ((cnt_s15 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s14 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s13 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s12 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s11 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s10 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s9 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s8 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s7 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s6 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s5 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s4 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s3 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s2 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s1 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s0 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::select_step
-                        sel_key = (sel_key | (chosen << shift));
-                        sel_n = cn;
-                        sel_m = cm;
-                        sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
-                        sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                        mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt[0], (chosen == 0u)), cnt[1], (chosen == 1u)), cnt[2], (chosen == 2u)), cnt[3], (chosen == 3u)), cnt[4], (chosen == 4u)), cnt[5], (chosen == 5u)), cnt[6], (chosen == 6u)), cnt[7], (chosen == 7u)), cnt[8], (chosen == 8u)), cnt[9], (chosen == 9u)), cnt[10], (chosen == 10u)), cnt[11], (chosen == 11u)), cnt[12], (chosen == 12u)), cnt[13], (chosen == 13u)), cnt[14], (chosen == 14u)), cnt[15], (chosen == 15u));
-                    }
-                    sel_mask = (sel_mask | (15u << shift));
-                    if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::select_step
-                        var tn64: u64 = u64(sel_tn);
-                        var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e2: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e2)) + 1lu), tn64, sk_e2)));
-                        lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                        sel_key = 0u;
-                        sel_mask = 0u;
-                        sel_n = 0u;
-                        sel_tn = 0u;
-                        sel_m = 0lu;
-                        sel_tm = 0lu;
-                    }
-                }
+                sk_find_set_4(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -724,16 +193,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     var li3: u32 = (c0 + 3u);
                                     var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li0, zx0, s_key, mx, &mine);
+                                        sk_read_step_9(col_lo, li0, zx0, s_key, mx, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li1, zx1, s_key, mx, &mine);
+                                        sk_read_step_9(col_lo, li1, zx1, s_key, mx, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li2, zx2, s_key, mx, &mine);
+                                        sk_read_step_9(col_lo, li2, zx2, s_key, mx, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_3(col_lo, li3, zx3, s_key, mx, &mine);
+                                        sk_read_step_9(col_lo, li3, zx3, s_key, mx, &mine);
                                     }
                                 }
                             }
@@ -749,198 +218,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_col: u32 = 4294967295u;
             let sk_e4: u32 = (row * 12u);
             if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
-                // built by kernels::filter_rank::race
-                if ((sk_lid == 0u)) {
-                    // built by kernels::filter_rank::gather
-                    atomicStore(&rank_count[0u], 0u);
-                }
-                workgroupBarrier();
-                tie_rank = tie_start;
-                sweeps = (sweeps + 1u);
-                {
-                    // built by kernels::filters::sweep
-                    var sweep_n: u32 = (col_hi - col_lo);
-                    {
-                        var quads: u32 = ((sweep_n + 3u) >> 2u);
-                        var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                        for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                            var li1: u32 = (c0 + 1u);
-                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                            var li2: u32 = (c0 + 2u);
-                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                            var li3: u32 = (c0 + 3u);
-                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_7(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_7(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_7(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_7(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
-                            }
-                        }
-                    }
-                }
-                workgroupBarrier();
-                var rank_n: u32 = atomicLoad(&rank_count[0u]);
-                if ((rank_n <= 4096u)) {
-                    var sort_n: u32 = 1u;
-                    var sort_log: u32 = 0u;
-                    for (var doubling: u32 = 0u; doubling < 12u; doubling = doubling + 1u) {
-                        // built by kernels::filter_rank::sort
-                        if ((sort_n < rank_n)) {
-                            sort_n = (sort_n * 2u);
-                            sort_log = (sort_log + 1u);
-                        }
-                    }
-                    for (var pad: u32 = (rank_n + sk_lid); pad < sort_n; pad = pad + BLOCK) {
-                        // built by kernels::filter_rank::sort
-                        listed_cols[pad] = 0u;
-                    }
-                    workgroupBarrier();
-                    for (var stage: u32 = 1u; stage < (sort_log + 1u); stage = stage + 1u) {
-                        // built by kernels::filter_rank::sort
-                        var sort_block: u32 = (1u << stage);
-                        for (var step: u32 = 1u; step < (stage + 1u); step = step + 1u) {
-                            var sort_half: u32 = (sort_block >> step);
-                            for (var i: u32 = sk_lid; i < sort_n; i = i + BLOCK) {
-                                var sort_other: u32 = (i ^ sort_half);
-                                if ((sort_other > i)) {
-                                    var sort_x: u32 = listed_cols[i];
-                                    var sort_y: u32 = listed_cols[sort_other];
-                                    if (select((sort_x > sort_y), (sort_x < sort_y), ((i & sort_block) == 0u))) {
-                                        listed_cols[i] = sort_y;
-                                        listed_cols[sort_other] = sort_x;
-                                    }
-                                }
-                            }
-                            workgroupBarrier();
-                        }
-                    }
-                    var bestrk64: f64 = bitcast<f64>(18442240474082181120lu);
-                    var bestrk64_i: u32 = 4294967295u;
-                    for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
-                        // built by kernels::filter_rank::race_ranks
-                        let sk_e5: u32 = listed_cols[r];
-                        var rk_v: f32 = bitcast<f32>((sk_e5 ^ ((bitcast<u32>((bitcast<i32>(sk_e5) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                        var s64: f64 = sk_log64(f64(rk_v));
-                        if (noisy) {
-                            // built by kernels::seeded::score64
-                            let sk_e6: u32 = (row * 12u);
-                            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], r)));
-                        }
-                        if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
-                            // built by kernels::filter_top_k::keep_lower
-                            bestrk64 = s64;
-                            bestrk64_i = r;
-                        }
-                    }
-                    var rk_win: f64 = (0.0lf);
-                    var rk_rank: u32 = 0u;
-                    sk_block_argmax_f64(sk_lid, bestrk64, bestrk64_i, &rk_win, &rk_rank);
-                    var rk_key: u32 = listed_cols[min(rk_rank, 4095u)];
-                    var rk_above: u32 = 0u;
-                    var rk_same: u32 = 0u;
-                    for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
-                        // built by kernels::filter_rank::token_at
-                        var rk_k: u32 = listed_cols[r];
-                        if ((rk_k > rk_key)) {
-                            rk_above = (rk_above + 1u);
-                        }
-                        if ((rk_k == rk_key)) {
-                            rk_same = (rk_same + 1u);
-                        }
-                    }
-                    var rk_above_n: u32 = 0u;
-                    var rk_same_n: u32 = 0u;
-                    sk_block_sums_u32_2(sk_lid, rk_above, rk_same, &rk_above_n, &rk_same_n);
-                    var rk_t: u32 = (rk_rank - rk_above_n);
-                    var rk_start: u32 = 0u;
-                    if ((rk_same_n > 1u)) {
-                        // built by kernels::filter_rank::token_at
-                        var rk_mine: u32 = 0u;
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            var sweep_n: u32 = (col_hi - col_lo);
-                            {
-                                var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li0, zx0, rk_key, &rk_mine);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li1, zx1, rk_key, &rk_mine);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li2, zx2, rk_key, &rk_mine);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step_5(col_lo, li3, zx3, rk_key, &rk_mine);
-                                    }
-                                }
-                            }
-                        }
-                        var rk_before: u32 = 0u;
-                        rk_before = sk_block_scan(sk_lid, rk_mine);
-                        rk_start = rk_before;
-                    }
-                    var rk_seen: u32 = rk_start;
-                    var rk_found: u32 = 0u;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        var sweep_n: u32 = (col_hi - col_lo);
-                        {
-                            var quads: u32 = ((sweep_n + 3u) >> 2u);
-                            var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                            for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                var li0: u32 = (c0 + 0u);
-                                var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                var li1: u32 = (c0 + 1u);
-                                var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                var li2: u32 = (c0 + 2u);
-                                var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                var li3: u32 = (c0 + 3u);
-                                var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                if ((li0 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li0, zx0, rk_key, rk_t, &rk_seen, &rk_found);
-                                }
-                                if ((li1 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li1, zx1, rk_key, rk_t, &rk_seen, &rk_found);
-                                }
-                                if ((li2 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li2, zx2, rk_key, rk_t, &rk_seen, &rk_found);
-                                }
-                                if ((li3 < sweep_n)) {
-                                    sk_read_step_4(col_lo, li3, zx3, rk_key, rk_t, &rk_seen, &rk_found);
-                                }
-                            }
-                        }
-                    }
-                    var rk_found_all: u32 = 0u;
-                    rk_found_all = sk_block_max_u32(sk_lid, rk_found);
-                    rank_col = select(4294967295u, (rk_found_all - 1u), ((rk_rank < 4294967295u) && (rk_found_all > 0u)));
-                    rank_done = true;
-                } else {
-                    rank_over = true;
-                    all_mass = 0lu;
-                }
+                sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
             var best: f32 = bitcast<f32>(4286578688u);
@@ -968,16 +246,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (c0 + 3u);
                             var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_15(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_15(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_15(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_15(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                         }
                     }
@@ -1021,7 +299,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -1044,7 +322,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -1067,7 +345,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
@@ -1090,7 +368,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var mv: u64 = 0lu;
                                 var kept: bool = false;
                                 if (((!searched) || (key >= s_key))) {
-                                    sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
+                                    sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep

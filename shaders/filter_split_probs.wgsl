@@ -40,145 +40,32 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_sum_u32.wgsl, shaders/functions/sk_block_sum_u64.wgsl, shaders/functions/sk_block_scan.wgsl, shaders/functions/sk_block_sums_u32_16.wgsl, shaders/functions/sk_block_sums_u64_16.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_fixed.wgsl, shaders/functions/sk_fraction.wgsl, shaders/functions/sk_philox.wgsl, shaders/functions/sk_uniform.wgsl, shaders/functions/sk_exponential.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, sel_mask: u32, sel_key: u32, mx: f32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if (((key & sel_mask) == sel_key)) {
-        // built by kernels::filters::candidate
-        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        // built by kernels::filters::digit_counts
-        var digit: u32 = ((key >> shift) & 15u);
-        (*cnt)[digit] += 1u;
-        (*mas)[digit] += mv;
-    }
-}
-fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_io_nb: ptr<function, u32>, sk_io_mb: ptr<function, u64>, sk_io_chosen: ptr<function, u32>, sk_io_cn: ptr<function, u32>, sk_io_cm: ptr<function, u64>) {
-    var nb: u32 = *sk_io_nb;
-    var mb: u64 = *sk_io_mb;
-    var chosen: u32 = *sk_io_chosen;
-    var cn: u32 = *sk_io_cn;
-    var cm: u64 = *sk_io_cm;
-    // built by kernels::filters::select_step
-    if (((nb < kk) && (mb <= lim))) {
-        chosen = sk_c0;
-        cn = nb;
-        cm = mb;
-    }
-    nb = (nb + cnt_s15);
-    mb = (mb + mas_s15);
-    *sk_io_nb = nb;
-    *sk_io_mb = mb;
-    *sk_io_chosen = chosen;
-    *sk_io_cn = cn;
-    *sk_io_cm = cm;
-}
-fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, s_key: u32, mx: f32, sk_io_mine: ptr<function, u32>) {
-    var mine: u32 = *sk_io_mine;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if ((key == s_key)) {
-        // built by kernels::filters::count_ties
-        wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        // built by kernels::filters::count_ties
-        mine = (mine + 1u);
-    }
-    *sk_io_mine = mine;
-}
-fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, sk_io_m: ptr<function, f32>) {
-    var m: f32 = *sk_io_m;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    if (((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) {
-        // built by kernels::filters::part_max
-        m = max(m, zx0);
-    }
-    *sk_io_m = m;
-}
-fn sk_sweep_set(zv: f32, mx: f32, key: u32, s_key: u32, mp: f32, searched: bool, s_ties: u32, col: u32, tie_col: u32, sk_io_wv: ptr<function, f32>, sk_io_ok: ptr<function, bool>, sk_io_mv: ptr<function, u64>, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_kept: ptr<function, bool>) {
-    var wv: f32 = *sk_io_wv;
-    var ok: bool = *sk_io_ok;
-    var mv: u64 = *sk_io_mv;
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    var kept: bool = *sk_io_kept;
-    // built by kernels::filters::sweep_set
-    wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-    ok = (wv > (0.0f));
-    mv = sk_fixed(wv);
-    if (ok) {
-        all_mass = (all_mass + mv);
-    }
-    var tie: bool = (ok && (key == s_key));
-    var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-    if (tie) {
-        // built by kernels::filters::kept
-        tie_rank = (tie_rank + 1u);
-    }
-    kept = in_set;
-    *sk_io_wv = wv;
-    *sk_io_ok = ok;
-    *sk_io_mv = mv;
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-    *sk_io_kept = kept;
-}
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, mx: f32, mp: f32, s_ties: u32, tie_col: u32, noisy: bool, row: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = zx0;
-    var ov: f32 = zv;
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    var kept: bool = false;
-    if (((!searched) || (key >= s_key))) {
-        sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-    }
-    if (kept) {
-        // built by kernels::filters::race_sweep
-        var s64: f64 = sk_log64(f64(zv));
-        if (noisy) {
-            // built by kernels::seeded::score64
-            let sk_e25: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
-        }
-        if (((s64 > best64) || (best64_i == 4294967295u))) {
-            // built by kernels::filters::keep_best
-            best64 = s64;
-            best64_i = col;
-        }
-    }
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_u32.wgsl
+// shaders/functions/sk_block_sum_u64.wgsl
+// shaders/functions/sk_block_scan.wgsl
+// shaders/functions/sk_block_sums_u32_16.wgsl
+// shaders/functions/sk_block_sums_u64_16.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_fixed.wgsl
+// shaders/functions/sk_fraction.wgsl
+// shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_read_step_26.wgsl
+// shaders/functions/sk_select_step.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_12.wgsl
+// shaders/functions/sk_sweep_set_2.wgsl
+// shaders/functions/sk_read_step_27.wgsl
+// shaders/functions/sk_set_bounds_4.wgsl
+// shaders/functions/sk_decide_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -256,16 +143,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                         if ((li0 < sweep_n)) {
-                            sk_read_step_4(col_lo, li0, zx0, &m);
+                            sk_read_step_12(col_lo, li0, zx0, &m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_4(col_lo, li1, zx1, &m);
+                            sk_read_step_12(col_lo, li1, zx1, &m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_4(col_lo, li2, zx2, &m);
+                            sk_read_step_12(col_lo, li2, zx2, &m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_4(col_lo, li3, zx3, &m);
+                            sk_read_step_12(col_lo, li3, zx3, &m);
                         }
                     }
                 }
@@ -288,209 +175,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 let sk_e4: u32 = (stage - 1u);
                 if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) {
-                    var in_a: bool = ((stage - 1u) <= sel_a);
-                    let sk_e5: u32 = ((stage - 1u) - 1u);
-                    var digit_pass: u32 = select((sk_e5 - sel_a), sk_e5, in_a);
-                    var shift: u32 = (28u - (digit_pass * 4u));
-                    var cnt_p0: u32 = 0u;
-                    var mas_p0: u64 = 0lu;
-                    var cnt_p1: u32 = 0u;
-                    var mas_p1: u64 = 0lu;
-                    var cnt_p2: u32 = 0u;
-                    var mas_p2: u64 = 0lu;
-                    var cnt_p3: u32 = 0u;
-                    var mas_p3: u64 = 0lu;
-                    var cnt_p4: u32 = 0u;
-                    var mas_p4: u64 = 0lu;
-                    var cnt_p5: u32 = 0u;
-                    var mas_p5: u64 = 0lu;
-                    var cnt_p6: u32 = 0u;
-                    var mas_p6: u64 = 0lu;
-                    var cnt_p7: u32 = 0u;
-                    var mas_p7: u64 = 0lu;
-                    var cnt_p8: u32 = 0u;
-                    var mas_p8: u64 = 0lu;
-                    var cnt_p9: u32 = 0u;
-                    var mas_p9: u64 = 0lu;
-                    var cnt_p10: u32 = 0u;
-                    var mas_p10: u64 = 0lu;
-                    var cnt_p11: u32 = 0u;
-                    var mas_p11: u64 = 0lu;
-                    var cnt_p12: u32 = 0u;
-                    var mas_p12: u64 = 0lu;
-                    var cnt_p13: u32 = 0u;
-                    var mas_p13: u64 = 0lu;
-                    var cnt_p14: u32 = 0u;
-                    var mas_p14: u64 = 0lu;
-                    var cnt_p15: u32 = 0u;
-                    var mas_p15: u64 = 0lu;
-                    for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
-                        cnt_p0 = (cnt_p0 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
-                        let sk_e6: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 16u);
-                        mas_p0 = (mas_p0 + ((u64(partials[(sk_e6 + 1u)]) << 32u) | u64(partials[(sk_e6 + 0u)])));
-                        cnt_p1 = (cnt_p1 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)]);
-                        let sk_e7: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 18u);
-                        mas_p1 = (mas_p1 + ((u64(partials[(sk_e7 + 1u)]) << 32u) | u64(partials[(sk_e7 + 0u)])));
-                        cnt_p2 = (cnt_p2 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u)]);
-                        let sk_e8: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 20u);
-                        mas_p2 = (mas_p2 + ((u64(partials[(sk_e8 + 1u)]) << 32u) | u64(partials[(sk_e8 + 0u)])));
-                        cnt_p3 = (cnt_p3 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 3u)]);
-                        let sk_e9: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 22u);
-                        mas_p3 = (mas_p3 + ((u64(partials[(sk_e9 + 1u)]) << 32u) | u64(partials[(sk_e9 + 0u)])));
-                        cnt_p4 = (cnt_p4 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]);
-                        let sk_e10: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 24u);
-                        mas_p4 = (mas_p4 + ((u64(partials[(sk_e10 + 1u)]) << 32u) | u64(partials[(sk_e10 + 0u)])));
-                        cnt_p5 = (cnt_p5 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u)]);
-                        let sk_e11: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 26u);
-                        mas_p5 = (mas_p5 + ((u64(partials[(sk_e11 + 1u)]) << 32u) | u64(partials[(sk_e11 + 0u)])));
-                        cnt_p6 = (cnt_p6 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 6u)]);
-                        let sk_e12: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 28u);
-                        mas_p6 = (mas_p6 + ((u64(partials[(sk_e12 + 1u)]) << 32u) | u64(partials[(sk_e12 + 0u)])));
-                        cnt_p7 = (cnt_p7 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 7u)]);
-                        let sk_e13: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 30u);
-                        mas_p7 = (mas_p7 + ((u64(partials[(sk_e13 + 1u)]) << 32u) | u64(partials[(sk_e13 + 0u)])));
-                        cnt_p8 = (cnt_p8 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 8u)]);
-                        let sk_e14: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 32u);
-                        mas_p8 = (mas_p8 + ((u64(partials[(sk_e14 + 1u)]) << 32u) | u64(partials[(sk_e14 + 0u)])));
-                        cnt_p9 = (cnt_p9 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 9u)]);
-                        let sk_e15: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 34u);
-                        mas_p9 = (mas_p9 + ((u64(partials[(sk_e15 + 1u)]) << 32u) | u64(partials[(sk_e15 + 0u)])));
-                        cnt_p10 = (cnt_p10 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 10u)]);
-                        let sk_e16: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 36u);
-                        mas_p10 = (mas_p10 + ((u64(partials[(sk_e16 + 1u)]) << 32u) | u64(partials[(sk_e16 + 0u)])));
-                        cnt_p11 = (cnt_p11 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 11u)]);
-                        let sk_e17: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 38u);
-                        mas_p11 = (mas_p11 + ((u64(partials[(sk_e17 + 1u)]) << 32u) | u64(partials[(sk_e17 + 0u)])));
-                        cnt_p12 = (cnt_p12 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 12u)]);
-                        let sk_e18: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 40u);
-                        mas_p12 = (mas_p12 + ((u64(partials[(sk_e18 + 1u)]) << 32u) | u64(partials[(sk_e18 + 0u)])));
-                        cnt_p13 = (cnt_p13 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 13u)]);
-                        let sk_e19: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 42u);
-                        mas_p13 = (mas_p13 + ((u64(partials[(sk_e19 + 1u)]) << 32u) | u64(partials[(sk_e19 + 0u)])));
-                        cnt_p14 = (cnt_p14 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 14u)]);
-                        let sk_e20: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 44u);
-                        mas_p14 = (mas_p14 + ((u64(partials[(sk_e20 + 1u)]) << 32u) | u64(partials[(sk_e20 + 0u)])));
-                        cnt_p15 = (cnt_p15 + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 15u)]);
-                        let sk_e21: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 46u);
-                        mas_p15 = (mas_p15 + ((u64(partials[(sk_e21 + 1u)]) << 32u) | u64(partials[(sk_e21 + 0u)])));
-                    }
-                    var cnt_s0: u32 = 0u;
-                    var cnt_s1: u32 = 0u;
-                    var cnt_s2: u32 = 0u;
-                    var cnt_s3: u32 = 0u;
-                    var cnt_s4: u32 = 0u;
-                    var cnt_s5: u32 = 0u;
-                    var cnt_s6: u32 = 0u;
-                    var cnt_s7: u32 = 0u;
-                    var cnt_s8: u32 = 0u;
-                    var cnt_s9: u32 = 0u;
-                    var cnt_s10: u32 = 0u;
-                    var cnt_s11: u32 = 0u;
-                    var cnt_s12: u32 = 0u;
-                    var cnt_s13: u32 = 0u;
-                    var cnt_s14: u32 = 0u;
-                    var cnt_s15: u32 = 0u;
-                    sk_block_sums_u32_16(sk_lid, cnt_p0, cnt_p1, cnt_p2, cnt_p3, cnt_p4, cnt_p5, cnt_p6, cnt_p7, cnt_p8, cnt_p9, cnt_p10, cnt_p11, cnt_p12, cnt_p13, cnt_p14, cnt_p15, &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
-                    var mas_s0: u64 = 0lu;
-                    var mas_s1: u64 = 0lu;
-                    var mas_s2: u64 = 0lu;
-                    var mas_s3: u64 = 0lu;
-                    var mas_s4: u64 = 0lu;
-                    var mas_s5: u64 = 0lu;
-                    var mas_s6: u64 = 0lu;
-                    var mas_s7: u64 = 0lu;
-                    var mas_s8: u64 = 0lu;
-                    var mas_s9: u64 = 0lu;
-                    var mas_s10: u64 = 0lu;
-                    var mas_s11: u64 = 0lu;
-                    var mas_s12: u64 = 0lu;
-                    var mas_s13: u64 = 0lu;
-                    var mas_s14: u64 = 0lu;
-                    var mas_s15: u64 = 0lu;
-                    sk_block_sums_u64_16(sk_lid, mas_p0, mas_p1, mas_p2, mas_p3, mas_p4, mas_p5, mas_p6, mas_p7, mas_p8, mas_p9, mas_p10, mas_p11, mas_p12, mas_p13, mas_p14, mas_p15, &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
-                    if ((digit_pass == 0u)) {
-                        // built by kernels::filters::decide
-                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        if (((!in_a) && (!k_first))) {
-                            lim = sk_fraction(pp, row_mass);
-                        }
-                    }
-                    var nb: u32 = sel_n;
-                    var mb: u64 = sel_m;
-                    var chosen: u32 = 4294967295u;
-                    var cn: u32 = sel_n;
-                    var cm: u64 = sel_m;
-                    if ((cnt_s15 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s14 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s13 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s12 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s11 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s10 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s9 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s8 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s7 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s6 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s5 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s4 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s3 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s2 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s1 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s0 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::select_step
-                        sel_key = (sel_key | (chosen << shift));
-                        sel_n = cn;
-                        sel_m = cm;
-                        sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
-                        sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                    }
-                    sel_mask = (sel_mask | (15u << shift));
-                    if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::select_step
-                        var tn64: u64 = u64(sel_tn);
-                        var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e22: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e22)) + 1lu), tn64, sk_e22)));
-                        lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                        sel_key = 0u;
-                        sel_mask = 0u;
-                        sel_n = 0u;
-                        sel_tn = 0u;
-                        sel_m = 0lu;
-                        sel_tm = 0lu;
-                    }
+                    sk_decide_2(sk_lid, stage, sel_a, parts, slot0, k_first, pp, kk, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask);
                 }
                 if ((stage < (digits + 1u))) {
                     var in_a: bool = (stage <= sel_a);
@@ -514,16 +199,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             var li3: u32 = (i0 + (BLOCK * 3u));
                             var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             if ((li0 < sweep_n)) {
-                                sk_read_step(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_26(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_26(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_26(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_26(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                         }
                     }
@@ -613,308 +298,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = u32((mas_s15 >> 32u));
                     }
                 } else {
-                    if ((stage == (digits + 1u))) {
-                        var s_key: u32 = sel_key;
-                        var s_ties: u32 = 0u;
-                        var tie_start: u32 = 0u;
-                        if (searched) {
-                            // built by kernels::filters::set_bounds
-                            var tn64: u64 = u64(sel_tn);
-                            var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                            let sk_e24: bool = (tie_v == 0lu);
-                            var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e24)) + 1lu), tn64, sk_e24)));
-                            s_ties = ties;
-                        }
-                        var tie_rank: u32 = 0u;
-                        var all_mass: u64 = 0lu;
-                        if (searched) {
-                            // built by kernels::filter_split::race
-                            var c: u32 = 0u;
-                            for (var pp_i: u32 = sk_lid; pp_i < part; pp_i = pp_i + BLOCK) {
-                                c = (c + partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + (0u + (s_key & 15u)))]);
-                            }
-                            var ties_parts: u32 = 0u;
-                            ties_parts = sk_block_sum_u32(sk_lid, c);
-                            var mine: u32 = 0u;
-                            mine = 0u;
-                            sweeps = (sweeps + 1u);
-                            {
-                                // built by kernels::filters::sweep
-                                var sweep_n: u32 = (col_hi - col_lo);
-                                {
-                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                        var li0: u32 = (c0 + 0u);
-                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var li1: u32 = (c0 + 1u);
-                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var li2: u32 = (c0 + 2u);
-                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var li3: u32 = (c0 + 3u);
-                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        if ((li0 < sweep_n)) {
-                                            sk_read_step_3(col_lo, li0, zx0, s_key, mx, &mine);
-                                        }
-                                        if ((li1 < sweep_n)) {
-                                            sk_read_step_3(col_lo, li1, zx1, s_key, mx, &mine);
-                                        }
-                                        if ((li2 < sweep_n)) {
-                                            sk_read_step_3(col_lo, li2, zx2, s_key, mx, &mine);
-                                        }
-                                        if ((li3 < sweep_n)) {
-                                            sk_read_step_3(col_lo, li3, zx3, s_key, mx, &mine);
-                                        }
-                                    }
-                                }
-                            }
-                            var ties_before: u32 = 0u;
-                            ties_before = sk_block_scan(sk_lid, mine);
-                            tie_start = (ties_parts + ties_before);
-                        }
-                        var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
-                        var best: f32 = bitcast<f32>(4286578688u);
-                        var best_i: u32 = 4294967295u;
-                        var best64: f64 = bitcast<f64>(18442240474082181120lu);
-                        var best64_i: u32 = 4294967295u;
-                        var w: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-                        if (seeded_row) {
-                            // built by kernels::filters::race_in_set
-                            tie_rank = tie_start;
-                            sweeps = (sweeps + 1u);
-                            {
-                                // built by kernels::filters::sweep
-                                var sweep_n: u32 = (col_hi - col_lo);
-                                {
-                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                        var li0: u32 = (c0 + 0u);
-                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var li1: u32 = (c0 + 1u);
-                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var li2: u32 = (c0 + 2u);
-                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var li3: u32 = (c0 + 3u);
-                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        if ((li0 < sweep_n)) {
-                                            sk_read_step_2(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
-                                        }
-                                        if ((li1 < sweep_n)) {
-                                            sk_read_step_2(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
-                                        }
-                                        if ((li2 < sweep_n)) {
-                                            sk_read_step_2(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
-                                        }
-                                        if ((li3 < sweep_n)) {
-                                            sk_read_step_2(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        if ((!seeded_row)) {
-                            // built by kernels::filters::race_in_set
-                            var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
-                            var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
-                            var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
-                            var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
-                            tie_rank = tie_start;
-                            sweeps = (sweeps + 1u);
-                            {
-                                // built by kernels::filters::sweep
-                                var sweep_n: u32 = (col_hi - col_lo);
-                                {
-                                    var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                    var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                    for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                        var li0: u32 = (c0 + 0u);
-                                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                        var li1: u32 = (c0 + 1u);
-                                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                        var li2: u32 = (c0 + 2u);
-                                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                        var li3: u32 = (c0 + 3u);
-                                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                        if (noisy) {
-                                            // built by kernels::filters::race_sweep
-                                            w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        }
-                                        if ((li0 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li0);
-                                            var zv: f32 = zx0;
-                                            var ov: f32 = zv;
-                                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[0])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                        if ((li1 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li1);
-                                            var zv: f32 = zx1;
-                                            var ov: f32 = zv;
-                                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[1])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                        if ((li2 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li2);
-                                            var zv: f32 = zx2;
-                                            var ov: f32 = zv;
-                                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[2])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                        if ((li3 < sweep_n)) {
-                                            // built by kernels::filter_values::read_step
-                                            var col: u32 = (col_lo + li3);
-                                            var zv: f32 = zx3;
-                                            var ov: f32 = zv;
-                                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                                            var wv: f32 = (0.0f);
-                                            var ok: bool = false;
-                                            var mv: u64 = 0lu;
-                                            var kept: bool = false;
-                                            if (((!searched) || (key >= s_key))) {
-                                                sk_sweep_set(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
-                                            }
-                                            if (kept) {
-                                                // built by kernels::filters::race_sweep
-                                                var score: f32 = select(zv, (zv / sk_exponential(w[3])), noisy);
-                                                if (((score > best) || (best_i == 4294967295u))) {
-                                                    // built by kernels::filters::keep_best
-                                                    best = score;
-                                                    best_i = col;
-                                                }
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        var win: f32 = (0.0f);
-                        var tok32: u32 = 0u;
-                        sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok32);
-                        var win64: f64 = (0.0lf);
-                        var tok64: u32 = 0u;
-                        sk_block_argmax_f64(sk_lid, best64, best64_i, &win64, &tok64);
-                        var part_mass: u64 = 0lu;
-                        part_mass = sk_block_sum_u64(sk_lid, all_mass);
-                        if ((sk_lid == 0u)) {
-                            // built by kernels::filter_split::publish
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(win);
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = tok32;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = u32((bitcast<u64>(win64) & 4294967295lu));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u) + 1u)] = u32((bitcast<u64>(win64) >> 32u));
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = tok64;
-                            partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = u32((part_mass & 4294967295lu));
-                            partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u) + 1u)] = u32((part_mass >> 32u));
-                        }
-                    } else {
-                        if ((part == 0u)) {
-                            // built by kernels::filter_split::combine
-                            var best: f32 = bitcast<f32>(4286578688u);
-                            var best_i: u32 = 4294967295u;
-                            var best64: f64 = bitcast<f64>(18442240474082181120lu);
-                            var best64_i: u32 = 4294967295u;
-                            var all_mass: u64 = 0lu;
-                            for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
-                                var pi: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 1u)];
-                                if ((pi != 4294967295u)) {
-                                    if (((bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]) > best) || (best_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        best = bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 0u)]);
-                                        best_i = pi;
-                                    }
-                                }
-                                var pi64: u32 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)];
-                                if ((pi64 != 4294967295u)) {
-                                    let sk_e29: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                    if (((bitcast<f64>(((u64(partials[(sk_e29 + 1u)]) << 32u) | u64(partials[(sk_e29 + 0u)]))) > best64) || (best64_i == 4294967295u))) {
-                                        // built by kernels::filters::keep_best
-                                        let sk_e30: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u);
-                                        best64 = bitcast<f64>(((u64(partials[(sk_e30 + 1u)]) << 32u) | u64(partials[(sk_e30 + 0u)])));
-                                        best64_i = pi64;
-                                    }
-                                }
-                                let sk_e31: u32 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u);
-                                all_mass = (all_mass + ((u64(partials[(sk_e31 + 1u)]) << 32u) | u64(partials[(sk_e31 + 0u)])));
-                            }
-                            var win: f32 = (0.0f);
-                            var tok32: u32 = 0u;
-                            sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok32);
-                            var win64: f64 = (0.0lf);
-                            var tok64: u32 = 0u;
-                            sk_block_argmax_f64(sk_lid, best64, best64_i, &win64, &tok64);
-                            var summed_mass: u64 = 0lu;
-                            summed_mass = sk_block_sum_u64(sk_lid, all_mass);
-                            var tok: u32 = select(tok32, tok64, (rows[((row * 12u) + 1u)] == 1u));
-                            var valid: bool = (tok < params.vocab);
-                            var tok_at: u32 = select(0u, tok, valid);
-                            if ((sk_lid == 0u)) {
-                                // built by kernels::abi::write_results_as
-                                tokens[row] = select(0u, tok, valid);
-                                if (((params.flags & 2u) != 0u)) {
-                                    status[row] = select(0u, 1u, valid);
-                                }
-                            }
-                            if (((params.flags & 1u) != 0u)) {
-                                // built by kernels::abi::write_results_as
-                                if ((sk_lid == 0u)) {
-                                    let sk_e32: f32 = x[(base + tok_at)];
-                                    logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e32), (sk_e32 > (0.0f))), valid);
-                                }
-                            }
-                            if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {
-                                // built by kernels::filters::set_results
-                                passes[row] = sweeps;
-                            }
-                        }
-                    }
+                    sk_set_bounds_4(sk_lid, stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, &sweeps);
                 }
             }
             if ((sk_lid == 0u)) {

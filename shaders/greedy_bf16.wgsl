@@ -29,68 +29,17 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_sum_u32.wgsl, shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_sum_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_exp.wgsl, shaders/functions/sk_log.wgsl
-fn sk_for_each_column_then(c0: u32, col_hi: u32, x0: f32, temp: f32, sk_c0: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_best_z: ptr<function, f32>, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>) {
-    var top_n: u32 = *sk_io_top_n;
-    var top: f32 = *sk_io_top;
-    var top_i: u32 = *sk_io_top_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    var best_z: f32 = *sk_io_best_z;
-    var m: f32 = *sk_io_m;
-    var s: f32 = *sk_io_s;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        var sv: f32 = (x0 / temp);
-        if ((sv == bitcast<f32>(2139095040u))) {
-            // built by kernels::race::greedy_column
-            top_n = (top_n + 1u);
-            if ((((0.0f) > top) || (top_i == 4294967295u))) {
-                // built by kernels::race::keep_top
-                top = (0.0f);
-                top_i = col;
-            }
-        } else {
-            // built by kernels::race::greedy_column
-            if (((sv > best) || (best_i == 4294967295u))) {
-                // built by kernels::race::keep
-                best = sv;
-                best_i = col;
-                best_z = sv;
-            }
-            if (((params.flags & 1u) != 0u)) {
-                if ((sv > m)) {
-                    // built by kernels::softmax::online_logsumexp
-                    s = ((s * sk_exp((m - sv))) + (1.0f));
-                    m = sv;
-                } else {
-                    // built by kernels::softmax::online_logsumexp
-                    if ((sv > bitcast<f32>(4286578688u))) {
-                        s = (s + ((1.0f) * sk_exp((sv - m))));
-                    }
-                }
-            }
-        }
-    }
-    *sk_io_top_n = top_n;
-    *sk_io_top = top;
-    *sk_io_top_i = top_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-    *sk_io_best_z = best_z;
-    *sk_io_m = m;
-    *sk_io_s = s;
-}
-fn sk_whole_row_results(sk_lid: u32, top: f32, top_i: u32, sk_io_tok: ptr<function, u32>) {
-    var tok: u32 = *sk_io_tok;
-    // built by kernels::race::whole_row_results
-    var top_win: f32 = (0.0f);
-    var top_tok: u32 = 0u;
-    sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
-    tok = top_tok;
-    *sk_io_tok = tok;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_sum_u32.wgsl
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_f32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_exp.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_for_each_column_then_5.wgsl
+// shaders/functions/sk_whole_row_results.wgsl
+// shaders/functions/sk_last_part_on.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -152,16 +101,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 x3 = select(bitcast<f32>(4286578688u), select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
         }
         var win: f32 = (0.0f);
@@ -239,81 +188,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var arrivals: u32 = 0u;
             arrivals = sk_block_max_u32(sk_lid, arrived);
             if ((arrivals == parts)) {
-                // built by kernels::combine::last_part_on
-                storageBarrier();
-                {
-                    // built by kernels::combine::last_part_combines
-                    var best: f32 = bitcast<f32>(4286578688u);
-                    var top: f32 = bitcast<f32>(4286578688u);
-                    var m: f32 = bitcast<f32>(4286578688u);
-                    var s: f32 = (0.0f);
-                    var best_i: u32 = 4294967295u;
-                    var top_i: u32 = 4294967295u;
-                    var top_n: u32 = 0u;
-                    for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                        // built by kernels::combine::combine_row
-                        var pv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 0u)]));
-                        var pi: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 1u)]);
-                        if (((pi != 4294967295u) && ((pv > best) || (best_i == 4294967295u)))) {
-                            best = pv;
-                            best_i = pi;
-                        }
-                        var ptv: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 3u)]));
-                        var pti: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 4u)]);
-                        if (((pti != 4294967295u) && ((ptv > top) || (top_i == 4294967295u)))) {
-                            top = ptv;
-                            top_i = pti;
-                        }
-                        top_n = (top_n + atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 5u)]));
-                        var pm: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 6u)]));
-                        var ps: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 8u) + 7u)]));
-                        if ((pm > m)) {
-                            // built by kernels::softmax::online_logsumexp
-                            s = ((s * sk_exp((m - pm))) + ps);
-                            m = pm;
-                        } else {
-                            // built by kernels::softmax::online_logsumexp
-                            if ((pm > bitcast<f32>(4286578688u))) {
-                                s = (s + (ps * sk_exp((pm - m))));
-                            }
-                        }
-                    }
-                    var win: f32 = (0.0f);
-                    var tok: u32 = 0u;
-                    sk_block_argmax_f32(sk_lid, best, best_i, &win, &tok);
-                    var tops: u32 = 0u;
-                    tops = sk_block_sum_u32(sk_lid, top_n);
-                    if ((tops > 0u)) {
-                        sk_whole_row_results(sk_lid, top, top_i, &tok);
-                    }
-                    let sk_e17: bool = (tok == 4294967295u);
-                    var z: f32 = select(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + select(((tok >> 2u) / (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)), 0u, sk_e17)) * 8u) + 2u)])), bitcast<f32>(4286578688u), sk_e17);
-                    if ((tok == 4294967295u)) {
-                        // built by kernels::combine::combine_row
-                        tok = 0u;
-                    }
-                    var valid: bool = ((tops > 0u) || (win > bitcast<f32>(4286578688u)));
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::abi::write_results_as
-                        tokens[row] = select(0u, tok, valid);
-                        if (((params.flags & 2u) != 0u)) {
-                            status[row] = select(0u, 1u, valid);
-                        }
-                    }
-                    if (((params.flags & 1u) != 0u)) {
-                        // built by kernels::abi::write_results_as
-                        var row_max: f32 = (0.0f);
-                        row_max = sk_block_max_f32(sk_lid, m);
-                        var row_sum: f32 = (0.0f);
-                        row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
-                        if ((sk_lid == 0u)) {
-                            logprobs[row] = select(bitcast<f32>(4286578688u), select(((z - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
-                        }
-                    }
-                }
-                if ((sk_lid == 0u)) {
-                    atomicStore(&counters[row_slot], 0u);
-                }
+                sk_last_part_on(sk_lid, parts, row_slot, row);
             }
         }
     }

@@ -17,7 +17,8 @@ struct Params {
 @group(0) @binding(2) var<uniform> params: Params;
 
 
-// after the functions the crate puts before this file: shaders/functions/sk_log64.wgsl
+// The crate puts these files before this one:
+// shaders/functions/sk_log64.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

@@ -27,130 +27,22 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_scan.wgsl, shaders/functions/sk_block_sums_u32_2.wgsl, shaders/functions/sk_block_sums_u32_16.wgsl, shaders/functions/sk_block_sums_u64_16.wgsl, shaders/functions/sk_exp.wgsl, shaders/functions/sk_fixed.wgsl, shaders/functions/sk_fraction.wgsl
-fn sk_select_step(kk: u32, lim: u64, cnt_s15: u32, mas_s15: u64, sk_c0: u32, sk_io_nb: ptr<function, u32>, sk_io_mb: ptr<function, u64>, sk_io_chosen: ptr<function, u32>, sk_io_cn: ptr<function, u32>, sk_io_cm: ptr<function, u64>) {
-    var nb: u32 = *sk_io_nb;
-    var mb: u64 = *sk_io_mb;
-    var chosen: u32 = *sk_io_chosen;
-    var cn: u32 = *sk_io_cn;
-    var cm: u64 = *sk_io_cm;
-    // built by kernels::filters::select_step
-    if (((nb < kk) && (mb <= lim))) {
-        chosen = sk_c0;
-        cn = nb;
-        cm = mb;
-    }
-    nb = (nb + cnt_s15);
-    mb = (mb + mas_s15);
-    *sk_io_nb = nb;
-    *sk_io_mb = mb;
-    *sk_io_chosen = chosen;
-    *sk_io_cn = cn;
-    *sk_io_cm = cm;
-}
-fn sk_read_step_2(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched: bool, s_key: u32, mp: f32, s_ties: u32, tie_col: u32, base: u32, sk_io_all_mass: ptr<function, u64>, sk_io_tie_rank: ptr<function, u32>) {
-    var all_mass: u64 = *sk_io_all_mass;
-    var tie_rank: u32 = *sk_io_tie_rank;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = (zx0 / temp);
-    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    var kept: bool = false;
-    if (((!searched) || (key >= s_key))) {
-        // built by kernels::filters::sweep_set
-        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-        if (ok) {
-            all_mass = (all_mass + mv);
-        }
-        var tie: bool = (ok && (key == s_key));
-        var in_set: bool = ((ok && (wv >= mp)) && ((!searched) || ((key > s_key) || (tie && ((tie_rank < s_ties) && (col <= tie_col))))));
-        if (tie) {
-            // built by kernels::filters::kept
-            tie_rank = (tie_rank + 1u);
-        }
-        kept = in_set;
-    }
-    let sk_e31: u32 = (base + col);
-    out[sk_e31] = select(bitcast<f32>(4286578688u), x[sk_e31], kept);
-    *sk_io_all_mass = all_mass;
-    *sk_io_tie_rank = tie_rank;
-}
-fn sk_read_step_3(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, sk_io_list_at: ptr<function, u32>) {
-    var list_at: u32 = *sk_io_list_at;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = (zx0 / temp);
-    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if (((key & sel_mask) == sel_key)) {
-        // built by kernels::filters::candidate
-        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if ((ok && (list_at < 4096u))) {
-        // built by kernels::filters::list_bucket
-        listed_cols[list_at] = col;
-        list_at = (list_at + 1u);
-    }
-    *sk_io_list_at = list_at;
-}
-fn sk_read_step_4(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, s_key: u32, sk_io_mine: ptr<function, u32>) {
-    var mine: u32 = *sk_io_mine;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = (zx0 / temp);
-    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if ((key == s_key)) {
-        // built by kernels::filters::count_ties
-        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        // built by kernels::filters::count_ties
-        mine = (mine + 1u);
-    }
-    *sk_io_mine = mine;
-}
-fn sk_digit_counts(key: u32, shift: u32, mv: u64, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filters::digit_counts
-    var digit: u32 = ((key >> shift) & 15u);
-    (*cnt)[digit] += 1u;
-    (*mas)[digit] += mv;
-}
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, sel_mask: u32, sel_key: u32, shift: u32, cnt: ptr<function, array<u32, 16>>, mas: ptr<function, array<u64, 16>>) {
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var zv: f32 = (zx0 / temp);
-    var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-    var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-    var wv: f32 = (0.0f);
-    var ok: bool = false;
-    var mv: u64 = 0lu;
-    if (((key & sel_mask) == sel_key)) {
-        // built by kernels::filters::candidate
-        wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-        ok = (wv > (0.0f));
-        mv = sk_fixed(wv);
-    }
-    if (ok) {
-        sk_digit_counts(key, shift, mv, cnt, mas);
-    }
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_scan.wgsl
+// shaders/functions/sk_block_sums_u32_2.wgsl
+// shaders/functions/sk_block_sums_u32_16.wgsl
+// shaders/functions/sk_block_sums_u64_16.wgsl
+// shaders/functions/sk_exp.wgsl
+// shaders/functions/sk_fixed.wgsl
+// shaders/functions/sk_fraction.wgsl
+// shaders/functions/sk_select_step.wgsl
+// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_read_step.wgsl
+// shaders/functions/sk_read_step_2.wgsl
+// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_digit_counts_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -266,16 +158,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e8: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                             var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
-                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
                             }
                         }
                     }
@@ -368,216 +260,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     done = true;
                 }
                 if ((!done)) {
-                    var cnt: array<u32, 16>;
-                    var mas: array<u64, 16>;
-                    if (listed) {
-                        // built by kernels::filters::digit_counts
-                        for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
-                            // built by kernels::filters::sweep_list
-                            var col: u32 = listed_cols[at];
-                            let sk_e12: f32 = x[(base + col)];
-                            var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
-                            var zv: f32 = (lx / temp);
-                            var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                            var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                            var wv: f32 = (0.0f);
-                            var ok: bool = false;
-                            var mv: u64 = 0lu;
-                            if (((key & sel_mask) == sel_key)) {
-                                // built by kernels::filters::candidate
-                                wv = select(select(sk_exp((zv - mx)), (0.0f), (mx == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
-                                ok = (wv > (0.0f));
-                                mv = sk_fixed(wv);
-                            }
-                            if (ok) {
-                                sk_digit_counts(key, shift, mv, &cnt, &mas);
-                            }
-                        }
-                    }
-                    if ((!listed)) {
-                        // built by kernels::filters::digit_counts
-                        sweeps = (sweeps + 1u);
-                        {
-                            // built by kernels::filters::sweep
-                            var sweep_n: u32 = (col_hi - col_lo);
-                            if ((digit_pass == 7u)) {
-                                var quads: u32 = ((sweep_n + 3u) >> 2u);
-                                var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
-                                for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    let sk_e13: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
-                                    var li1: u32 = (c0 + 1u);
-                                    let sk_e14: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
-                                    var li2: u32 = (c0 + 2u);
-                                    let sk_e15: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
-                                    var li3: u32 = (c0 + 3u);
-                                    let sk_e16: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                }
-                            } else {
-                                for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                                    // built by kernels::filter_values::for_each_read
-                                    var li0: u32 = (i0 + (BLOCK * 0u));
-                                    let sk_e17: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
-                                    var zx0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
-                                    var li1: u32 = (i0 + (BLOCK * 1u));
-                                    let sk_e18: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
-                                    var zx1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
-                                    var li2: u32 = (i0 + (BLOCK * 2u));
-                                    let sk_e19: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
-                                    var zx2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
-                                    var li3: u32 = (i0 + (BLOCK * 3u));
-                                    let sk_e20: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
-                                    var zx3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                                    if ((li0 < sweep_n)) {
-                                        sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                    if ((li1 < sweep_n)) {
-                                        sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                    if ((li2 < sweep_n)) {
-                                        sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                    if ((li3 < sweep_n)) {
-                                        sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    var cnt_s0: u32 = 0u;
-                    var cnt_s1: u32 = 0u;
-                    var cnt_s2: u32 = 0u;
-                    var cnt_s3: u32 = 0u;
-                    var cnt_s4: u32 = 0u;
-                    var cnt_s5: u32 = 0u;
-                    var cnt_s6: u32 = 0u;
-                    var cnt_s7: u32 = 0u;
-                    var cnt_s8: u32 = 0u;
-                    var cnt_s9: u32 = 0u;
-                    var cnt_s10: u32 = 0u;
-                    var cnt_s11: u32 = 0u;
-                    var cnt_s12: u32 = 0u;
-                    var cnt_s13: u32 = 0u;
-                    var cnt_s14: u32 = 0u;
-                    var cnt_s15: u32 = 0u;
-                    sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
-                    var mas_s0: u64 = 0lu;
-                    var mas_s1: u64 = 0lu;
-                    var mas_s2: u64 = 0lu;
-                    var mas_s3: u64 = 0lu;
-                    var mas_s4: u64 = 0lu;
-                    var mas_s5: u64 = 0lu;
-                    var mas_s6: u64 = 0lu;
-                    var mas_s7: u64 = 0lu;
-                    var mas_s8: u64 = 0lu;
-                    var mas_s9: u64 = 0lu;
-                    var mas_s10: u64 = 0lu;
-                    var mas_s11: u64 = 0lu;
-                    var mas_s12: u64 = 0lu;
-                    var mas_s13: u64 = 0lu;
-                    var mas_s14: u64 = 0lu;
-                    var mas_s15: u64 = 0lu;
-                    sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
-                    if ((digit_pass == 0u)) {
-                        // built by kernels::filters::decide
-                        row_mass = (((((((((((((((mas_s0 + mas_s1) + mas_s2) + mas_s3) + mas_s4) + mas_s5) + mas_s6) + mas_s7) + mas_s8) + mas_s9) + mas_s10) + mas_s11) + mas_s12) + mas_s13) + mas_s14) + mas_s15);
-                        if (((!in_a) && (!k_first))) {
-                            lim = sk_fraction(pp, row_mass);
-                        }
-                    }
-                    var nb: u32 = sel_n;
-                    var mb: u64 = sel_m;
-                    var chosen: u32 = 4294967295u;
-                    var cn: u32 = sel_n;
-                    var cm: u64 = sel_m;
-                    if ((cnt_s15 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s15, mas_s15, 15u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s14 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s14, mas_s14, 14u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s13 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s13, mas_s13, 13u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s12 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s12, mas_s12, 12u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s11 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s11, mas_s11, 11u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s10 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s10, mas_s10, 10u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s9 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s9, mas_s9, 9u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s8 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s8, mas_s8, 8u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s7 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s7, mas_s7, 7u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s6 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s6, mas_s6, 6u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s5 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s5, mas_s5, 5u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s4 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s4, mas_s4, 4u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s3 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s3, mas_s3, 3u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s2 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s2, mas_s2, 2u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s1 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s1, mas_s1, 1u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((cnt_s0 > 0u)) {
-                        sk_select_step(kk, lim, cnt_s0, mas_s0, 0u, &nb, &mb, &chosen, &cn, &cm);
-                    }
-                    if ((chosen != 4294967295u)) {
-                        // built by kernels::filters::select_step
-                        sel_key = (sel_key | (chosen << shift));
-                        sel_n = cn;
-                        sel_m = cm;
-                        sel_tn = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt_s0, (chosen == 0u)), cnt_s1, (chosen == 1u)), cnt_s2, (chosen == 2u)), cnt_s3, (chosen == 3u)), cnt_s4, (chosen == 4u)), cnt_s5, (chosen == 5u)), cnt_s6, (chosen == 6u)), cnt_s7, (chosen == 7u)), cnt_s8, (chosen == 8u)), cnt_s9, (chosen == 9u)), cnt_s10, (chosen == 10u)), cnt_s11, (chosen == 11u)), cnt_s12, (chosen == 12u)), cnt_s13, (chosen == 13u)), cnt_s14, (chosen == 14u)), cnt_s15, (chosen == 15u));
-                        sel_tm = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0lu, mas_s0, (chosen == 0u)), mas_s1, (chosen == 1u)), mas_s2, (chosen == 2u)), mas_s3, (chosen == 3u)), mas_s4, (chosen == 4u)), mas_s5, (chosen == 5u)), mas_s6, (chosen == 6u)), mas_s7, (chosen == 7u)), mas_s8, (chosen == 8u)), mas_s9, (chosen == 9u)), mas_s10, (chosen == 10u)), mas_s11, (chosen == 11u)), mas_s12, (chosen == 12u)), mas_s13, (chosen == 13u)), mas_s14, (chosen == 14u)), mas_s15, (chosen == 15u));
-                        mine = select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(select(0u, cnt[0], (chosen == 0u)), cnt[1], (chosen == 1u)), cnt[2], (chosen == 2u)), cnt[3], (chosen == 3u)), cnt[4], (chosen == 4u)), cnt[5], (chosen == 5u)), cnt[6], (chosen == 6u)), cnt[7], (chosen == 7u)), cnt[8], (chosen == 8u)), cnt[9], (chosen == 9u)), cnt[10], (chosen == 10u)), cnt[11], (chosen == 11u)), cnt[12], (chosen == 12u)), cnt[13], (chosen == 13u)), cnt[14], (chosen == 14u)), cnt[15], (chosen == 15u));
-                    }
-                    sel_mask = (sel_mask | (15u << shift));
-                    if ((in_a && (digit_pass == 7u))) {
-                        // built by kernels::filters::select_step
-                        var tn64: u64 = u64(sel_tn);
-                        var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                        let sk_e21: bool = (tie_v == 0lu);
-                        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e21)) + 1lu), tn64, sk_e21)));
-                        lim = sk_fraction(pp, (sel_m + (u64(ties) * tie_v)));
-                        sel_key = 0u;
-                        sel_mask = 0u;
-                        sel_n = 0u;
-                        sel_tn = 0u;
-                        sel_m = 0lu;
-                        sel_tm = 0lu;
-                    }
+                    sk_digit_counts_2(sk_lid, listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
                 }
             }
             var s_key: u32 = sel_key;
@@ -624,16 +307,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e26: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                                     var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -666,16 +349,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e30: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
                         var zx3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
-                            sk_read_step_2(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_2(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_2(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_2(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                     }
                 }

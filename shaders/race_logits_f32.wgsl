@@ -35,251 +35,28 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_sum_u32.wgsl, shaders/functions/sk_block_sum_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_exp.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_philox_table.wgsl, shaders/functions/sk_uniform.wgsl, shaders/functions/sk_exponential.wgsl, shaders/functions/sk_gumbel.wgsl
-fn sk_prune_step(wj: u32, za: f32, c0: u32, sk_c0: u32, sk_c1: u32, sk_io_lo_best: ptr<function, f32>, sk_io_up1: ptr<function, f32>, sk_io_up2: ptr<function, f32>, sk_io_up1_i: ptr<function, u32>) {
-    var lo_best: f32 = *sk_io_lo_best;
-    var up1: f32 = *sk_io_up1;
-    var up2: f32 = *sk_io_up2;
-    var up1_i: u32 = *sk_io_up1_i;
-    // built by kernels::race::prune_step
-    var un: f32 = sk_uniform(wj);
-    var tn: f32 = ((1.0f) - un);
-    var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
-    var an: f32 = (za - log(en));
-    var dn: f32 = ((abs(za) * (9.536743e-7f)) + (0.00048828125f));
-    var in_range: bool = (abs(za) < (1.7014118e38f));
-    lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (an - dn), in_range));
-    if ((select(bitcast<f32>(4286578688u), (an + dn), in_range) > up1)) {
-        // built by kernels::race::bound
-        up2 = up1;
-        up1 = select(bitcast<f32>(4286578688u), (an + dn), in_range);
-        up1_i = (c0 + sk_c0);
-    } else {
-        // built by kernels::race::bound
-        up2 = max(up2, select(bitcast<f32>(4286578688u), (an + dn), in_range));
-    }
-    if (((!in_range) && (za > bitcast<f32>(4286578688u)))) {
-        // built by kernels::race::screened_column
-        up1 = bitcast<f32>(2139095040u);
-        up1_i = (c0 + sk_c1);
-        up2 = bitcast<f32>(2139095040u);
-    }
-    *sk_io_lo_best = lo_best;
-    *sk_io_up1 = up1;
-    *sk_io_up2 = up2;
-    *sk_io_up1_i = up1_i;
-}
-fn sk_prune_step_2(lse_v: f32, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>) {
-    var m: f32 = *sk_io_m;
-    var s: f32 = *sk_io_s;
-    // built by kernels::race::prune_step
-    if ((lse_v > m)) {
-        // built by kernels::softmax::online_logsumexp
-        s = ((s * sk_exp((m - lse_v))) + (1.0f));
-        m = lse_v;
-    } else {
-        // built by kernels::softmax::online_logsumexp
-        if ((lse_v > bitcast<f32>(4286578688u))) {
-            s = (s + ((1.0f) * sk_exp((lse_v - m))));
-        }
-    }
-    *sk_io_m = m;
-    *sk_io_s = s;
-}
-fn sk_for_each_column_then(c0: u32, col_hi: u32, base: u32, rcp_t: f32, screen_floor: f32, temp: f32, sk_c0: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_best_z: ptr<function, f32>) {
-    var top_n: u32 = *sk_io_top_n;
-    var top: f32 = *sk_io_top;
-    var top_i: u32 = *sk_io_top_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    var best_z: f32 = *sk_io_best_z;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        let sk_e39: f32 = x[(base + col)];
-        var xv: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
-        let sk_e40: f32 = (xv * rcp_t);
-        if (((sk_e40 > bitcast<f32>(4286578688u)) && ((((sk_e40 + (abs(sk_e40) * (9.536743e-7f))) + (16.64f)) >= screen_floor) || (sk_e40 >= (1.7014118e38f))))) {
-            // built by kernels::race::screened_pass
-            let sk_e41: vec4<u32> = sk_philox_table(((col & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-            let sk_e42: u32 = (col & 3u);
-            var wj: u32 = select(select(select(sk_e41[3], sk_e41[2], (sk_e42 == 2u)), sk_e41[1], (sk_e42 == 1u)), sk_e41[0], (sk_e42 == 0u));
-            var sv: f32 = (xv / temp);
-            if ((sv == bitcast<f32>(2139095040u))) {
-                top_n = (top_n + 1u);
-                if (((sk_gumbel(wj) > top) || (top_i == 4294967295u))) {
-                    // built by kernels::race::keep_top
-                    top = sk_gumbel(wj);
-                    top_i = col;
-                }
-            } else {
-                if ((((sv + sk_gumbel(wj)) > best) || (best_i == 4294967295u))) {
-                    // built by kernels::race::keep
-                    best = (sv + sk_gumbel(wj));
-                    best_i = col;
-                    best_z = sv;
-                }
-            }
-        }
-    }
-    *sk_io_top_n = top_n;
-    *sk_io_top = top;
-    *sk_io_top_i = top_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-    *sk_io_best_z = best_z;
-}
-fn sk_load_quad_as(c0: u32, col_hi: u32, base: u32, sk_io_x0: ptr<function, f32>, sk_io_x1: ptr<function, f32>, sk_io_x2: ptr<function, f32>, sk_io_x3: ptr<function, f32>) {
-    var x0: f32 = *sk_io_x0;
-    var x1: f32 = *sk_io_x1;
-    var x2: f32 = *sk_io_x2;
-    var x3: f32 = *sk_io_x3;
-    // built by kernels::abi::load_quad_as
-    let sk_e10: u32 = (c0 + 0u);
-    let sk_e9: bool = (sk_e10 < col_hi);
-    let sk_e8: f32 = x[(base + select((col_hi - 1u), sk_e10, sk_e9))];
-    x0 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
-    let sk_e13: u32 = (c0 + 1u);
-    let sk_e12: bool = (sk_e13 < col_hi);
-    let sk_e11: f32 = x[(base + select((col_hi - 1u), sk_e13, sk_e12))];
-    x1 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
-    let sk_e16: u32 = (c0 + 2u);
-    let sk_e15: bool = (sk_e16 < col_hi);
-    let sk_e14: f32 = x[(base + select((col_hi - 1u), sk_e16, sk_e15))];
-    x2 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
-    let sk_e19: u32 = (c0 + 3u);
-    let sk_e18: bool = (sk_e19 < col_hi);
-    let sk_e17: f32 = x[(base + select((col_hi - 1u), sk_e19, sk_e18))];
-    x3 = select(bitcast<f32>(4286578688u), select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u)), sk_e18);
-    *sk_io_x0 = x0;
-    *sk_io_x1 = x1;
-    *sk_io_x2 = x2;
-    *sk_io_x3 = x3;
-}
-fn sk_whole_row_results(sk_lid: u32, top: f32, top_i: u32, sk_io_tok: ptr<function, u32>) {
-    var tok: u32 = *sk_io_tok;
-    // built by kernels::race::whole_row_results
-    var top_win: f32 = (0.0f);
-    var top_tok: u32 = 0u;
-    sk_block_argmax_f32(sk_lid, top, top_i, &top_win, &top_tok);
-    tok = top_tok;
-    *sk_io_tok = tok;
-}
-fn sk_greedy_column(col: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>) {
-    var top_n: u32 = *sk_io_top_n;
-    var top: f32 = *sk_io_top;
-    var top_i: u32 = *sk_io_top_i;
-    // built by kernels::race::greedy_column
-    top_n = (top_n + 1u);
-    if ((((0.0f) > top) || (top_i == 4294967295u))) {
-        // built by kernels::race::keep_top
-        top = (0.0f);
-        top_i = col;
-    }
-    *sk_io_top_n = top_n;
-    *sk_io_top = top;
-    *sk_io_top_i = top_i;
-}
-fn sk_load_quad_as_2(x_at: u32, sk_io_x0: ptr<function, f32>, sk_io_x1: ptr<function, f32>, sk_io_x2: ptr<function, f32>, sk_io_x3: ptr<function, f32>) {
-    var x0: f32 = *sk_io_x0;
-    var x1: f32 = *sk_io_x1;
-    var x2: f32 = *sk_io_x2;
-    var x3: f32 = *sk_io_x3;
-    // built by kernels::abi::load_quad_as
-    let sk_e4: f32 = x[(x_at + 0u)];
-    x0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-    let sk_e5: f32 = x[(x_at + 1u)];
-    x1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-    let sk_e6: f32 = x[(x_at + 2u)];
-    x2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-    let sk_e7: f32 = x[(x_at + 3u)];
-    x3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-    *sk_io_x0 = x0;
-    *sk_io_x1 = x1;
-    *sk_io_x2 = x2;
-    *sk_io_x3 = x3;
-}
-fn sk_for_each_column_then_2(c0: u32, col_hi: u32, x0: f32, temp: f32, sk_c0: u32, sk_io_top_n: ptr<function, u32>, sk_io_top: ptr<function, f32>, sk_io_top_i: ptr<function, u32>, sk_io_best: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_best_z: ptr<function, f32>, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>) {
-    var top_n: u32 = *sk_io_top_n;
-    var top: f32 = *sk_io_top;
-    var top_i: u32 = *sk_io_top_i;
-    var best: f32 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    var best_z: f32 = *sk_io_best_z;
-    var m: f32 = *sk_io_m;
-    var s: f32 = *sk_io_s;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        var sv: f32 = (x0 / temp);
-        if ((sv == bitcast<f32>(2139095040u))) {
-            sk_greedy_column(col, &top_n, &top, &top_i);
-        } else {
-            // built by kernels::race::greedy_column
-            if (((sv > best) || (best_i == 4294967295u))) {
-                // built by kernels::race::keep
-                best = sv;
-                best_i = col;
-                best_z = sv;
-            }
-            if (((params.flags & 1u) != 0u)) {
-                sk_prune_step_2(sv, &m, &s);
-            }
-        }
-    }
-    *sk_io_top_n = top_n;
-    *sk_io_top = top;
-    *sk_io_top_i = top_i;
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-    *sk_io_best_z = best_z;
-    *sk_io_m = m;
-    *sk_io_s = s;
-}
-fn sk_prune_step_3(c0: u32, qmax: f32, x0: f32, rcp_t: f32, x1: f32, x2: f32, x3: f32, sk_io_sk_w: ptr<function, vec4<u32>>, sk_io_lo_best: ptr<function, f32>, sk_io_up1: ptr<function, f32>, sk_io_up2: ptr<function, f32>, sk_io_up1_i: ptr<function, u32>) {
-    var sk_w: vec4<u32> = *sk_io_sk_w;
-    var lo_best: f32 = *sk_io_lo_best;
-    var up1: f32 = *sk_io_up1;
-    var up2: f32 = *sk_io_up2;
-    var up1_i: u32 = *sk_io_up1_i;
-    // built by kernels::race::prune_step
-    sk_w = sk_philox_table((c0 >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-    if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((max(max(sk_w[0], sk_w[1]), max(sk_w[2], sk_w[3])) ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-        {
-            var za: f32 = (x0 * rcp_t);
-            var wj: u32 = sk_w[0];
-            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                sk_prune_step(wj, za, c0, 0u, 0u, &lo_best, &up1, &up2, &up1_i);
-            }
-        }
-        {
-            var za: f32 = (x1 * rcp_t);
-            var wj: u32 = sk_w[1];
-            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                sk_prune_step(wj, za, c0, 1u, 1u, &lo_best, &up1, &up2, &up1_i);
-            }
-        }
-        {
-            var za: f32 = (x2 * rcp_t);
-            var wj: u32 = sk_w[2];
-            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                sk_prune_step(wj, za, c0, 2u, 2u, &lo_best, &up1, &up2, &up1_i);
-            }
-        }
-        {
-            var za: f32 = (x3 * rcp_t);
-            var wj: u32 = sk_w[3];
-            if (((za > bitcast<f32>(4286578688u)) && ((((za + (abs(za) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((wj ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (za >= (1.7014118e38f))))) {
-                sk_prune_step(wj, za, c0, 3u, 3u, &lo_best, &up1, &up2, &up1_i);
-            }
-        }
-    }
-    *sk_io_sk_w = sk_w;
-    *sk_io_lo_best = lo_best;
-    *sk_io_up1 = up1;
-    *sk_io_up2 = up2;
-    *sk_io_up1_i = up1_i;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_u32.wgsl
+// shaders/functions/sk_block_sum_f32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_exp.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_philox_table.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
+// shaders/functions/sk_gumbel.wgsl
+// shaders/functions/sk_prune_step.wgsl
+// shaders/functions/sk_prune_step_2.wgsl
+// shaders/functions/sk_for_each_column_then_6.wgsl
+// shaders/functions/sk_load_quad_as_4.wgsl
+// shaders/functions/sk_whole_row_results.wgsl
+// shaders/functions/sk_greedy_column.wgsl
+// shaders/functions/sk_load_quad_as_5.wgsl
+// shaders/functions/sk_for_each_column_then_7.wgsl
+// shaders/functions/sk_prune_step_3.wgsl
+// shaders/functions/sk_screened_pass.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -311,165 +88,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var up1_i: u32 = 4294967295u;
         var up2: f32 = bitcast<f32>(4286578688u);
         if (noisy) {
-            // built by kernels::race::screened_pass
-            if ((sk_lid == 0u)) {
-                let sk_e0: u32 = (row * 12u);
-                race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]);
-                let sk_e1: u32 = (row * 12u);
-                race_key[1u] = ((3449720151u * rows[(sk_e1 + 10u)]) ^ (rows[(sk_e1 + 8u)] + 2654435769u));
-                let sk_e2: u32 = (row * 12u);
-                race_key[2u] = (sk_mulhi(3528531795u, (sk_mulhi(3449720151u, rows[(sk_e2 + 10u)]) ^ rows[(sk_e2 + 8u)])) ^ (rows[(sk_e2 + 9u)] + 3144134277u));
-                let sk_e3: u32 = (row * 12u);
-                race_key[3u] = (3528531795u * (sk_mulhi(3449720151u, rows[(sk_e3 + 10u)]) ^ rows[(sk_e3 + 8u)]));
-                race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
-                race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
-                race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
-                race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
-                race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
-                race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
-                race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
-                race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
-                race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
-                race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
-                race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
-                race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
-                race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
-                race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
-                race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
-                race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
-            }
-            workgroupBarrier();
-            {
-                var c0: u32 = (col_lo + (sk_lid * 4u));
-                var qmax: f32 = bitcast<f32>(4286578688u);
-                var x0: f32 = bitcast<f32>(4286578688u);
-                var x1: f32 = bitcast<f32>(4286578688u);
-                var x2: f32 = bitcast<f32>(4286578688u);
-                var x3: f32 = bitcast<f32>(4286578688u);
-                var x_at: u32 = (base + c0);
-                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, &x0, &x1, &x2, &x3);
-                } else {
-                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
-                }
-                qmax = max(qmax, (x0 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    var lse_v: f32 = (x0 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                qmax = max(qmax, (x1 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    var lse_v: f32 = (x1 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                qmax = max(qmax, (x2 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    var lse_v: f32 = (x2 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                qmax = max(qmax, (x3 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    // built by kernels::race::prune_step
-                    var lse_v: f32 = (x3 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, &w, &lo_best, &up1, &up2, &up1_i);
-                }
-            }
-            var floor_first: f32 = (0.0f);
-            floor_first = sk_block_max_f32(sk_lid, lo_best);
-            lo_best = floor_first;
-            for (var cb: u32 = (col_lo + (BLOCK * 4u)); cb < col_hi; cb = cb + (BLOCK * 4u)) {
-                // built by kernels::race::prune_step
-                var c0: u32 = (cb + (sk_lid * 4u));
-                var qmax: f32 = bitcast<f32>(4286578688u);
-                var x0: f32 = bitcast<f32>(4286578688u);
-                var x1: f32 = bitcast<f32>(4286578688u);
-                var x2: f32 = bitcast<f32>(4286578688u);
-                var x3: f32 = bitcast<f32>(4286578688u);
-                var x_at: u32 = (base + c0);
-                if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, &x0, &x1, &x2, &x3);
-                } else {
-                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
-                }
-                qmax = max(qmax, (x0 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    var lse_v: f32 = (x0 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                qmax = max(qmax, (x1 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    var lse_v: f32 = (x1 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                qmax = max(qmax, (x2 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    var lse_v: f32 = (x2 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                qmax = max(qmax, (x3 * rcp_t));
-                if (((params.flags & 1u) != 0u)) {
-                    var lse_v: f32 = (x3 / temp);
-                    if ((lse_v < bitcast<f32>(2139095040u))) {
-                        sk_prune_step_2(lse_v, &m, &s);
-                    }
-                }
-                if (((qmax > bitcast<f32>(4286578688u)) && ((((qmax + (abs(qmax) * (9.536743e-7f))) + (16.64f)) >= lo_best) || (qmax >= (1.7014118e38f))))) {
-                    sk_prune_step_3(c0, qmax, x0, rcp_t, x1, x2, x3, &w, &lo_best, &up1, &up2, &up1_i);
-                }
-            }
-            var screen_floor: f32 = (0.0f);
-            screen_floor = sk_block_max_f32(sk_lid, lo_best);
-            if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                let sk_e36: f32 = x[(base + up1_i)];
-                var sv: f32 = (select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u)) / temp);
-                let sk_e37: vec4<u32> = sk_philox_table(((up1_i & 4294967292u) >> 2u), race_key[0u], race_key[1u], race_key[2u], race_key[3u], race_key[4u], race_key[5u], race_key[6u], race_key[7u], race_key[8u], race_key[9u], race_key[10u], race_key[11u], race_key[12u], race_key[13u], race_key[14u], race_key[15u], race_key[16u], race_key[17u], race_key[18u], race_key[19u]);
-                let sk_e38: u32 = (up1_i & 3u);
-                best = (sv + sk_gumbel(select(select(select(sk_e37[3], sk_e37[2], (sk_e38 == 2u)), sk_e37[1], (sk_e38 == 1u)), sk_e37[0], (sk_e38 == 0u))));
-                best_i = up1_i;
-                best_z = sv;
-            }
-            if ((up2 >= screen_floor)) {
-                best = bitcast<f32>(4286578688u);
-                top = bitcast<f32>(4286578688u);
-                best_i = 4294967295u;
-                top_i = 4294967295u;
-                top_n = 0u;
-                for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    // built by kernels::abi::for_each_column_then
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z);
-                    }
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z);
-                    }
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z);
-                    }
-                    {
-                        sk_for_each_column_then(c0, col_hi, base, rcp_t, screen_floor, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z);
-                    }
-                }
-            }
+            sk_screened_pass(sk_lid, row, col_lo, base, col_hi, rcp_t, temp, &m, &s, &lo_best, &w, &up1, &up2, &up1_i, &best, &best_i, &best_z, &top, &top_i, &top_n);
         } else {
             // built by kernels::race::race_row
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
@@ -480,21 +99,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_2(x_at, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_5(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_4(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_7(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_7(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_7(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_7(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
             }
         }

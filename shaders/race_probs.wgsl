@@ -33,7 +33,15 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_sum_u32.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_exp.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_philox.wgsl, shaders/functions/sk_uniform.wgsl, shaders/functions/sk_exponential.wgsl
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_sum_u32.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_exp.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

@@ -22,7 +22,8 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_sum_f32.wgsl
+// The crate puts these files before this one:
+// shaders/functions/sk_block_sum_f32.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

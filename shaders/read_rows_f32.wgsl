@@ -18,7 +18,8 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
-// after the functions the crate puts before this file: shaders/functions/sk_block_sum_f32.wgsl
+// The crate puts these files before this one:
+// shaders/functions/sk_block_sum_f32.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {

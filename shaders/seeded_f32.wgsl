@@ -22,31 +22,12 @@ struct Params {
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-// after the functions the crate puts before this file: shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl
-fn sk_for_each_column_then(c0: u32, col_hi: u32, lq0: f64, noisy: bool, row: u32, sk_c0: u32, sk_io_best: ptr<function, f64>, sk_io_best_i: ptr<function, u32>) {
-    var best: f64 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        {
-            // built by kernels::seeded::float64_race
-            var s64: f64 = lq0;
-            if (noisy) {
-                // built by kernels::seeded::score64
-                let sk_e24: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col)));
-            }
-            if (((s64 > best) || (best_i == 4294967295u))) {
-                // built by kernels::seeded::keep_best
-                best = s64;
-                best_i = col;
-            }
-        }
-    }
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_for_each_column_then_10.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -106,16 +87,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);

@@ -28,96 +28,21 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_sum_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_exp.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl, shaders/functions/sk_seeded_gumbel_screen.wgsl
-fn sk_for_each_column_then(x0: f32, temp: f32, row: u32, col: u32, noisy: bool, sk_io_lo_best: ptr<function, f32>, sk_io_up1: ptr<function, f32>, sk_io_up2: ptr<function, f32>, sk_io_up1_i: ptr<function, u32>, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>, sk_io_comp: ptr<function, f32>) {
-    var lo_best: f32 = *sk_io_lo_best;
-    var up1: f32 = *sk_io_up1;
-    var up2: f32 = *sk_io_up2;
-    var up1_i: u32 = *sk_io_up1_i;
-    var m: f32 = *sk_io_m;
-    var s: f32 = *sk_io_s;
-    var comp: f32 = *sk_io_comp;
-    // built by kernels::abi::for_each_column_then
-    var z: f32 = (x0 / temp);
-    let sk_e17: u32 = (row * 12u);
-    var sh: u32 = sk_murmur3(rows[(sk_e17 + 8u)], rows[(sk_e17 + 9u)], rows[(sk_e17 + 10u)], col);
-    if (((z > bitcast<f32>(4286578688u)) && ((((z + (abs(z) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((sh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= lo_best) || (z >= (1.7014118e38f))))) {
-        // built by kernels::seeded::seeded_logits_row
-        var g32_any: f32 = sk_seeded_gumbel_screen(sh);
-        var g32: f32 = select((0.0f), g32_any, noisy);
-        var finite: bool = (abs(z) < bitcast<f32>(2139095040u));
-        var sv32: f32 = (select((0.0f), z, finite) + g32);
-        var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), z, finite)) + abs(g32)) * (4.7683716e-7f)));
-        lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (sv32 - serr), finite));
-        if ((select(bitcast<f32>(4286578688u), (sv32 + serr), finite) > up1)) {
-            // built by kernels::race::bound
-            up2 = up1;
-            up1 = select(bitcast<f32>(4286578688u), (sv32 + serr), finite);
-            up1_i = col;
-        } else {
-            // built by kernels::race::bound
-            up2 = max(up2, select(bitcast<f32>(4286578688u), (sv32 + serr), finite));
-        }
-    }
-    if ((z > m)) {
-        // built by kernels::softmax::softmax_merge
-        var r: f32 = sk_exp((m - z));
-        s = (s * r);
-        comp = (comp * r);
-        m = z;
-    }
-    var ex: f32 = sk_exp((z - m));
-    var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-    var t: f32 = (s + y);
-    comp = ((t - s) - y);
-    s = t;
-    *sk_io_lo_best = lo_best;
-    *sk_io_up1 = up1;
-    *sk_io_up2 = up2;
-    *sk_io_up1_i = up1_i;
-    *sk_io_m = m;
-    *sk_io_s = s;
-    *sk_io_comp = comp;
-}
-fn sk_for_each_column_then_2(c0: u32, col_hi: u32, base: u32, temp: f32, row: u32, screened: bool, screen_floor: f32, noisy: bool, row_m: f32, inv: f32, sk_c0: u32, sk_io_best: ptr<function, f64>, sk_io_best_i: ptr<function, u32>) {
-    var best: f64 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        let sk_e42: f32 = x[(base + col)];
-        var rz: f32 = (select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u)) / temp);
-        let sk_e43: u32 = (row * 12u);
-        var rh: u32 = sk_murmur3(rows[(sk_e43 + 8u)], rows[(sk_e43 + 9u)], rows[(sk_e43 + 10u)], col);
-        if (((!screened) || ((rz > bitcast<f32>(4286578688u)) && ((((rz + (abs(rz) * (9.536743e-7f))) + ((22.19071f) - (((f32(bitcast<u32>(f32((rh ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= screen_floor) || (rz >= (1.7014118e38f)))))) {
-            // built by kernels::seeded::seeded_logits_finish
-            var g32_any: f32 = sk_seeded_gumbel_screen(rh);
-            var g32: f32 = select((0.0f), g32_any, noisy);
-            var finite: bool = (abs(rz) < bitcast<f32>(2139095040u));
-            var sv32: f32 = (select((0.0f), rz, finite) + g32);
-            var serr: f32 = ((0.00048828125f) + ((abs(select((0.0f), rz, finite)) + abs(g32)) * (4.7683716e-7f)));
-            if (((!screened) || (select(bitcast<f32>(4286578688u), (sv32 + serr), finite) >= screen_floor))) {
-                let sk_e45: f32 = x[(base + col)];
-                let sk_e44: f32 = (select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u)) / temp);
-                var p: f32 = (select(select(sk_exp((sk_e44 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e44 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
-                var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
-                var s64: f64 = lp;
-                if (noisy) {
-                    // built by kernels::seeded::score64
-                    let sk_e46: u32 = (row * 12u);
-                    s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e46 + 8u)], rows[(sk_e46 + 9u)], rows[(sk_e46 + 10u)], col)));
-                }
-                if (((s64 > best) || (best_i == 4294967295u))) {
-                    // built by kernels::seeded::keep_best
-                    best = s64;
-                    best_i = col;
-                }
-            }
-        }
-    }
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_f32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_exp.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_seeded_gumbel_screen.wgsl
+// shaders/functions/sk_for_each_column_then_16.wgsl
+// shaders/functions/sk_for_each_column_then_17.wgsl
+// shaders/functions/sk_write_seeded_part.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -200,25 +125,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
@@ -264,25 +189,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_16(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
@@ -295,88 +220,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var row_s: f32 = row_sum;
             var combining: bool = false;
             if ((parts > 1u)) {
-                var part_floor: f32 = (0.0f);
-                part_floor = sk_block_max_f32(sk_lid, lo_best);
-                var part_up1: f32 = (0.0f);
-                var part_up1_i: u32 = 0u;
-                sk_block_argmax_f32(sk_lid, up1, up1_i, &part_up1, &part_up1_i);
-                var part_up2: f32 = (0.0f);
-                part_up2 = sk_block_max_f32(sk_lid, select(up1, up2, (up1_i == part_up1_i)));
-                if ((sk_lid == 0u)) {
-                    // built by kernels::seeded::write_seeded_part
-                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 0u)], bitcast<u32>(row_m));
-                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 1u)], bitcast<u32>(row_s));
-                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 2u)], bitcast<u32>(part_floor));
-                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 3u)], bitcast<u32>(part_up1));
-                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 4u)], part_up1_i);
-                    atomicStore(&counters[((params.batch + (((row_slot * parts) + part) * 8u)) + 5u)], bitcast<u32>(part_up2));
-                }
-                storageBarrier();
-                workgroupBarrier();
-                var arrived: u32 = 0u;
-                if ((sk_lid == 0u)) {
-                    // built by kernels::combine::last_part_on
-                    var before: u32 = 0u;
-                    before = atomicAdd(&counters[row_slot], 1u);
-                    arrived = (before + 1u);
-                }
-                var arrivals: u32 = 0u;
-                arrivals = sk_block_max_u32(sk_lid, arrived);
-                if ((arrivals == parts)) {
-                    // built by kernels::combine::last_part_on
-                    storageBarrier();
-                    {
-                        // built by kernels::seeded::seeded_logits_row
-                        lo_best = bitcast<f32>(4286578688u);
-                        up1 = bitcast<f32>(4286578688u);
-                        up1_i = 4294967295u;
-                        up2 = bitcast<f32>(4286578688u);
-                        var m: f32 = bitcast<f32>(4286578688u);
-                        var s: f32 = (0.0f);
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::seeded::combine_parts
-                            var pm: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)]));
-                            var ps: f32 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)]));
-                            if ((pm > m)) {
-                                // built by kernels::softmax::softmax_merge
-                                var r: f32 = sk_exp((m - pm));
-                                s = (s * r);
-                                m = pm;
-                            }
-                            var ex: f32 = sk_exp((pm - m));
-                            s = (s + select(select((ps * ex), ps, (pm == m)), (0.0f), (pm == bitcast<f32>(4286578688u))));
-                            lo_best = max(lo_best, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)])));
-                            if ((bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])) > up1)) {
-                                // built by kernels::race::bound
-                                up2 = up1;
-                                up1 = bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)]));
-                                up1_i = atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)]);
-                            } else {
-                                // built by kernels::race::bound
-                                up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)])));
-                            }
-                            up2 = max(up2, bitcast<f32>(atomicLoad(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)])));
-                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 0u)], 0u);
-                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 1u)], 0u);
-                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 2u)], 0u);
-                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 3u)], 0u);
-                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 4u)], 0u);
-                            atomicStore(&counters[((params.batch + (((row_slot * parts) + p) * 8u)) + 5u)], 0u);
-                        }
-                        var row_max: f32 = (0.0f);
-                        row_max = sk_block_max_f32(sk_lid, m);
-                        var row_sum: f32 = (0.0f);
-                        row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
-                        row_m = row_max;
-                        row_s = row_sum;
-                    }
-                    col_lo = 0u;
-                    col_hi = params.vocab;
-                    combining = true;
-                    if ((sk_lid == 0u)) {
-                        atomicStore(&counters[row_slot], 0u);
-                    }
-                }
+                sk_write_seeded_part(sk_lid, row_slot, parts, part, &lo_best, &up1, &up1_i, &up2, &row_m, &row_s, &col_lo, &col_hi, &combining);
             }
             if (((parts <= 1u) || combining)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_s), (row_s > (0.0f)));
@@ -395,16 +239,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
+                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
+                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
+                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_2(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
+                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
                         }
                     }
                 } else {

@@ -23,118 +23,18 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
-// after the functions the crate puts before this file: shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl, shaders/functions/sk_seeded_gumbel32.wgsl
-fn sk_for_each_column_then(c0: u32, col_hi: u32, lq0: f64, noisy: bool, row: u32, all: bool, floor: f32, sk_c0: u32, sk_io_best: ptr<function, f64>, sk_io_best_i: ptr<function, u32>) {
-    var best: f64 = *sk_io_best;
-    var best_i: u32 = *sk_io_best_i;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        var lp32: f32 = f32(lq0);
-        var g32: f32 = (0.0f);
-        if (noisy) {
-            // built by kernels::seeded::seeded_screened
-            let sk_e55: u32 = (row * 12u);
-            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e55 + 8u)], rows[(sk_e55 + 9u)], rows[(sk_e55 + 10u)], col));
-        }
-        var s32: f32 = (lp32 + g32);
-        var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-        if ((all || ((s32 + err) >= floor))) {
-            // built by kernels::seeded::float64_race
-            var s64: f64 = lq0;
-            if (noisy) {
-                // built by kernels::seeded::score64
-                let sk_e56: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e56 + 8u)], rows[(sk_e56 + 9u)], rows[(sk_e56 + 10u)], col)));
-            }
-            if (((s64 > best) || (best_i == 4294967295u))) {
-                // built by kernels::seeded::keep_best
-                best = s64;
-                best_i = col;
-            }
-        }
-    }
-    *sk_io_best = best;
-    *sk_io_best_i = best_i;
-}
-fn sk_for_each_column_then_2(c0: u32, col_hi: u32, lq0: f64, noisy: bool, row: u32, sk_c0: u32, sk_io_best32: ptr<function, f32>, sk_io_best32_i: ptr<function, u32>) {
-    var best32: f32 = *sk_io_best32;
-    var best32_i: u32 = *sk_io_best32_i;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        var lp32: f32 = f32(lq0);
-        var g32: f32 = (0.0f);
-        if (noisy) {
-            // built by kernels::seeded::seeded_screened
-            let sk_e24: u32 = (row * 12u);
-            g32 = sk_seeded_gumbel32(sk_murmur3(rows[(sk_e24 + 8u)], rows[(sk_e24 + 9u)], rows[(sk_e24 + 10u)], col));
-        }
-        var s32: f32 = (lp32 + g32);
-        var err: f32 = ((1.6e-5f) + ((min(abs(lp32), (1e30f)) + abs(g32)) * (4.7683716e-7f)));
-        if (((s32 > best32) || (best32_i == 4294967295u))) {
-            // built by kernels::seeded::seeded_screened
-            best32 = s32;
-            best32_i = col;
-        }
-    }
-    *sk_io_best32 = best32;
-    *sk_io_best32_i = best32_i;
-}
-fn sk_load_quad_as(c0: u32, col_hi: u32, base: u32, sk_io_lq0: ptr<function, f64>, sk_io_lq1: ptr<function, f64>, sk_io_lq2: ptr<function, f64>, sk_io_lq3: ptr<function, f64>) {
-    var lq0: f64 = *sk_io_lq0;
-    var lq1: f64 = *sk_io_lq1;
-    var lq2: f64 = *sk_io_lq2;
-    var lq3: f64 = *sk_io_lq3;
-    // built by kernels::abi::load_quad_as
-    let sk_e11: u32 = (c0 + 0u);
-    let sk_e10: bool = (sk_e11 < col_hi);
-    let sk_e9: f64 = lp[(base + select((col_hi - 1u), sk_e11, sk_e10))];
-    let sk_e8: u64 = bitcast<u64>(sk_e9);
-    lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))), sk_e10);
-    let sk_e15: u32 = (c0 + 1u);
-    let sk_e14: bool = (sk_e15 < col_hi);
-    let sk_e13: f64 = lp[(base + select((col_hi - 1u), sk_e15, sk_e14))];
-    let sk_e12: u64 = bitcast<u64>(sk_e13);
-    lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e14);
-    let sk_e19: u32 = (c0 + 2u);
-    let sk_e18: bool = (sk_e19 < col_hi);
-    let sk_e17: f64 = lp[(base + select((col_hi - 1u), sk_e19, sk_e18))];
-    let sk_e16: u64 = bitcast<u64>(sk_e17);
-    lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))), sk_e18);
-    let sk_e23: u32 = (c0 + 3u);
-    let sk_e22: bool = (sk_e23 < col_hi);
-    let sk_e21: f64 = lp[(base + select((col_hi - 1u), sk_e23, sk_e22))];
-    let sk_e20: u64 = bitcast<u64>(sk_e21);
-    lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
-    *sk_io_lq0 = lq0;
-    *sk_io_lq1 = lq1;
-    *sk_io_lq2 = lq2;
-    *sk_io_lq3 = lq3;
-}
-fn sk_load_quad_as_2(lq_at: u32, sk_io_lq0: ptr<function, f64>, sk_io_lq1: ptr<function, f64>, sk_io_lq2: ptr<function, f64>, sk_io_lq3: ptr<function, f64>) {
-    var lq0: f64 = *sk_io_lq0;
-    var lq1: f64 = *sk_io_lq1;
-    var lq2: f64 = *sk_io_lq2;
-    var lq3: f64 = *sk_io_lq3;
-    // built by kernels::abi::load_quad_as
-    let sk_e1: f64 = lp[(lq_at + 0u)];
-    let sk_e0: u64 = bitcast<u64>(sk_e1);
-    lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
-    let sk_e3: f64 = lp[(lq_at + 1u)];
-    let sk_e2: u64 = bitcast<u64>(sk_e3);
-    lq1 = select(sk_e3, bitcast<f64>(18442240474082181120lu), (((sk_e2 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e2 == 9218868437227405312lu)));
-    let sk_e5: f64 = lp[(lq_at + 2u)];
-    let sk_e4: u64 = bitcast<u64>(sk_e5);
-    lq2 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
-    let sk_e7: f64 = lp[(lq_at + 3u)];
-    let sk_e6: u64 = bitcast<u64>(sk_e7);
-    lq3 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
-    *sk_io_lq0 = lq0;
-    *sk_io_lq1 = lq1;
-    *sk_io_lq2 = lq2;
-    *sk_io_lq3 = lq3;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_seeded_gumbel32.wgsl
+// shaders/functions/sk_for_each_column_then_12.wgsl
+// shaders/functions/sk_for_each_column_then_13.wgsl
+// shaders/functions/sk_load_quad_as_10.wgsl
+// shaders/functions/sk_load_quad_as_11.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -157,21 +57,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_2(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_11(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_10(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_2(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
+                sk_for_each_column_then_13(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
             }
         }
         var win32: f32 = (0.0f);
@@ -203,21 +103,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_2(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_11(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_10(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
+                sk_for_each_column_then_12(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);

@@ -20,108 +20,13 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_sum_f32.wgsl, shaders/functions/sk_exp.wgsl
-fn sk_for_each_column_then_2(c0: u32, col_hi: u32, x0: f32, temp: f32, sk_c0: u32, sk_io_m: ptr<function, f32>, sk_io_s: ptr<function, f32>, sk_io_comp: ptr<function, f32>) {
-    var m: f32 = *sk_io_m;
-    var s: f32 = *sk_io_s;
-    var comp: f32 = *sk_io_comp;
-    // built by kernels::abi::for_each_column_then
-    var col: u32 = (c0 + sk_c0);
-    if ((col < col_hi)) {
-        var z: f32 = (x0 / temp);
-        if ((z > m)) {
-            // built by kernels::softmax::softmax_merge
-            var r: f32 = sk_exp((m - z));
-            s = (s * r);
-            comp = (comp * r);
-            m = z;
-        }
-        var ex: f32 = sk_exp((z - m));
-        var y: f32 = (select(select(((1.0f) * ex), (1.0f), (z == m)), (0.0f), (z == bitcast<f32>(4286578688u))) - comp);
-        var t: f32 = (s + y);
-        comp = ((t - s) - y);
-        s = t;
-    }
-    *sk_io_m = m;
-    *sk_io_s = s;
-    *sk_io_comp = comp;
-}
-fn sk_load_quad_as(c0: u32, col_hi: u32, base: u32, sk_io_x0: ptr<function, f32>, sk_io_x1: ptr<function, f32>, sk_io_x2: ptr<function, f32>, sk_io_x3: ptr<function, f32>) {
-    var x0: f32 = *sk_io_x0;
-    var x1: f32 = *sk_io_x1;
-    var x2: f32 = *sk_io_x2;
-    var x3: f32 = *sk_io_x3;
-    // built by kernels::abi::load_quad_as
-    let sk_e26: u32 = (c0 + 0u);
-    let sk_e25: bool = (sk_e26 < col_hi);
-    let sk_e24: f32 = x[(base + select((col_hi - 1u), sk_e26, sk_e25))];
-    x0 = select(bitcast<f32>(4286578688u), select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)), sk_e25);
-    let sk_e29: u32 = (c0 + 1u);
-    let sk_e28: bool = (sk_e29 < col_hi);
-    let sk_e27: f32 = x[(base + select((col_hi - 1u), sk_e29, sk_e28))];
-    x1 = select(bitcast<f32>(4286578688u), select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)), sk_e28);
-    let sk_e32: u32 = (c0 + 2u);
-    let sk_e31: bool = (sk_e32 < col_hi);
-    let sk_e30: f32 = x[(base + select((col_hi - 1u), sk_e32, sk_e31))];
-    x2 = select(bitcast<f32>(4286578688u), select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), sk_e31);
-    let sk_e35: u32 = (c0 + 3u);
-    let sk_e34: bool = (sk_e35 < col_hi);
-    let sk_e33: f32 = x[(base + select((col_hi - 1u), sk_e35, sk_e34))];
-    x3 = select(bitcast<f32>(4286578688u), select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), sk_e34);
-    *sk_io_x0 = x0;
-    *sk_io_x1 = x1;
-    *sk_io_x2 = x2;
-    *sk_io_x3 = x3;
-}
-fn sk_for_each_column_then(base: u32, c0: u32, col_hi: u32, temp: f32, row_max: f32, inv: f32) {
-    // built by kernels::abi::for_each_column_then
-    var x0: f32 = bitcast<f32>(4286578688u);
-    var x1: f32 = bitcast<f32>(4286578688u);
-    var x2: f32 = bitcast<f32>(4286578688u);
-    var x3: f32 = bitcast<f32>(4286578688u);
-    var x_at: u32 = (base + c0);
-    if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-        // built by kernels::abi::load_quad_as
-        let sk_e0: f32 = x[(x_at + 0u)];
-        x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-        let sk_e1: f32 = x[(x_at + 1u)];
-        x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-        let sk_e2: f32 = x[(x_at + 2u)];
-        x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-        let sk_e3: f32 = x[(x_at + 3u)];
-        x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-    } else {
-        sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
-    }
-    {
-        var col: u32 = (c0 + 0u);
-        if ((col < col_hi)) {
-            let sk_e16: f32 = (x0 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e16 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e16 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-        }
-    }
-    {
-        var col: u32 = (c0 + 1u);
-        if ((col < col_hi)) {
-            let sk_e17: f32 = (x1 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e17 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e17 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-        }
-    }
-    {
-        var col: u32 = (c0 + 2u);
-        if ((col < col_hi)) {
-            let sk_e18: f32 = (x2 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e18 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e18 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-        }
-    }
-    {
-        var col: u32 = (c0 + 3u);
-        if ((col < col_hi)) {
-            let sk_e19: f32 = (x3 / temp);
-            probs[(base + col)] = (select(select(sk_exp((sk_e19 - row_max)), (0.0f), (row_max == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e19 == bitcast<f32>(2139095040u))), (row_max == bitcast<f32>(2139095040u))) * inv);
-        }
-    }
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_f32.wgsl
+// shaders/functions/sk_exp.wgsl
+// shaders/functions/sk_for_each_column_then.wgsl
+// shaders/functions/sk_load_quad_as.wgsl
+// shaders/functions/sk_for_each_column_then_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -161,7 +66,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
             var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv);
+                sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
             }
         } else {
             // built by kernels::softmax::softmax_kernel
@@ -189,16 +94,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x0, temp, 0u, &m, &s, &comp);
+                    sk_for_each_column_then(c0, col_hi, x0, temp, 0u, &m, &s, &comp);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x1, temp, 1u, &m, &s, &comp);
+                    sk_for_each_column_then(c0, col_hi, x1, temp, 1u, &m, &s, &comp);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x2, temp, 2u, &m, &s, &comp);
+                    sk_for_each_column_then(c0, col_hi, x2, temp, 2u, &m, &s, &comp);
                 }
                 {
-                    sk_for_each_column_then_2(c0, col_hi, x3, temp, 3u, &m, &s, &comp);
+                    sk_for_each_column_then(c0, col_hi, x3, temp, 3u, &m, &s, &comp);
                 }
             }
             s = (s - comp);
@@ -209,7 +114,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((parts <= 1u)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    sk_for_each_column_then(base, c0, col_hi, temp, row_max, inv);
+                    sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
                 }
             } else {
                 if ((sk_lid == 0u)) {

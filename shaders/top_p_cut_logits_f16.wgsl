@@ -39,207 +39,29 @@ fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return unpack2x16float(w)[i & 1u];
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_sums_u32_2.wgsl, shaders/functions/sk_block_sums_u64_3.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_exp_nonpositive.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_fixed.wgsl, shaders/functions/sk_philox.wgsl, shaders/functions/sk_uniform.wgsl, shaders/functions/sk_exponential.wgsl, shaders/functions/sk_gumbel.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl
-fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, cut_grid_scale: f32, cut_above_from: f32, mp: f32, cut_range_from: f32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
-    var n_above: u32 = *sk_io_n_above;
-    var m_above: u64 = *sk_io_m_above;
-    var min_above: f32 = *sk_io_min_above;
-    var cut_race: u32 = *sk_io_cut_race;
-    var n_range: u32 = *sk_io_n_range;
-    var m_range: u64 = *sk_io_m_range;
-    var min_range: f32 = *sk_io_min_range;
-    var max_range_v: f32 = *sk_io_max_range_v;
-    var m_below: u64 = *sk_io_m_below;
-    var max_below_v: f32 = *sk_io_max_below_v;
-    // built by kernels::filter_values::for_each_quad
-    var col: u32 = (col_lo + li0);
-    var cz: f32 = (zx0 / temp);
-    var cov: f32 = (cz - cut_mx);
-    var cw: f32 = sk_exp_nonpositive((cz - cut_mx));
-    if ((cw > (0.0f))) {
-        // built by kernels::filter_top_p::cut_part
-        var cmv: u64 = sk_fixed(cw);
-        if (((cz * cut_grid_scale) >= cut_above_from)) {
-            n_above = (n_above + 1u);
-            m_above = (m_above + cmv);
-            min_above = min(min_above, cov);
-            if ((cw >= mp)) {
-                cut_race = (cut_race | sk_c0);
-            }
-        } else {
-            if (((cz * cut_grid_scale) >= cut_range_from)) {
-                n_range = (n_range + 1u);
-                m_range = (m_range + cmv);
-                min_range = min(min_range, cov);
-                max_range_v = max(max_range_v, cov);
-                if ((cw >= mp)) {
-                    cut_race = (cut_race | sk_c1);
-                }
-                var cut_at: u32 = 0u;
-                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 640u)) {
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
-                }
-            } else {
-                m_below = (m_below + cmv);
-                max_below_v = max(max_below_v, cov);
-            }
-        }
-    }
-    *sk_io_n_above = n_above;
-    *sk_io_m_above = m_above;
-    *sk_io_min_above = min_above;
-    *sk_io_cut_race = cut_race;
-    *sk_io_n_range = n_range;
-    *sk_io_m_range = m_range;
-    *sk_io_min_range = min_range;
-    *sk_io_max_range_v = max_range_v;
-    *sk_io_m_below = m_below;
-    *sk_io_max_below_v = max_below_v;
-}
-fn sk_cut_part(cut_race: u32, zx0: f32, cut_rcp_t: f32, cut_w0: u32, cut_floor: f32, temp: f32, col_lo: u32, i0: u32, sk_c0: u32, sk_c1: u32, sk_c2: u32, sk_c3: u32, sk_c4: u32, sk_c5: u32, sk_io_best: ptr<function, f32>, sk_io_bestr: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_bestr_i: ptr<function, u32>) {
-    var best: f32 = *sk_io_best;
-    var bestr: f32 = *sk_io_bestr;
-    var best_i: u32 = *sk_io_best_i;
-    var bestr_i: u32 = *sk_io_bestr_i;
-    // built by kernels::filter_top_p::cut_part
-    var cut_above: bool = ((cut_race & sk_c0) != 0u);
-    let sk_e35: f32 = (zx0 * cut_rcp_t);
-    var cut_may: bool = ((((sk_e35 + (abs(sk_e35) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= select(bestr, max(best, cut_floor), cut_above)) || (sk_e35 >= (1.7014118e38f)));
-    if ((cut_may && ((cut_race & sk_c1) != 0u))) {
-        var score: f32 = ((zx0 / temp) + sk_gumbel(cut_w0));
-        if (cut_above) {
-            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) {
-                // built by kernels::filter_top_k::keep_lower
-                best = score;
-                best_i = ((col_lo + i0) + sk_c3);
-            }
-        } else {
-            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) {
-                // built by kernels::filter_top_k::keep_lower
-                bestr = score;
-                bestr_i = ((col_lo + i0) + sk_c5);
-            }
-        }
-    }
-    *sk_io_best = best;
-    *sk_io_bestr = bestr;
-    *sk_io_best_i = best_i;
-    *sk_io_bestr_i = bestr_i;
-}
-fn sk_load_quad_as(col_lo: u32, i0: u32, col_hi: u32, base: u32, sk_io_zx0: ptr<function, f32>, sk_io_zx1: ptr<function, f32>, sk_io_zx2: ptr<function, f32>, sk_io_zx3: ptr<function, f32>) {
-    var zx0: f32 = *sk_io_zx0;
-    var zx1: f32 = *sk_io_zx1;
-    var zx2: f32 = *sk_io_zx2;
-    var zx3: f32 = *sk_io_zx3;
-    // built by kernels::abi::load_quad_as
-    let sk_e25: u32 = ((col_lo + i0) + 0u);
-    let sk_e24: bool = (sk_e25 < col_hi);
-    let sk_e23: f32 = sk_load_x((base + select((col_hi - 1u), sk_e25, sk_e24)));
-    zx0 = select(bitcast<f32>(4286578688u), select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u)), sk_e24);
-    let sk_e28: u32 = ((col_lo + i0) + 1u);
-    let sk_e27: bool = (sk_e28 < col_hi);
-    let sk_e26: f32 = sk_load_x((base + select((col_hi - 1u), sk_e28, sk_e27)));
-    zx1 = select(bitcast<f32>(4286578688u), select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u)), sk_e27);
-    let sk_e31: u32 = ((col_lo + i0) + 2u);
-    let sk_e30: bool = (sk_e31 < col_hi);
-    let sk_e29: f32 = sk_load_x((base + select((col_hi - 1u), sk_e31, sk_e30)));
-    zx2 = select(bitcast<f32>(4286578688u), select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u)), sk_e30);
-    let sk_e34: u32 = ((col_lo + i0) + 3u);
-    let sk_e33: bool = (sk_e34 < col_hi);
-    let sk_e32: f32 = sk_load_x((base + select((col_hi - 1u), sk_e34, sk_e33)));
-    zx3 = select(bitcast<f32>(4286578688u), select(sk_e32, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e32) & 2147483647u) > 2139095040u)), sk_e33);
-    *sk_io_zx0 = zx0;
-    *sk_io_zx1 = zx1;
-    *sk_io_zx2 = zx2;
-    *sk_io_zx3 = zx3;
-}
-fn sk_cut_part_2(cov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    // built by kernels::filter_top_p::cut_part
-    {
-        // built by kernels::filter_top_k::race_one
-        var s64: f64 = f64(cov);
-        if (noisy) {
-            // built by kernels::seeded::score64
-            let sk_e10: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
-        }
-        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-            // built by kernels::filter_top_k::keep_lower
-            best64 = s64;
-            best64_i = col;
-        }
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-}
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, temp: f32, cut_mx: f32, cut_grid_scale: f32, cut_above_from: f32, mp: f32, noisy: bool, row: u32, cut_range_from: f32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
-    var n_above: u32 = *sk_io_n_above;
-    var m_above: u64 = *sk_io_m_above;
-    var min_above: f32 = *sk_io_min_above;
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    var n_range: u32 = *sk_io_n_range;
-    var m_range: u64 = *sk_io_m_range;
-    var min_range: f32 = *sk_io_min_range;
-    var max_range_v: f32 = *sk_io_max_range_v;
-    var bestr64: f64 = *sk_io_bestr64;
-    var bestr64_i: u32 = *sk_io_bestr64_i;
-    var m_below: u64 = *sk_io_m_below;
-    var max_below_v: f32 = *sk_io_max_below_v;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var cz: f32 = (zx0 / temp);
-    var cov: f32 = (cz - cut_mx);
-    var cw: f32 = sk_exp_nonpositive((cz - cut_mx));
-    if ((cw > (0.0f))) {
-        // built by kernels::filter_top_p::cut_part
-        var cmv: u64 = sk_fixed(cw);
-        if (((cz * cut_grid_scale) >= cut_above_from)) {
-            n_above = (n_above + 1u);
-            m_above = (m_above + cmv);
-            min_above = min(min_above, cov);
-            if ((cw >= mp)) {
-                sk_cut_part_2(cov, noisy, row, col, &best64, &best64_i);
-            }
-        } else {
-            if (((cz * cut_grid_scale) >= cut_range_from)) {
-                n_range = (n_range + 1u);
-                m_range = (m_range + cmv);
-                min_range = min(min_range, cov);
-                max_range_v = max(max_range_v, cov);
-                if ((cw >= mp)) {
-                    sk_cut_part_2(cov, noisy, row, col, &bestr64, &bestr64_i);
-                }
-                var cut_at: u32 = 0u;
-                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 640u)) {
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
-                }
-            } else {
-                m_below = (m_below + cmv);
-                max_below_v = max(max_below_v, cov);
-            }
-        }
-    }
-    *sk_io_n_above = n_above;
-    *sk_io_m_above = m_above;
-    *sk_io_min_above = min_above;
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-    *sk_io_n_range = n_range;
-    *sk_io_m_range = m_range;
-    *sk_io_min_range = min_range;
-    *sk_io_max_range_v = max_range_v;
-    *sk_io_bestr64 = bestr64;
-    *sk_io_bestr64_i = bestr64_i;
-    *sk_io_m_below = m_below;
-    *sk_io_max_below_v = max_below_v;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_sums_u32_2.wgsl
+// shaders/functions/sk_block_sums_u64_3.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_exp_nonpositive.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_fixed.wgsl
+// shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
+// shaders/functions/sk_gumbel.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_for_each_quad_3.wgsl
+// shaders/functions/sk_cut_part.wgsl
+// shaders/functions/sk_load_quad_as_17.wgsl
+// shaders/functions/sk_cut_part_7.wgsl
+// shaders/functions/sk_read_step_34.wgsl
+// shaders/functions/sk_cut_part_9.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -334,151 +156,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e8: f32 = sk_load_x((base + (col_lo + select((sk_e9 - 1u), li3, (li3 < sk_e9)))));
                             var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_34(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_34(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_34(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_34(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                         }
                     } else {
-                        // built by kernels::filter_top_p::cut_part
-                        var cut_floor: f32 = bitcast<f32>(4286578688u);
-                        var cut_race: u32 = 0u;
-                        {
-                            // built by kernels::filter_values::for_each_quad
-                            var i0: u32 = (sk_lid * 4u);
-                            var zx0: f32 = bitcast<f32>(4286578688u);
-                            var zx1: f32 = bitcast<f32>(4286578688u);
-                            var zx2: f32 = bitcast<f32>(4286578688u);
-                            var zx3: f32 = bitcast<f32>(4286578688u);
-                            var zx_at: u32 = (base + (col_lo + i0));
-                            let sk_e18: u32 = (col_lo + i0);
-                            if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                let sk_e19: f32 = sk_load_x((zx_at + 0u));
-                                zx0 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
-                                let sk_e20: f32 = sk_load_x((zx_at + 1u));
-                                zx1 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                                let sk_e21: f32 = sk_load_x((zx_at + 2u));
-                                zx2 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                                let sk_e22: f32 = sk_load_x((zx_at + 3u));
-                                zx3 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                            } else {
-                                sk_load_quad_as(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
-                            }
-                            var li0: u32 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li1: u32 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li2: u32 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li3: u32 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                var cut_w0: u32 = cw4[0];
-                                {
-                                    sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                            }
-                            var cut_first: f32 = (0.0f);
-                            cut_first = sk_block_max_f32(sk_lid, best);
-                            cut_floor = cut_first;
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                var cut_w1: u32 = cw4[1];
-                                {
-                                    sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w2: u32 = cw4[2];
-                                {
-                                    sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w3: u32 = cw4[3];
-                                {
-                                    sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                            }
-                            var cut_step: f32 = (0.0f);
-                            cut_step = sk_block_max_f32(sk_lid, best);
-                            cut_floor = cut_step;
-                            cut_race = 0u;
-                        }
-                        for (var i0: u32 = ((sk_lid + BLOCK) * 4u); i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_quad
-                            var zx0: f32 = bitcast<f32>(4286578688u);
-                            var zx1: f32 = bitcast<f32>(4286578688u);
-                            var zx2: f32 = bitcast<f32>(4286578688u);
-                            var zx3: f32 = bitcast<f32>(4286578688u);
-                            var zx_at: u32 = (base + (col_lo + i0));
-                            let sk_e39: u32 = (col_lo + i0);
-                            if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                let sk_e40: f32 = sk_load_x((zx_at + 0u));
-                                zx0 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
-                                let sk_e41: f32 = sk_load_x((zx_at + 1u));
-                                zx1 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
-                                let sk_e42: f32 = sk_load_x((zx_at + 2u));
-                                zx2 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
-                                let sk_e43: f32 = sk_load_x((zx_at + 3u));
-                                zx3 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
-                            } else {
-                                sk_load_quad_as(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
-                            }
-                            var li0: u32 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li1: u32 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li2: u32 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li3: u32 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                var cut_w0: u32 = cw4[0];
-                                {
-                                    sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w1: u32 = cw4[1];
-                                {
-                                    sk_cut_part(cut_race, zx1, cut_rcp_t, cut_w1, cut_floor, temp, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w2: u32 = cw4[2];
-                                {
-                                    sk_cut_part(cut_race, zx2, cut_rcp_t, cut_w2, cut_floor, temp, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w3: u32 = cw4[3];
-                                {
-                                    sk_cut_part(cut_race, zx3, cut_rcp_t, cut_w3, cut_floor, temp, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                            }
-                            cut_race = 0u;
-                        }
+                        sk_cut_part_9(sk_lid, base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, &n_above, &m_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v, &best, &bestr, &best_i, &bestr_i);
                     }
                     var part_n_above: u32 = 0u;
                     var part_n_range: u32 = 0u;

@@ -35,180 +35,26 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
-// after the functions the crate puts before this file: shaders/functions/sk_block_max_f32.wgsl, shaders/functions/sk_block_max_u32.wgsl, shaders/functions/sk_block_sums_u32_2.wgsl, shaders/functions/sk_block_sums_u64_3.wgsl, shaders/functions/sk_block_argmax_f32.wgsl, shaders/functions/sk_block_argmax_f64.wgsl, shaders/functions/sk_log.wgsl, shaders/functions/sk_fixed.wgsl, shaders/functions/sk_philox.wgsl, shaders/functions/sk_uniform.wgsl, shaders/functions/sk_exponential.wgsl, shaders/functions/sk_log64.wgsl, shaders/functions/sk_murmur3.wgsl, shaders/functions/sk_seeded_gumbel64.wgsl
-fn sk_for_each_quad(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, cut_grid_shift: u32, cut_above_from: u32, mp: f32, cut_range_from: u32, row_slot: u32, parts: u32, part: u32, sk_c0: u32, sk_c1: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_cut_race: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
-    var n_above: u32 = *sk_io_n_above;
-    var m_above: u64 = *sk_io_m_above;
-    var min_above: f32 = *sk_io_min_above;
-    var cut_race: u32 = *sk_io_cut_race;
-    var n_range: u32 = *sk_io_n_range;
-    var m_range: u64 = *sk_io_m_range;
-    var min_range: f32 = *sk_io_min_range;
-    var max_range_v: f32 = *sk_io_max_range_v;
-    var m_below: u64 = *sk_io_m_below;
-    var max_below_v: f32 = *sk_io_max_below_v;
-    // built by kernels::filter_values::for_each_quad
-    var col: u32 = (col_lo + li0);
-    var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-    var cov: f32 = cz;
-    var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
-    if ((cw > (0.0f))) {
-        // built by kernels::filter_top_p::cut_part
-        var cmv: u64 = sk_fixed(cw);
-        if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) {
-            n_above = (n_above + 1u);
-            m_above = (m_above + cmv);
-            min_above = min(min_above, cov);
-            if ((cw >= mp)) {
-                cut_race = (cut_race | sk_c0);
-            }
-        } else {
-            if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) {
-                n_range = (n_range + 1u);
-                m_range = (m_range + cmv);
-                min_range = min(min_range, cov);
-                max_range_v = max(max_range_v, cov);
-                if ((cw >= mp)) {
-                    cut_race = (cut_race | sk_c1);
-                }
-                var cut_at: u32 = 0u;
-                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 640u)) {
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
-                }
-            } else {
-                m_below = (m_below + cmv);
-                max_below_v = max(max_below_v, cov);
-            }
-        }
-    }
-    *sk_io_n_above = n_above;
-    *sk_io_m_above = m_above;
-    *sk_io_min_above = min_above;
-    *sk_io_cut_race = cut_race;
-    *sk_io_n_range = n_range;
-    *sk_io_m_range = m_range;
-    *sk_io_min_range = min_range;
-    *sk_io_max_range_v = max_range_v;
-    *sk_io_m_below = m_below;
-    *sk_io_max_below_v = max_below_v;
-}
-fn sk_cut_part(cut_race: u32, cut_floor: f32, cut_w0: u32, zx0: f32, col_lo: u32, i0: u32, sk_c0: u32, sk_c1: u32, sk_c2: u32, sk_c3: u32, sk_c4: u32, sk_c5: u32, sk_io_best: ptr<function, f32>, sk_io_bestr: ptr<function, f32>, sk_io_best_i: ptr<function, u32>, sk_io_bestr_i: ptr<function, u32>) {
-    var best: f32 = *sk_io_best;
-    var bestr: f32 = *sk_io_bestr;
-    var best_i: u32 = *sk_io_best_i;
-    var bestr_i: u32 = *sk_io_bestr_i;
-    // built by kernels::filter_top_p::cut_part
-    var cut_above: bool = ((cut_race & sk_c0) != 0u);
-    var cut_may_edge: f32 = (select(bestr, max(best, cut_floor), cut_above) * sk_uniform((cut_w0 ^ 4294967295u)));
-    var cut_may: bool = (!(((cut_may_edge >= (1.1754944e-38f)) && (cut_may_edge < bitcast<f32>(2139095040u))) && ((zx0 * (1.0000153f)) < cut_may_edge)));
-    if ((cut_may && ((cut_race & sk_c1) != 0u))) {
-        var score: f32 = (select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u)))) / sk_exponential(cut_w0));
-        if (cut_above) {
-            if (((score > best) || ((score == best) && (((col_lo + i0) + sk_c2) < best_i)))) {
-                // built by kernels::filter_top_k::keep_lower
-                best = score;
-                best_i = ((col_lo + i0) + sk_c3);
-            }
-        } else {
-            if (((score > bestr) || ((score == bestr) && (((col_lo + i0) + sk_c4) < bestr_i)))) {
-                // built by kernels::filter_top_k::keep_lower
-                bestr = score;
-                bestr_i = ((col_lo + i0) + sk_c5);
-            }
-        }
-    }
-    *sk_io_best = best;
-    *sk_io_bestr = bestr;
-    *sk_io_best_i = best_i;
-    *sk_io_bestr_i = bestr_i;
-}
-fn sk_cut_part_2(cz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>) {
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    // built by kernels::filter_top_p::cut_part
-    {
-        // built by kernels::filter_top_k::race_one
-        var s64: f64 = sk_log64(f64(cz));
-        if (noisy) {
-            // built by kernels::seeded::score64
-            let sk_e6: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
-        }
-        if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
-            // built by kernels::filter_top_k::keep_lower
-            best64 = s64;
-            best64_i = col;
-        }
-    }
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-}
-fn sk_read_step(col_lo: u32, li0: u32, zx0: f32, cut_mx: f32, cut_grid_shift: u32, cut_above_from: u32, mp: f32, noisy: bool, row: u32, cut_range_from: u32, row_slot: u32, parts: u32, part: u32, sk_io_n_above: ptr<function, u32>, sk_io_m_above: ptr<function, u64>, sk_io_min_above: ptr<function, f32>, sk_io_best64: ptr<function, f64>, sk_io_best64_i: ptr<function, u32>, sk_io_n_range: ptr<function, u32>, sk_io_m_range: ptr<function, u64>, sk_io_min_range: ptr<function, f32>, sk_io_max_range_v: ptr<function, f32>, sk_io_bestr64: ptr<function, f64>, sk_io_bestr64_i: ptr<function, u32>, sk_io_m_below: ptr<function, u64>, sk_io_max_below_v: ptr<function, f32>) {
-    var n_above: u32 = *sk_io_n_above;
-    var m_above: u64 = *sk_io_m_above;
-    var min_above: f32 = *sk_io_min_above;
-    var best64: f64 = *sk_io_best64;
-    var best64_i: u32 = *sk_io_best64_i;
-    var n_range: u32 = *sk_io_n_range;
-    var m_range: u64 = *sk_io_m_range;
-    var min_range: f32 = *sk_io_min_range;
-    var max_range_v: f32 = *sk_io_max_range_v;
-    var bestr64: f64 = *sk_io_bestr64;
-    var bestr64_i: u32 = *sk_io_bestr64_i;
-    var m_below: u64 = *sk_io_m_below;
-    var max_below_v: f32 = *sk_io_max_below_v;
-    // built by kernels::filter_values::read_step
-    var col: u32 = (col_lo + li0);
-    var cz: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-    var cov: f32 = cz;
-    var cw: f32 = select((cz / cut_mx), (1.0f), (cz == cut_mx));
-    if ((cw > (0.0f))) {
-        // built by kernels::filter_top_p::cut_part
-        var cmv: u64 = sk_fixed(cw);
-        if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_above_from)) {
-            n_above = (n_above + 1u);
-            m_above = (m_above + cmv);
-            min_above = min(min_above, cov);
-            if ((cw >= mp)) {
-                sk_cut_part_2(cz, noisy, row, col, &best64, &best64_i);
-            }
-        } else {
-            if (((bitcast<u32>(cz) >> (23u - cut_grid_shift)) >= cut_range_from)) {
-                n_range = (n_range + 1u);
-                m_range = (m_range + cmv);
-                min_range = min(min_range, cov);
-                max_range_v = max(max_range_v, cov);
-                if ((cw >= mp)) {
-                    sk_cut_part_2(cz, noisy, row, col, &bestr64, &bestr64_i);
-                }
-                var cut_at: u32 = 0u;
-                cut_at = atomicAdd(&cut_listing[0u], 1u);
-                if ((cut_at < 640u)) {
-                    partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
-                    partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
-                }
-            } else {
-                m_below = (m_below + cmv);
-                max_below_v = max(max_below_v, cov);
-            }
-        }
-    }
-    *sk_io_n_above = n_above;
-    *sk_io_m_above = m_above;
-    *sk_io_min_above = min_above;
-    *sk_io_best64 = best64;
-    *sk_io_best64_i = best64_i;
-    *sk_io_n_range = n_range;
-    *sk_io_m_range = m_range;
-    *sk_io_min_range = min_range;
-    *sk_io_max_range_v = max_range_v;
-    *sk_io_bestr64 = bestr64;
-    *sk_io_bestr64_i = bestr64_i;
-    *sk_io_m_below = m_below;
-    *sk_io_max_below_v = max_below_v;
-}
+// The crate puts these files before this one:
+// shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_max_u32.wgsl
+// shaders/functions/sk_block_sums_u32_2.wgsl
+// shaders/functions/sk_block_sums_u64_3.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
+// shaders/functions/sk_block_argmax_f64.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_fixed.wgsl
+// shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
+// shaders/functions/sk_log64.wgsl
+// shaders/functions/sk_murmur3.wgsl
+// shaders/functions/sk_seeded_gumbel64.wgsl
+// shaders/functions/sk_for_each_quad_4.wgsl
+// shaders/functions/sk_cut_part_5.wgsl
+// shaders/functions/sk_cut_part_11.wgsl
+// shaders/functions/sk_read_step_35.wgsl
+// shaders/functions/sk_cut_part_12.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -298,167 +144,20 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             let sk_e5: u32 = (col_hi - col_lo);
                             var zx3: f32 = x[(base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5))))];
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_35(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_35(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_35(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_35(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                             }
                         }
                     } else {
-                        // built by kernels::filter_top_p::cut_part
-                        var cut_floor: f32 = bitcast<f32>(4286578688u);
-                        var cut_race: u32 = 0u;
-                        {
-                            // built by kernels::filter_values::for_each_quad
-                            var i0: u32 = (sk_lid * 4u);
-                            var zx0: f32 = (0.0f);
-                            var zx1: f32 = (0.0f);
-                            var zx2: f32 = (0.0f);
-                            var zx3: f32 = (0.0f);
-                            var zx_at: u32 = (base + (col_lo + i0));
-                            let sk_e14: u32 = (col_lo + i0);
-                            if (((sk_e14 < col_hi) && ((col_hi - sk_e14) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                zx0 = x[(zx_at + 0u)];
-                                zx1 = x[(zx_at + 1u)];
-                                zx2 = x[(zx_at + 2u)];
-                                zx3 = x[(zx_at + 3u)];
-                            } else {
-                                // built by kernels::abi::load_quad_as
-                                let sk_e16: u32 = ((col_lo + i0) + 0u);
-                                let sk_e15: bool = (sk_e16 < col_hi);
-                                zx0 = select((0.0f), x[(base + select((col_hi - 1u), sk_e16, sk_e15))], sk_e15);
-                                let sk_e18: u32 = ((col_lo + i0) + 1u);
-                                let sk_e17: bool = (sk_e18 < col_hi);
-                                zx1 = select((0.0f), x[(base + select((col_hi - 1u), sk_e18, sk_e17))], sk_e17);
-                                let sk_e20: u32 = ((col_lo + i0) + 2u);
-                                let sk_e19: bool = (sk_e20 < col_hi);
-                                zx2 = select((0.0f), x[(base + select((col_hi - 1u), sk_e20, sk_e19))], sk_e19);
-                                let sk_e22: u32 = ((col_lo + i0) + 3u);
-                                let sk_e21: bool = (sk_e22 < col_hi);
-                                zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e22, sk_e21))], sk_e21);
-                            }
-                            var li0: u32 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li1: u32 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li2: u32 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li3: u32 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var cw4: vec4<u32> = vec4<u32>(0u, 0u, 0u, 0u);
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                cw4 = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                var cut_w0: u32 = cw4[0];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                            }
-                            var cut_first: f32 = (0.0f);
-                            cut_first = sk_block_max_f32(sk_lid, best);
-                            cut_floor = cut_first;
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                var cut_w1: u32 = cw4[1];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w2: u32 = cw4[2];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w3: u32 = cw4[3];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                            }
-                            var cut_step: f32 = (0.0f);
-                            cut_step = sk_block_max_f32(sk_lid, best);
-                            cut_floor = cut_step;
-                            cut_race = 0u;
-                        }
-                        for (var i0: u32 = ((sk_lid + BLOCK) * 4u); i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_quad
-                            var zx0: f32 = (0.0f);
-                            var zx1: f32 = (0.0f);
-                            var zx2: f32 = (0.0f);
-                            var zx3: f32 = (0.0f);
-                            var zx_at: u32 = (base + (col_lo + i0));
-                            let sk_e23: u32 = (col_lo + i0);
-                            if (((sk_e23 < col_hi) && ((col_hi - sk_e23) >= 4u))) {
-                                // built by kernels::abi::load_quad_as
-                                zx0 = x[(zx_at + 0u)];
-                                zx1 = x[(zx_at + 1u)];
-                                zx2 = x[(zx_at + 2u)];
-                                zx3 = x[(zx_at + 3u)];
-                            } else {
-                                // built by kernels::abi::load_quad_as
-                                let sk_e25: u32 = ((col_lo + i0) + 0u);
-                                let sk_e24: bool = (sk_e25 < col_hi);
-                                zx0 = select((0.0f), x[(base + select((col_hi - 1u), sk_e25, sk_e24))], sk_e24);
-                                let sk_e27: u32 = ((col_lo + i0) + 1u);
-                                let sk_e26: bool = (sk_e27 < col_hi);
-                                zx1 = select((0.0f), x[(base + select((col_hi - 1u), sk_e27, sk_e26))], sk_e26);
-                                let sk_e29: u32 = ((col_lo + i0) + 2u);
-                                let sk_e28: bool = (sk_e29 < col_hi);
-                                zx2 = select((0.0f), x[(base + select((col_hi - 1u), sk_e29, sk_e28))], sk_e28);
-                                let sk_e31: u32 = ((col_lo + i0) + 3u);
-                                let sk_e30: bool = (sk_e31 < col_hi);
-                                zx3 = select((0.0f), x[(base + select((col_hi - 1u), sk_e31, sk_e30))], sk_e30);
-                            }
-                            var li0: u32 = (i0 + 0u);
-                            {
-                                sk_for_each_quad(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 1u, 16u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li1: u32 = (i0 + 1u);
-                            {
-                                sk_for_each_quad(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 2u, 32u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li2: u32 = (i0 + 2u);
-                            {
-                                sk_for_each_quad(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 4u, 64u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            var li3: u32 = (i0 + 3u);
-                            {
-                                sk_for_each_quad(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, 8u, 128u, &n_above, &m_above, &min_above, &cut_race, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v);
-                            }
-                            if ((cut_race != 0u)) {
-                                // built by kernels::filter_top_p::cut_part
-                                var cw4: vec4<u32> = sk_philox(vec4<u32>(((col_lo + i0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                var cut_w0: u32 = cw4[0];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w0, zx0, col_lo, i0, 1u, 17u, 0u, 0u, 0u, 0u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w1: u32 = cw4[1];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w1, zx1, col_lo, i0, 2u, 34u, 1u, 1u, 1u, 1u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w2: u32 = cw4[2];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w2, zx2, col_lo, i0, 4u, 68u, 2u, 2u, 2u, 2u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                                var cut_w3: u32 = cw4[3];
-                                {
-                                    sk_cut_part(cut_race, cut_floor, cut_w3, zx3, col_lo, i0, 8u, 136u, 3u, 3u, 3u, 3u, &best, &bestr, &best_i, &bestr_i);
-                                }
-                            }
-                            cut_race = 0u;
-                        }
+                        sk_cut_part_12(sk_lid, base, col_lo, col_hi, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &n_above, &m_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v, &best, &bestr, &best_i, &bestr_i);
                     }
                     var part_n_above: u32 = 0u;
                     var part_n_range: u32 = 0u;

@@ -594,31 +594,6 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     for (path, _) in function_files(kernel, source)? {
         out.line(format!("#include \"{path}\""));
     }
-    // Procedures are macros, so that NVVM compiles the code a kernel would have inline: as
-    // `__forceinline__` functions the top-p cut's column loop took 4.5 more instructions a
-    // column on sm_90. The outlining pass leaves no name a body declares among the arguments.
-    let in_macro = Emitter { kernel, macro_body: true };
-    for proc in &kernel.procedures {
-        let mut params: Vec<String> = proc.params.iter().chain(&proc.inouts).map(|(n, _)| n.clone()).collect();
-        for (n, _, bins) in &proc.histograms {
-            params.extend((0..*bins).map(|i| format!("{n}_{i}")));
-        }
-        if let Some(p) = params.iter().find(|p| ["x", "y", "z", "w"].contains(&p.as_str())) {
-            return Err(IrError::target(
-                kernel,
-                format!("procedure {} has a parameter `{p}`, a member's name", proc.name),
-            ));
-        }
-        let mut text = Out::default();
-        text.open(format!("#define {}({}) {{", proc.name, params.join(", ")));
-        in_macro.block(&mut text, &proc.body, &mut proc.scope(kernel))?;
-        text.close("}");
-        let text = text.finish();
-        let lines: Vec<&str> = text.lines().collect();
-        for (i, l) in lines.iter().enumerate() {
-            out.line(if i + 1 < lines.len() { format!("{l} \\") } else { l.to_string() });
-        }
-    }
     out.blank();
     let mut args: Vec<String> = kernel.buffers.iter().map(buffer_arg).collect();
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
@@ -636,8 +611,8 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
 }
 
 /// The functions `kernel` calls, each a file of its own in `kernels/functions/` (the path a
-/// kernel file includes), written once for every kernel that calls it: its collectives, then the
-/// IR's functions. NVRTC takes one source, so the crate puts each in its include line's place
+/// kernel file includes), written once for every kernel that calls it: its collectives, the
+/// IR's functions, then its procedures (macros). NVRTC takes one source, so the crate puts each in its include line's place
 /// (`KernelSource::cuda_unit`). They read the file-scope arrays and helpers (`sk_bitcast`) the
 /// including file defines before them.
 pub fn function_files(kernel: &Prepared, source: &str) -> Result<Vec<(String, String)>, IrError> {
@@ -651,11 +626,35 @@ pub fn function_files(kernel: &Prepared, source: &str) -> Result<Vec<(String, St
         out.close("}");
         texts.push((func.name.clone(), out.finish()));
     }
+    for proc in &kernel.procedures {
+        texts.push((proc.name.clone(), procedure_macro(kernel, proc)?));
+    }
     let file = |(name, text): (String, String)| {
-        let head = format!("{}// function `{name}`, included by each kernel that calls it\n", header("//", source));
+        let head = format!("{}// `{name}`, included by each kernel that calls it\n", header("//", source));
         (format!("functions/{name}.cuh"), head + &text)
     };
     Ok(texts.into_iter().map(file).collect())
+}
+
+/// Procedure `proc` as a macro, so that NVVM compiles the code a kernel would have inline: as
+/// `__forceinline__` functions the top-p cut's column loop took 4.5 more instructions a column
+/// on sm_90. The outlining pass leaves no name a body declares among the arguments.
+pub fn procedure_macro(kernel: &Prepared, proc: &Procedure) -> Result<String, IrError> {
+    let mut params: Vec<String> = proc.params.iter().chain(&proc.inouts).map(|(n, _)| n.clone()).collect();
+    for (n, _, bins) in &proc.histograms {
+        params.extend((0..*bins).map(|i| format!("{n}_{i}")));
+    }
+    if let Some(p) = params.iter().find(|p| ["x", "y", "z", "w"].contains(&p.as_str())) {
+        return Err(IrError::target(kernel, format!("procedure {} has a parameter `{p}`, a member's name", proc.name)));
+    }
+    let mut text = Out::default();
+    text.open(format!("#define {}({}) {{", proc.name, params.join(", ")));
+    Emitter { kernel, macro_body: true }.block(&mut text, &proc.body, &mut proc.scope(kernel))?;
+    text.close("}");
+    let text = text.finish();
+    let lines: Vec<&str> = text.lines().collect();
+    let continued = |(i, l): (usize, &&str)| if i + 1 < lines.len() { format!("{l} \\\n") } else { format!("{l}\n") };
+    Ok(lines.iter().enumerate().map(continued).collect())
 }
 
 #[cfg(test)]

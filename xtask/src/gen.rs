@@ -91,9 +91,11 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     manifest.push_str(&contracts(&kernels));
     let mut kernel_entries = String::new();
     let mut functions = Functions::default();
+    let mut procedures = Procedures::default();
     for k in &kernels {
-        let prepared = crate::passes::prepare(k)?;
+        let mut prepared = crate::passes::prepare(k)?;
         let block = wgpu.block_for(k.workgroup);
+        procedures.name(&mut prepared, block)?;
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
         files.push((PathBuf::from(&wgsl_path), wgsl::emit(&prepared, block, SOURCE)?));
@@ -148,6 +150,48 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
     files.extend(functions.files.into_iter().map(|(p, t, _)| (PathBuf::from(p), t)));
     files.push((PathBuf::from("src/generated.rs"), manifest));
     Ok(files)
+}
+
+/// The procedures of the kernels printed so far, by the names they are printed under, with their
+/// CUDA and WGSL texts.
+#[derive(Default)]
+struct Procedures(Vec<(String, String, String)>);
+
+impl Procedures {
+    /// Names `kernel`'s procedures (callees first, as the outlining pass orders them) so that a
+    /// procedure another kernel prints the same way on both targets takes its name, and so its
+    /// file, and one printed otherwise a name of its own: the builder's (`sk_read_step`), then
+    /// numbered.
+    fn name(&mut self, kernel: &mut crate::passes::Prepared, block: u32) -> Result<(), String> {
+        let local: Vec<String> = kernel.procedures.iter().map(|p| p.name.clone()).collect();
+        for (i, name) in local.iter().enumerate() {
+            kernel.rename_procedure(name, &format!("sk_unnamed_{i}"));
+        }
+        let mut named: Vec<String> = Vec::new();
+        for (i, name) in local.iter().enumerate() {
+            let base = name.trim_end_matches(|c: char| c.is_ascii_digit());
+            let base = base.strip_suffix('_').filter(|_| base.len() < name.len()).unwrap_or(name);
+            let mut current = format!("sk_unnamed_{i}");
+            for n in 1.. {
+                let candidate = if n == 1 { base.to_string() } else { format!("{base}_{n}") };
+                if named.contains(&candidate) {
+                    continue;
+                }
+                kernel.rename_procedure(&current, &candidate);
+                current = candidate.clone();
+                let proc = kernel.procedures.iter().find(|p| p.name == candidate).expect("just named");
+                let texts = (cuda::procedure_macro(kernel, proc)?, wgsl::procedure_fn(kernel, block, proc)?);
+                match self.0.iter().find(|(n, ..)| *n == candidate) {
+                    Some((_, c, w)) if (c, w) != (&texts.0, &texts.1) => continue,
+                    Some(_) => {}
+                    None => self.0.push((candidate.clone(), texts.0, texts.1)),
+                }
+                named.push(candidate);
+                break;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The function files: each written once, whichever kernels call it; a function whose text

@@ -1224,10 +1224,16 @@ pub struct Collectives {
 }
 
 impl Collectives {
-    /// Those of the kernel's body and procedures.
+    /// Those of the kernel's body and procedures, in the order the body reaches them (a
+    /// procedure's where it is first called), so that outlining a block moves none: the emitters
+    /// declare the collectives' scratch in this order, and ptxas lays workgroup memory out by it.
     pub fn of(kernel: &Kernel) -> Self {
         let mut c = Collectives::default();
-        bodies(kernel).for_each(|b| c.visit(b));
+        let mut seen = Vec::new();
+        c.visit(kernel, &kernel.body, &mut seen);
+        for p in &kernel.procedures {
+            c.visit(kernel, &p.body, &mut seen);
+        }
         c
     }
     /// The most values one `SumMany` of each type sums: what its scratch must hold.
@@ -1241,7 +1247,7 @@ impl Collectives {
         }
         out
     }
-    fn visit(&mut self, stmts: &[Stmt]) {
+    fn visit(&mut self, kernel: &Kernel, stmts: &[Stmt], seen: &mut Vec<String>) {
         for s in stmts {
             match s {
                 Stmt::Reduce { op, ty, .. } => {
@@ -1261,10 +1267,16 @@ impl Collectives {
                     }
                 }
                 Stmt::If { then, els, .. } => {
-                    self.visit(then);
-                    self.visit(els);
+                    self.visit(kernel, then, seen);
+                    self.visit(kernel, els, seen);
                 }
-                Stmt::For { body, .. } | Stmt::Scope(body) => self.visit(body),
+                Stmt::For { body, .. } | Stmt::Scope(body) => self.visit(kernel, body, seen),
+                Stmt::Call { name, .. } => {
+                    if let Some(p) = kernel.procedures.iter().find(|p| &p.name == name && !seen.contains(name)) {
+                        seen.push(name.clone());
+                        self.visit(kernel, &p.body, seen);
+                    }
+                }
                 Stmt::Let { .. }
                 | Stmt::Bind { .. }
                 | Stmt::Comment(_)
@@ -1277,7 +1289,6 @@ impl Collectives {
                 | Stmt::Return(_)
                 | Stmt::Barrier
                 | Stmt::AtomicAdd { .. }
-                | Stmt::Call { .. }
                 | Stmt::Fence => {}
             }
         }

@@ -1,5 +1,6 @@
 //! Outlining: a block of statements that a kernel repeats becomes a [`Procedure`], printed once,
-//! and each place it stood calls it.
+//! and each place it stood calls it; then a long body's largest blocks become procedures too
+//! ([`BODY_LINES`]), so that a kernel reads as its phases.
 //!
 //! Builders are Rust functions a kernel calls many times (the merge kernel reads a step of
 //! columns in sixty places), and each call used to print its code again: files of thousands of
@@ -26,8 +27,14 @@ use crate::passes::map_children;
 /// cost about what it saves.
 const MIN_LINES: usize = 6;
 
-/// Outlines `kernel`'s repeated blocks, the largest savings first, until none is left; then puts
-/// each procedure after those it calls.
+/// A body (the kernel's or a procedure's) that prints more than this many lines gives its largest
+/// block of at most this many to a procedure of its own, until it prints fewer or has no such
+/// block: so that each, a file of its own once printed (`gen.rs`), can be read, and a kernel reads
+/// as the calls of its phases. CUDA expands the macros to the code it compiled before.
+const BODY_LINES: usize = 500;
+
+/// Outlines `kernel`'s repeated blocks, the largest savings first, until none is left, then the
+/// blocks of its long bodies ([`BODY_LINES`]); then puts each procedure after those it calls.
 pub fn outline(kernel: &mut Kernel) -> Result<(), IrError> {
     loop {
         let mut groups: Vec<Group> = blocks(kernel)?.into_values().filter(|g| g.saving() > 0).collect();
@@ -46,52 +53,93 @@ pub fn outline(kernel: &mut Kernel) -> Result<(), IrError> {
             break;
         }
         for g in chosen {
-            let name = fresh_name(kernel, &g.builder);
-            // The literals that differ between sites become parameters `sk_c<n>`.
-            let varying: Vec<Option<String>> = {
-                let mut n = 0;
-                (0..g.lits[0].len())
-                    .map(|j| {
-                        let differs = g.lits.iter().any(|l| l[j] != g.lits[0][j]);
-                        differs.then(|| {
-                            n += 1;
-                            format!("sk_c{}", n - 1)
-                        })
-                    })
-                    .collect()
-            };
-            let mut body = {
-                let scope = walk_scope(kernel, &g.sites[0])?;
-                let mut c = Canon::new(&scope, Some(&varying));
-                c.block(block_at(kernel, &g.sites[0]))
-            };
-            if !matches!(body.first(), Some(Stmt::Comment(_))) {
-                body.insert(0, Stmt::Comment(format!("built by {}", g.builder)));
-            }
-            let named = |v: Vec<(String, Ty)>| v.into_iter().map(|(n, t)| (param_name(&n), t)).collect::<Vec<_>>();
-            let (params, inouts) = split_free(&g.free[0]);
-            let (mut params, inouts) = (named(params), named(inouts));
-            for (j, v) in varying.iter().enumerate() {
-                if let Some(v) = v {
-                    params.push((v.clone(), g.lits[0][j].ty()));
-                }
-            }
-            for (((site, free), lits), bins) in g.sites.iter().zip(&g.free).zip(&g.lits).zip(&g.bins) {
-                let (args, outs) = split_free(free);
-                let mut args: Vec<Expr> = args.iter().map(|(n, _)| var(n)).collect();
-                args.extend(varying.iter().zip(lits).filter(|(v, _)| v.is_some()).map(|(_, l)| Expr::Lit(*l)));
-                *block_at_mut(kernel, site) = vec![Stmt::Call {
-                    name: name.clone(),
-                    args,
-                    inouts: outs.into_iter().map(|(n, _)| n).collect(),
-                    histograms: bins.iter().map(|(n, ..)| n.clone()).collect(),
-                }];
-            }
-            let histograms = g.bins[0].iter().map(|(n, t, b)| (param_name(n), *t, *b)).collect();
-            kernel.procedures.push(Procedure { name, params, inouts, histograms, body });
+            outline_group(kernel, g)?;
         }
     }
+    // Bodies still too long to read give their largest blocks, each to a procedure of its own.
+    while let Some(g) = phase(kernel)? {
+        outline_group(kernel, &g)?;
+    }
     order_procedures(kernel);
+    Ok(())
+}
+
+/// The largest block of at most [`BODY_LINES`] that can be a procedure, in the first body that
+/// prints more, as a group of one site.
+fn phase(kernel: &Kernel) -> Result<Option<Group>, IrError> {
+    for i in 0..=kernel.procedures.len() {
+        let (scope, body) = body_scope(kernel, i);
+        if lines(body) <= BODY_LINES {
+            continue;
+        }
+        let mut found = Blocks { counting: false, single: true, shapes: HashMap::new(), groups: BTreeMap::new() };
+        let mut walk = Walk { scope, body: i, path: vec![], until: None, found: None, blocks: Some(&mut found) };
+        walk.block(body, "");
+        let fits = found.groups.into_values().filter(|g| g.lines <= BODY_LINES);
+        if let Some(mut g) = fits.max_by_key(|g| g.lines) {
+            // Named for what it does: a block that is a branch of its builder's code takes the
+            // name of the first builder it calls, where it calls one.
+            let block = block_at(kernel, &g.sites[0]);
+            if !matches!(block.first(), Some(Stmt::Comment(_))) {
+                let mut inner = None;
+                visit_stmts(block, &mut |s| {
+                    if let (None, Stmt::Comment(c)) = (&inner, s) {
+                        inner = c.strip_prefix("built by ").map(str::to_string);
+                    }
+                });
+                g.name = inner.unwrap_or(g.name);
+            }
+            return Ok(Some(g));
+        }
+    }
+    Ok(None)
+}
+
+/// Makes group `g` a procedure and puts a call to it at each of its sites.
+fn outline_group(kernel: &mut Kernel, g: &Group) -> Result<(), IrError> {
+    let name = fresh_name(kernel, &g.name);
+    // The literals that differ between sites become parameters `sk_c<n>`.
+    let varying: Vec<Option<String>> = {
+        let mut n = 0;
+        (0..g.lits[0].len())
+            .map(|j| {
+                let differs = g.lits.iter().any(|l| l[j] != g.lits[0][j]);
+                differs.then(|| {
+                    n += 1;
+                    format!("sk_c{}", n - 1)
+                })
+            })
+            .collect()
+    };
+    let mut body = {
+        let scope = walk_scope(kernel, &g.sites[0])?;
+        let mut c = Canon::new(&scope, Some(&varying));
+        c.block(block_at(kernel, &g.sites[0]))
+    };
+    if !matches!(body.first(), Some(Stmt::Comment(_))) {
+        body.insert(0, Stmt::Comment(format!("built by {}", g.builder)));
+    }
+    let named = |v: Vec<(String, Ty)>| v.into_iter().map(|(n, t)| (param_name(&n), t)).collect::<Vec<_>>();
+    let (params, inouts) = split_free(&g.free[0]);
+    let (mut params, inouts) = (named(params), named(inouts));
+    for (j, v) in varying.iter().enumerate() {
+        if let Some(v) = v {
+            params.push((v.clone(), g.lits[0][j].ty()));
+        }
+    }
+    for (((site, free), lits), bins) in g.sites.iter().zip(&g.free).zip(&g.lits).zip(&g.bins) {
+        let (args, outs) = split_free(free);
+        let mut args: Vec<Expr> = args.iter().map(|(n, _)| var(n)).collect();
+        args.extend(varying.iter().zip(lits).filter(|(v, _)| v.is_some()).map(|(_, l)| Expr::Lit(*l)));
+        *block_at_mut(kernel, site) = vec![Stmt::Call {
+            name: name.clone(),
+            args,
+            inouts: outs.into_iter().map(|(n, _)| n).collect(),
+            histograms: bins.iter().map(|(n, ..)| n.clone()).collect(),
+        }];
+    }
+    let histograms = g.bins[0].iter().map(|(n, t, b)| (param_name(n), *t, *b)).collect();
+    kernel.procedures.push(Procedure { name, params, inouts, histograms, body });
     Ok(())
 }
 
@@ -135,6 +183,8 @@ impl Site {
 struct Group {
     lines: usize,
     builder: String,
+    /// What the procedure is named for: its builder, or for a [`phase`] the builder it calls.
+    name: String,
     /// The names the first site's block declares.
     declared: Vec<String>,
     sites: Vec<Site>,
@@ -164,7 +214,7 @@ impl Group {
 fn blocks(kernel: &Kernel) -> Result<BTreeMap<String, Group>, IrError> {
     // Two walks: the first counts each block's shape (cheap), the second puts in canonical form
     // only blocks whose shape another shares.
-    let mut found = Blocks { counting: true, shapes: HashMap::new(), groups: BTreeMap::new() };
+    let mut found = Blocks { counting: true, single: false, shapes: HashMap::new(), groups: BTreeMap::new() };
     for counting in [true, false] {
         found.counting = counting;
         for i in 0..=kernel.procedures.len() {
@@ -179,6 +229,8 @@ fn blocks(kernel: &Kernel) -> Result<BTreeMap<String, Group>, IrError> {
 /// What a walk over every body gathers.
 struct Blocks {
     counting: bool,
+    /// Each block a group of its own, whatever the others ([`phase`]).
+    single: bool,
     /// How many blocks have each [`shape`].
     shapes: HashMap<u64, usize>,
     groups: BTreeMap<String, Group>,
@@ -282,7 +334,7 @@ impl Walk<'_, '_> {
             *blocks.shapes.entry(fingerprint).or_default() += 1;
             return;
         }
-        if blocks.shapes.get(&fingerprint).copied().unwrap_or(0) < 2 {
+        if !blocks.single && blocks.shapes.get(&fingerprint).copied().unwrap_or(0) < 2 {
             return;
         }
         let mut c = Canon::new(&self.scope, None);
@@ -293,11 +345,12 @@ impl Walk<'_, '_> {
         }
         let types: Vec<Ty> = c.free.iter().map(|f| f.1).chain(c.lits.iter().map(|l| l.ty())).collect();
         let bins: Vec<(Ty, u32)> = c.bins.iter().map(|b| (b.1, b.2)).collect();
-        let key = format!("{canon:?}{types:?}{bins:?}");
         let site = Site { body: self.body, path: self.path.clone() };
+        let key = if blocks.single { format!("{site:?}") } else { format!("{canon:?}{types:?}{bins:?}") };
         let g = blocks.groups.entry(key).or_insert_with(|| Group {
             lines: printed,
             builder: builder.to_string(),
+            name: builder.to_string(),
             declared: c.declared.clone(),
             sites: vec![],
             free: vec![],
@@ -725,5 +778,73 @@ mod tests {
         let mut k = kernel(b.stmts);
         outline(&mut k).unwrap();
         assert!(k.procedures.is_empty());
+    }
+
+    /// A body over [`BODY_LINES`] of blocks of different lengths (no two one procedure) gives its
+    /// largest blocks to procedures until it prints fewer, and the kernel computes what it did:
+    /// the statements are the same once the calls are put back.
+    #[test]
+    fn a_long_body_gives_its_largest_blocks_to_procedures() {
+        let mut b = Block::new();
+        b.let_("s", Ty::F32, f(0.0));
+        for i in 0..60 {
+            b.if_(param("n").gt(u(i)), |b| {
+                for j in 0..=i {
+                    b.store("y", u(i * 64 + j), var("s") * f(i as f32));
+                }
+                b.set("s", var("s") + f(1.0));
+            });
+        }
+        let mut k = kernel(b.stmts);
+        let before = lines(&k.body);
+        assert!(before > BODY_LINES, "{before} lines");
+        outline(&mut k).unwrap();
+        check(&k).unwrap();
+        assert!(lines(&k.body) <= BODY_LINES, "{} lines left", lines(&k.body));
+        assert!(!k.procedures.is_empty());
+        // The largest blocks went: every block left inline is at most as long as any outlined.
+        let outlined = k.procedures.iter().map(|p| lines(&p.body)).min().unwrap();
+        let mut inline = 0;
+        visit_stmts(&k.body, &mut |s| {
+            if let Stmt::If { then, .. } = s {
+                inline = inline.max(lines(then));
+            }
+        });
+        assert!(inline <= outlined, "a block of {inline} lines stayed where one of {outlined} went");
+        // Put back, the calls give the body as it was (the procedures' bodies start with their
+        // builder's comment, which the test's blocks lacked).
+        let mut body = k.body.clone();
+        for s in &mut body {
+            if let Stmt::If { then, .. } = s {
+                if let [Stmt::Call { name, .. }] = then.as_slice() {
+                    let p = k.procedures.iter().find(|p| &p.name == name).unwrap();
+                    *then = p.body.iter().filter(|s| !matches!(s, Stmt::Comment(_))).cloned().collect();
+                }
+            }
+        }
+        let mut want = Block::new();
+        want.let_("s", Ty::F32, f(0.0));
+        for i in 0..60 {
+            want.if_(param("n").gt(u(i)), |b| {
+                for j in 0..=i {
+                    b.store("y", u(i * 64 + j), var("s") * f(i as f32));
+                }
+                b.set("s", var("s") + f(1.0));
+            });
+        }
+        let strip = |v: Vec<Stmt>| -> Vec<Stmt> {
+            v.into_iter()
+                .filter(|s| !matches!(s, Stmt::Comment(_)))
+                .map(|s| match s {
+                    Stmt::If { cond, then, els } => Stmt::If {
+                        cond,
+                        then: then.into_iter().filter(|s| !matches!(s, Stmt::Comment(_))).collect(),
+                        els,
+                    },
+                    s => s,
+                })
+                .collect()
+        };
+        assert_eq!(strip(body), strip(want.stmts));
     }
 }

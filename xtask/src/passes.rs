@@ -21,6 +21,34 @@ impl std::ops::Deref for Prepared {
     }
 }
 
+impl Prepared {
+    /// Renames procedure `from` to `to`, and every call to it: `gen` names procedures across
+    /// kernels, so that one printed the same way by two kernels is one file.
+    pub fn rename_procedure(&mut self, from: &str, to: &str) {
+        fn calls(stmts: &mut [Stmt], from: &str, to: &str) {
+            for s in stmts {
+                match s {
+                    Stmt::Call { name, .. } if name == from => *name = to.to_string(),
+                    Stmt::If { then, els, .. } => {
+                        calls(then, from, to);
+                        calls(els, from, to);
+                    }
+                    Stmt::For { body, .. } | Stmt::Scope(body) => calls(body, from, to),
+                    _ => {}
+                }
+            }
+        }
+        let k = &mut self.0;
+        calls(&mut k.body, from, to);
+        for p in &mut k.procedures {
+            calls(&mut p.body, from, to);
+            if p.name == from {
+                p.name = to.to_string();
+            }
+        }
+    }
+}
+
 /// `kernel` as the emitters print it: checked, then simplified as the module says, then checked
 /// again (a pass that broke typing is a bug reported as an error, not a driver's complaint).
 pub fn prepare(kernel: &Kernel) -> Result<Prepared, IrError> {

@@ -269,7 +269,8 @@ impl CLike for Emitter<'_> {
 }
 
 impl Emitter<'_> {
-    /// The collectives and the IR's functions the kernel calls, each as its name and text.
+    /// The collectives, the IR's functions and the procedures the kernel calls, each as its name
+    /// and text.
     fn functions(&self) -> Result<Vec<(String, String)>, IrError> {
         let mut texts = self.collective_helpers(&Collectives::of(self.kernel));
         for func in &self.kernel.functions {
@@ -277,7 +278,35 @@ impl Emitter<'_> {
             self.function(&mut out, func)?;
             texts.push((func.name.clone(), out.finish()));
         }
+        for proc in &self.kernel.procedures {
+            texts.push((proc.name.clone(), self.procedure(proc)?));
+        }
         Ok(texts)
+    }
+
+    /// A procedure takes the builtins it reaches (the entry point's arguments), then its values,
+    /// then pointers to its inouts, copied in and out (no procedure returns early), then pointers
+    /// to its histograms.
+    fn procedure(&self, proc: &Procedure) -> Result<String, IrError> {
+        let kernel = self.kernel;
+        let mut params: Vec<String> = builtins(kernel, proc).into_iter().map(|(n, t)| format!("{n}: {t}")).collect();
+        params.extend(proc.params.iter().map(|(n, t)| format!("{n}: {}", self.ty(*t))));
+        params.extend(proc.inouts.iter().map(|(n, t)| format!("sk_io_{n}: ptr<function, {}>", self.ty(*t))));
+        for (n, t, bins) in &proc.histograms {
+            params.push(format!("{n}: ptr<function, array<{}, {bins}>>", self.ty(*t)));
+        }
+        let mut out = Out::default();
+        out.open(format!("fn {}({}) {{", proc.name, params.join(", ")));
+        for (n, t) in &proc.inouts {
+            out.line(format!("var {n}: {} = *sk_io_{n};", self.ty(*t)));
+        }
+        let inner = Emitter { pointed: proc.histograms.iter().map(|h| h.0.clone()).collect(), ..self.clone() };
+        inner.block(&mut out, &proc.body, &mut proc.scope(kernel))?;
+        for (n, _) in &proc.inouts {
+            out.line(format!("*sk_io_{n} = {n};"));
+        }
+        out.close("}");
+        Ok(out.finish())
     }
 
     fn function(&self, out: &mut Out, func: &Function) -> Result<(), IrError> {
@@ -524,18 +553,29 @@ pub fn workgroup_bytes(kernel: &Prepared, block: u32) -> Result<u32, IrError> {
 /// they read the `BLOCK` and workgroup arrays that file declares. None for a kernel that holds
 /// u64 as words, which prints its own.
 pub fn function_files(kernel: &Prepared, block: u32, source: &str) -> Result<Vec<(String, String)>, IrError> {
-    if kernel.u64_as_words {
-        return Ok(vec![]);
-    }
     let e = Emitter { kernel, block, pointed: vec![] };
     let file = |(name, text): (String, String)| {
-        let head = format!("{}// function `{name}`, put before each kernel that calls it\n", header("//", source));
-        (format!("functions/{name}.wgsl"), head + &text)
+        let head = format!("{}// `{name}`, put before each kernel that calls it\n", header("//", source));
+        (function_path(kernel, &name), head + &text)
     };
     Ok(e.functions()?.into_iter().map(file).collect())
 }
 
+/// The file of `kernel`'s function or procedure `name`: `functions/<name>.wgsl`, but where the
+/// kernel holds u64 as words, whose functions and collectives print otherwise, `<name>.words.wgsl`
+/// (its procedures are named apart from the others' by `gen`).
+fn function_path(kernel: &Kernel, name: &str) -> String {
+    let words = kernel.u64_as_words && !kernel.procedures.iter().any(|p| p.name == name);
+    format!("functions/{name}{}.wgsl", if words { ".words" } else { "" })
+}
+
+/// Procedure `proc` of `kernel` as a WGSL function.
+pub fn procedure_fn(kernel: &Prepared, block: u32, proc: &Procedure) -> Result<String, IrError> {
+    Emitter { kernel, block, pointed: vec![] }.procedure(proc)
+}
+
 /// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
+
 pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrError> {
     if !block.is_power_of_two() {
         return Err(IrError::target(
@@ -585,38 +625,14 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
     // helpers the lowering needs (`sk_mulhi`, the u64 words' arithmetic) are written where its
     // text calls them.
     let mut body = Out::default();
-    // A kernel's functions are files of their own that the crate puts before it, except where
-    // u64 is held as words: there their text is the kernel's own. The lowering's helpers they
-    // call are written here either way.
+    // A kernel's functions are files of their own that the crate puts before it. The lowering's
+    // helpers they call are written here.
     let functions = e.functions()?;
-    if kernel.u64_as_words {
-        functions.iter().for_each(|(_, text)| body.line(text.trim_end()));
-    } else if !functions.is_empty() {
-        let paths: Vec<String> = functions.iter().map(|(name, _)| format!("shaders/functions/{name}.wgsl")).collect();
-        body.line(format!("// after the functions the crate puts before this file: {}", paths.join(", ")));
+    if !functions.is_empty() {
+        body.line("// The crate puts these files before this one:");
+        functions.iter().for_each(|(name, _)| body.line(format!("// shaders/{}", function_path(kernel, name))));
     }
     let functions: String = functions.into_iter().map(|(_, text)| text).collect();
-    // Procedures take the builtins they reach (the entry point's arguments), then their values,
-    // then pointers to their inouts, copied in and out (no procedure returns early), then
-    // pointers to their histograms.
-    for proc in &kernel.procedures {
-        let mut params: Vec<String> = builtins(kernel, proc).into_iter().map(|(n, t)| format!("{n}: {t}")).collect();
-        params.extend(proc.params.iter().map(|(n, t)| format!("{n}: {}", e.ty(*t))));
-        params.extend(proc.inouts.iter().map(|(n, t)| format!("sk_io_{n}: ptr<function, {}>", e.ty(*t))));
-        for (n, t, bins) in &proc.histograms {
-            params.push(format!("{n}: ptr<function, array<{}, {bins}>>", e.ty(*t)));
-        }
-        body.open(format!("fn {}({}) {{", proc.name, params.join(", ")));
-        for (n, t) in &proc.inouts {
-            body.line(format!("var {n}: {} = *sk_io_{n};", e.ty(*t)));
-        }
-        let inner = Emitter { pointed: proc.histograms.iter().map(|h| h.0.clone()).collect(), ..e.clone() };
-        inner.block(&mut body, &proc.body, &mut proc.scope(kernel))?;
-        for (n, _) in &proc.inouts {
-            body.line(format!("*sk_io_{n} = {n};"));
-        }
-        body.close("}");
-    }
     body.blank();
     body.line(format!("@compute @workgroup_size({})", e.block));
     body.open(
