@@ -31,6 +31,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) sk_f16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -80,9 +81,9 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step_5.cuh"
 #include "functions/sk_read_step_6.cuh"
 #include "functions/sk_read_step_7.cuh"
-#include "functions/sk_digit_counts_3.cuh"
-#include "functions/sk_race_2.cuh"
-#include "functions/sk_find_set_2.cuh"
+#include "functions/sk_digit_counts_2.cuh"
+#include "functions/sk_race.cuh"
+#include "functions/sk_find_set.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -115,16 +116,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e0 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                    const float sk_e0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e1 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                    const float sk_e1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e2 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                    const float sk_e2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e3 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                    const float sk_e3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -167,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                sk_find_set_2(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
+                sk_find_set(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -201,16 +202,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e23 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    const float sk_e23 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                                     float zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e24 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    const float sk_e24 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                                     float zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e25 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    const float sk_e25 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                                     float zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e26 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    const float sk_e26 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine);
@@ -238,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
             unsigned int rank_col = 4294967295u;
             const unsigned int sk_e27 = (row * 12u);
             if ((((rows[(sk_e27 + 1u)] == 1u) && (rows[(sk_e27 + 6u)] == 1u)) && filtered)) {
-                sk_race_2(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
+                sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
             float best = sk_bitcast<float>(4286578688u);
@@ -258,16 +259,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                             unsigned int li0 = (c0 + 0u);
-                            const float sk_e42 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            const float sk_e42 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
                             unsigned int li1 = (c0 + 1u);
-                            const float sk_e43 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            const float sk_e43 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
                             unsigned int li2 = (c0 + 2u);
-                            const float sk_e44 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            const float sk_e44 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
                             unsigned int li3 = (c0 + 3u);
-                            const float sk_e45 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            const float sk_e45 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
                             if ((li0 < sweep_n)) {
                                 sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
@@ -301,16 +302,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                             unsigned int li0 = (c0 + 0u);
-                            const float sk_e50 = sk_f16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            const float sk_e50 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
                             unsigned int li1 = (c0 + 1u);
-                            const float sk_e51 = sk_f16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            const float sk_e51 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
                             unsigned int li2 = (c0 + 2u);
-                            const float sk_e52 = sk_f16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            const float sk_e52 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52);
                             unsigned int li3 = (c0 + 3u);
-                            const float sk_e53 = sk_f16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            const float sk_e53 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53);
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -438,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 // built by kernels::abi::write_results_as
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e58 = sk_f16(x[(base + tok_at)]);
+                    const float sk_e58 = sk_load_x((base + tok_at));
                     logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }

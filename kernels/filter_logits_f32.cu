@@ -25,6 +25,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -109,16 +110,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                    const float sk_e0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                    const float sk_e1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                    const float sk_e2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                    const float sk_e3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -195,16 +196,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e23 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    const float sk_e23 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                                     float zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e24 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    const float sk_e24 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                                     float zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e25 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    const float sk_e25 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                                     float zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e26 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    const float sk_e26 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine);
@@ -252,16 +253,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                             unsigned int li0 = (c0 + 0u);
-                            const float sk_e42 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            const float sk_e42 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
                             unsigned int li1 = (c0 + 1u);
-                            const float sk_e43 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            const float sk_e43 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
                             unsigned int li2 = (c0 + 2u);
-                            const float sk_e44 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            const float sk_e44 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
                             unsigned int li3 = (c0 + 3u);
-                            const float sk_e45 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            const float sk_e45 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
                             if ((li0 < sweep_n)) {
                                 sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
@@ -295,16 +296,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                             unsigned int li0 = (c0 + 0u);
-                            const float sk_e50 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            const float sk_e50 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
                             unsigned int li1 = (c0 + 1u);
-                            const float sk_e51 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            const float sk_e51 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
                             unsigned int li2 = (c0 + 2u);
-                            const float sk_e52 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            const float sk_e52 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52);
                             unsigned int li3 = (c0 + 3u);
-                            const float sk_e53 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            const float sk_e53 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53);
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -432,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f32(
                 // built by kernels::abi::write_results_as
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e58 = x[(base + tok_at)];
+                    const float sk_e58 = sk_load_x((base + tok_at));
                     logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }

@@ -25,6 +25,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -72,9 +73,9 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step_13.cuh"
 #include "functions/sk_read_step_14.cuh"
 #include "functions/sk_read_step_15.cuh"
-#include "functions/sk_digit_counts_5.cuh"
-#include "functions/sk_race_4.cuh"
-#include "functions/sk_find_set_4.cuh"
+#include "functions/sk_digit_counts_3.cuh"
+#include "functions/sk_race_2.cuh"
+#include "functions/sk_find_set_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -107,13 +108,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                     if ((li0 < sweep_n)) {
                         sk_read_step_12(col_lo, li0, zx0, m);
                     }
@@ -147,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                sk_find_set_4(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
+                sk_find_set_2(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -181,13 +182,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                                     unsigned int li1 = (c0 + 1u);
-                                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                                     unsigned int li2 = (c0 + 2u);
-                                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                                     unsigned int li3 = (c0 + 3u);
-                                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_9(col_lo, li0, zx0, s_key, mx, mine);
                                     }
@@ -214,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             unsigned int rank_col = 4294967295u;
             const unsigned int sk_e4 = (row * 12u);
             if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
-                sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
+                sk_race_2(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
             float best = sk_bitcast<float>(4286578688u);
@@ -234,13 +235,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                             unsigned int li0 = (c0 + 0u);
-                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             unsigned int li1 = (c0 + 1u);
-                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             unsigned int li2 = (c0 + 2u);
-                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             unsigned int li3 = (c0 + 3u);
-                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             if ((li0 < sweep_n)) {
                                 sk_read_step_15(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
@@ -273,13 +274,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                             unsigned int li0 = (c0 + 0u);
-                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             unsigned int li1 = (c0 + 1u);
-                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             unsigned int li2 = (c0 + 2u);
-                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             unsigned int li3 = (c0 + 3u);
-                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -401,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e11 = x[(base + tok_at)];
+                    const float sk_e11 = sk_load_x((base + tok_at));
                     logprobs[row] = (valid ? ((sk_e11 > (0.0f)) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));
                 }
             }

@@ -29,6 +29,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) sk_bf16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -60,14 +61,14 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_24.cuh"
+#include "functions/sk_read_step_22.cuh"
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_sweep_set.cuh"
-#include "functions/sk_read_step_25.cuh"
-#include "functions/sk_set_bounds_3.cuh"
+#include "functions/sk_read_step_23.cuh"
+#include "functions/sk_set_bounds.cuh"
 #include "functions/sk_decide.cuh"
-#include "functions/sk_stage_3.cuh"
+#include "functions/sk_stage.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -137,16 +138,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e4 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        const float sk_e4 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                         float zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e5 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        const float sk_e5 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                         float zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e6 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        const float sk_e6 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                         float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        const float sk_e7 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
@@ -177,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_bf16(
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
                 }
             } else {
-                sk_stage_3(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, part, searched, row, mp, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
+                sk_stage(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, part, searched, row, mp, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::filter_split::store_state

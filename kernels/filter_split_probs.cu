@@ -25,6 +25,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -53,13 +54,13 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_26.cuh"
+#include "functions/sk_read_step_24.cuh"
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_read_step_9.cuh"
 #include "functions/sk_read_step_12.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_27.cuh"
-#include "functions/sk_set_bounds_4.cuh"
+#include "functions/sk_read_step_25.cuh"
+#include "functions/sk_set_bounds_2.cuh"
 #include "functions/sk_decide_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
@@ -130,13 +131,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                         if ((li0 < sweep_n)) {
                             sk_read_step_12(col_lo, li0, zx0, m);
                         }
@@ -216,24 +217,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             if ((li0 < sweep_n)) {
-                                sk_read_step_26(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
+                                sk_read_step_24(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_26(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
+                                sk_read_step_24(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_26(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
+                                sk_read_step_24(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_26(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
+                                sk_read_step_24(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
                             }
                         }
                     }
@@ -323,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                         partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)(mas_s15 >> 32u));
                     }
                 } else {
-                    sk_set_bounds_4(stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, sweeps);
+                    sk_set_bounds_2(stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, sweeps);
                 }
             }
             if ((threadIdx.x == 0u)) {

@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_red_f32[33];
@@ -30,7 +31,7 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_exp.cuh"
 #include "functions/sk_log.cuh"
-#include "functions/sk_for_each_column_then_5.cuh"
+#include "functions/sk_for_each_column_then_3.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_last_part_on.cuh"
 
@@ -66,44 +67,44 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
             unsigned int x_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                const float sk_e0 = x[(size_t)(x_at) + 0u];
+                const float sk_e0 = sk_load_x((size_t)(x_at) + 0u);
                 x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
-                const float sk_e1 = x[(size_t)(x_at) + 1u];
+                const float sk_e1 = sk_load_x((size_t)(x_at) + 1u);
                 x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                const float sk_e2 = x[(size_t)(x_at) + 2u];
+                const float sk_e2 = sk_load_x((size_t)(x_at) + 2u);
                 x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                const float sk_e3 = x[(size_t)(x_at) + 3u];
+                const float sk_e3 = sk_load_x((size_t)(x_at) + 3u);
                 x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
             } else {
                 // built by kernels::abi::load_quad_as
                 const unsigned int sk_e6 = (c0 + 0u);
                 const bool sk_e5 = (sk_e6 < col_hi);
-                const float sk_e4 = x[(base + (sk_e5 ? sk_e6 : (col_hi - 1u)))];
+                const float sk_e4 = sk_load_x((base + (sk_e5 ? sk_e6 : (col_hi - 1u))));
                 x0 = (sk_e5 ? (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4) : sk_bitcast<float>(4286578688u));
                 const unsigned int sk_e9 = (c0 + 1u);
                 const bool sk_e8 = (sk_e9 < col_hi);
-                const float sk_e7 = x[(base + (sk_e8 ? sk_e9 : (col_hi - 1u)))];
+                const float sk_e7 = sk_load_x((base + (sk_e8 ? sk_e9 : (col_hi - 1u))));
                 x1 = (sk_e8 ? (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7) : sk_bitcast<float>(4286578688u));
                 const unsigned int sk_e12 = (c0 + 2u);
                 const bool sk_e11 = (sk_e12 < col_hi);
-                const float sk_e10 = x[(base + (sk_e11 ? sk_e12 : (col_hi - 1u)))];
+                const float sk_e10 = sk_load_x((base + (sk_e11 ? sk_e12 : (col_hi - 1u))));
                 x2 = (sk_e11 ? (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10) : sk_bitcast<float>(4286578688u));
                 const unsigned int sk_e15 = (c0 + 3u);
                 const bool sk_e14 = (sk_e15 < col_hi);
-                const float sk_e13 = x[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))];
+                const float sk_e13 = sk_load_x((base + (sk_e14 ? sk_e15 : (col_hi - 1u))));
                 x3 = (sk_e14 ? (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13) : sk_bitcast<float>(4286578688u));
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_3(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_3(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_3(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
+                sk_for_each_column_then_3(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
             }
         }
         float win = (0.0f);
@@ -135,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) greedy_f32(
                 float row_sum = (0.0f);
                 row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e16 = x[(base + tok)];
+                    const float sk_e16 = sk_load_x((base + tok));
                     logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }

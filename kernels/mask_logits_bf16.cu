@@ -29,6 +29,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) sk_bf16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_scan[32];
@@ -49,12 +50,12 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_fixed.cuh"
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_read_step_16.cuh"
 #include "functions/sk_read_step.cuh"
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_5.cuh"
-#include "functions/sk_digit_counts_4.cuh"
+#include "functions/sk_digit_counts_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -87,16 +88,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e0 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                    const float sk_e0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e1 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                    const float sk_e1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e2 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                    const float sk_e2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e3 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                    const float sk_e3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -158,16 +159,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e5 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                            const float sk_e5 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e6 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                            const float sk_e6 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e7 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                            const float sk_e7 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e8 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                            const float sk_e8 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                             if ((li0 < sweep_n)) {
                                 sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
@@ -192,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e9 = sk_bf16(x[(base + col)]);
+                        const float sk_e9 = sk_load_x((base + col));
                         float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -217,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e10 = sk_bf16(x[(base + col)]);
+                        const float sk_e10 = sk_load_x((base + col));
                         float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
@@ -272,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_4(listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
+                    sk_digit_counts_2(listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
                 }
             }
             unsigned int s_key = sel_key;
@@ -307,16 +308,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    const float sk_e23 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                                    const float sk_e23 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                                     float zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e24 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                                    const float sk_e24 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                                     float zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e25 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                                    const float sk_e25 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                                     float zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e26 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                                    const float sk_e26 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                                     float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine);
@@ -349,28 +350,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_bf16(
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                         unsigned int li0 = (c0 + 0u);
-                        const float sk_e27 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]);
+                        const float sk_e27 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                         float zx0 = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
                         unsigned int li1 = (c0 + 1u);
-                        const float sk_e28 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]);
+                        const float sk_e28 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                         float zx1 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
                         unsigned int li2 = (c0 + 2u);
-                        const float sk_e29 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]);
+                        const float sk_e29 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                         float zx2 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
                         unsigned int li3 = (c0 + 3u);
-                        const float sk_e30 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]);
+                        const float sk_e30 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
                         if ((li0 < sweep_n)) {
-                            sk_read_step_18(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_16(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_18(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_16(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_18(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_16(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_18(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_16(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                     }
                 }

@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -37,12 +38,12 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_gumbel.cuh"
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
-#include "functions/sk_for_each_column_then_6.cuh"
-#include "functions/sk_load_quad_as_4.cuh"
+#include "functions/sk_for_each_column_then_4.cuh"
+#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
-#include "functions/sk_load_quad_as_5.cuh"
-#include "functions/sk_for_each_column_then_7.cuh"
+#include "functions/sk_load_quad_as_3.cuh"
+#include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
 #include "functions/sk_screened_pass.cuh"
 
@@ -87,21 +88,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 float x3 = sk_bitcast<float>(4286578688u);
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_5(x_at, x0, x1, x2, x3);
+                    sk_load_quad_as_3(x_at, x0, x1, x2, x3);
                 } else {
-                    sk_load_quad_as_4(c0, col_hi, base, x0, x1, x2, x3);
+                    sk_load_quad_as_2(c0, col_hi, base, x0, x1, x2, x3);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
+                    sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, top_n, top, top_i, best, best_i, best_z, m, s);
                 }
             }
         }
@@ -134,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_logits_f32(
                 float row_sum = (0.0f);
                 row_sum = sk_block_sum_f32(((m == sk_bitcast<float>(4286578688u)) ? (0.0f) : (s * sk_exp((m - row_max)))));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e71 = x[(base + tok)];
+                    const float sk_e71 = sk_load_x((base + tok));
                     logprobs[row] = (valid ? ((tops > 0u) ? (-sk_log(((float)tops))) : ((((((sk_bitcast<unsigned int>(sk_e71) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e71) / temp) - row_max) - sk_log(row_sum))) : sk_bitcast<float>(4286578688u));
                 }
             }

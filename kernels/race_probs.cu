@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
@@ -65,7 +66,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const float sk_e1 = x[(base + col)];
+                    const float sk_e1 = sk_load_x((base + col));
                     float xv = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
@@ -88,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const float sk_e2 = x[(base + col)];
+                    const float sk_e2 = sk_load_x((base + col));
                     float xv = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
@@ -111,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const float sk_e3 = x[(base + col)];
+                    const float sk_e3 = sk_load_x((base + col));
                     float xv = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
@@ -134,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const float sk_e4 = x[(base + col)];
+                    const float sk_e4 = sk_load_x((base + col));
                     float xv = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                     float score = xv;
                     if (((xv >= (0.0f)) && (xv < sk_bitcast<float>(2139095040u)))) {
@@ -174,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) race_probs(
             }
             if (((flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
-                const float sk_e5 = x[(base + tok)];
+                const float sk_e5 = sk_load_x((base + tok));
                 float pt = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
                 if ((threadIdx.x == 0u)) {
                     logprobs[row] = (valid ? ((pt > (0.0f)) ? sk_log(pt) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u));

@@ -23,6 +23,7 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
+#define sk_load_x(i) sk_f16(x[i])
 
 __shared__ float sk_red_f32[33];
 
@@ -42,28 +43,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) read_rows_f16(
             {
                 unsigned int col = (c0 + 0u);
                 if ((col < col_hi)) {
-                    const float sk_e0 = sk_f16(x[(base + col)]);
+                    const float sk_e0 = sk_load_x((base + col));
                     s = (s + (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0));
                 }
             }
             {
                 unsigned int col = (c0 + 1u);
                 if ((col < col_hi)) {
-                    const float sk_e1 = sk_f16(x[(base + col)]);
+                    const float sk_e1 = sk_load_x((base + col));
                     s = (s + (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1));
                 }
             }
             {
                 unsigned int col = (c0 + 2u);
                 if ((col < col_hi)) {
-                    const float sk_e2 = sk_f16(x[(base + col)]);
+                    const float sk_e2 = sk_load_x((base + col));
                     s = (s + (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2));
                 }
             }
             {
                 unsigned int col = (c0 + 3u);
                 if ((col < col_hi)) {
-                    const float sk_e3 = sk_f16(x[(base + col)]);
+                    const float sk_e3 = sk_load_x((base + col));
                     s = (s + (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3));
                 }
             }

@@ -25,6 +25,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned long long sk_red_u64[33];
@@ -53,9 +54,9 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step_12.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_13.cuh"
-#include "functions/sk_read_step_19.cuh"
-#include "functions/sk_read_step_20.cuh"
-#include "functions/sk_digit_counts_5.cuh"
+#include "functions/sk_read_step_17.cuh"
+#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_digit_counts_3.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -88,13 +89,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                     if ((li0 < sweep_n)) {
                         sk_read_step_12(col_lo, li0, zx0, m);
                     }
@@ -147,13 +148,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                             if ((li0 < sweep_n)) {
                                 sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
                             }
@@ -177,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        float lx = x[(base + col)];
+                        float lx = sk_load_x((base + col));
                         float zv = lx;
                         float ov = zv;
                         unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
@@ -201,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        float lx = x[(base + col)];
+                        float lx = sk_load_x((base + col));
                         float zv = lx;
                         float ov = zv;
                         unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
@@ -255,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_5(listed, n_list, base, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
+                    sk_digit_counts_3(listed, n_list, base, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
                 }
             }
             unsigned int s_key = sel_key;
@@ -290,13 +291,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                                     unsigned int li0 = (c0 + 0u);
-                                    float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                                     unsigned int li1 = (c0 + 1u);
-                                    float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                                     unsigned int li2 = (c0 + 2u);
-                                    float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                                     unsigned int li3 = (c0 + 3u);
-                                    float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_9(col_lo, li0, zx0, s_key, mx, mine);
                                     }
@@ -329,24 +330,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                         unsigned int li0 = (c0 + 0u);
-                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                         unsigned int li1 = (c0 + 1u);
-                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                         unsigned int li2 = (c0 + 2u);
-                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                         unsigned int li3 = (c0 + 3u);
-                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                         if ((li0 < sweep_n)) {
-                            sk_read_step_19(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_19(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_19(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_19(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                     }
                 }
@@ -364,24 +365,24 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
                         unsigned int li0 = (c0 + 0u);
-                        float zx0 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))];
+                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
                         unsigned int li1 = (c0 + 1u);
-                        float zx1 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))];
+                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
                         unsigned int li2 = (c0 + 2u);
-                        float zx2 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))];
+                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
                         unsigned int li3 = (c0 + 3u);
-                        float zx3 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))];
+                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
                         if ((li0 < sweep_n)) {
-                            sk_read_step_20(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_20(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_20(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_20(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                     }
                 }

@@ -21,6 +21,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
+#define sk_load_x(i) sk_bf16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -41,15 +42,15 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_gumbel.cuh"
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
-#include "functions/sk_for_each_column_then_9.cuh"
-#include "functions/sk_load_quad_as_8.cuh"
+#include "functions/sk_for_each_column_then_4.cuh"
+#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
-#include "functions/sk_load_quad_as_9.cuh"
-#include "functions/sk_for_each_column_then_7.cuh"
+#include "functions/sk_load_quad_as_3.cuh"
+#include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
-#include "functions/sk_screened_pass_3.cuh"
-#include "functions/sk_sample_3.cuh"
+#include "functions/sk_screened_pass.cuh"
+#include "functions/sk_sample.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -81,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_bf16(
             skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));
         }
         if ((!skip)) {
-            sk_sample_3(row, col_lo, base, col_hi, parts, slot, row_slot);
+            sk_sample(row, col_lo, base, col_hi, parts, slot, row_slot);
         }
     }
 }

@@ -23,6 +23,7 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
+#define sk_load_x(i) sk_f16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -43,15 +44,15 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_gumbel.cuh"
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
-#include "functions/sk_for_each_column_then_8.cuh"
-#include "functions/sk_load_quad_as_6.cuh"
+#include "functions/sk_for_each_column_then_4.cuh"
+#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
-#include "functions/sk_load_quad_as_7.cuh"
-#include "functions/sk_for_each_column_then_7.cuh"
+#include "functions/sk_load_quad_as_3.cuh"
+#include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
-#include "functions/sk_screened_pass_2.cuh"
-#include "functions/sk_sample_2.cuh"
+#include "functions/sk_screened_pass.cuh"
+#include "functions/sk_sample.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -83,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) sample_f16(
             skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));
         }
         if ((!skip)) {
-            sk_sample_2(row, col_lo, base, col_hi, parts, slot, row_slot);
+            sk_sample(row, col_lo, base, col_hi, parts, slot, row_slot);
         }
     }
 }

@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -37,12 +38,12 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_gumbel.cuh"
 #include "functions/sk_prune_step.cuh"
 #include "functions/sk_prune_step_2.cuh"
-#include "functions/sk_for_each_column_then_6.cuh"
-#include "functions/sk_load_quad_as_4.cuh"
+#include "functions/sk_for_each_column_then_4.cuh"
+#include "functions/sk_load_quad_as_2.cuh"
 #include "functions/sk_whole_row_results.cuh"
 #include "functions/sk_greedy_column.cuh"
-#include "functions/sk_load_quad_as_5.cuh"
-#include "functions/sk_for_each_column_then_7.cuh"
+#include "functions/sk_load_quad_as_3.cuh"
+#include "functions/sk_for_each_column_then_5.cuh"
 #include "functions/sk_prune_step_3.cuh"
 #include "functions/sk_screened_pass.cuh"
 #include "functions/sk_sample.cuh"

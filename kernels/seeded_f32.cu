@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_lp(i) lp[i]
 
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -25,7 +26,7 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_for_each_column_then_10.cuh"
+#include "functions/sk_for_each_column_then_6.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -49,52 +50,52 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                const double sk_e1 = ((double)(lp[(size_t)(lq_at) + 0u]));
+                const double sk_e1 = ((double)sk_load_lp((size_t)(lq_at) + 0u));
                 const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
                 lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
-                const double sk_e3 = ((double)(lp[(size_t)(lq_at) + 1u]));
+                const double sk_e3 = ((double)sk_load_lp((size_t)(lq_at) + 1u));
                 const unsigned long long sk_e2 = sk_bitcast<unsigned long long>(sk_e3);
                 lq1 = ((((sk_e2 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e2 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e3);
-                const double sk_e5 = ((double)(lp[(size_t)(lq_at) + 2u]));
+                const double sk_e5 = ((double)sk_load_lp((size_t)(lq_at) + 2u));
                 const unsigned long long sk_e4 = sk_bitcast<unsigned long long>(sk_e5);
                 lq2 = ((((sk_e4 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e4 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e5);
-                const double sk_e7 = ((double)(lp[(size_t)(lq_at) + 3u]));
+                const double sk_e7 = ((double)sk_load_lp((size_t)(lq_at) + 3u));
                 const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
                 lq3 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
             } else {
                 // built by kernels::abi::load_quad_as
                 const unsigned int sk_e11 = (c0 + 0u);
                 const bool sk_e10 = (sk_e11 < col_hi);
-                const double sk_e9 = ((double)(lp[(base + (sk_e10 ? sk_e11 : (col_hi - 1u)))]));
+                const double sk_e9 = ((double)sk_load_lp((base + (sk_e10 ? sk_e11 : (col_hi - 1u)))));
                 const unsigned long long sk_e8 = sk_bitcast<unsigned long long>(sk_e9);
                 lq0 = (sk_e10 ? ((((sk_e8 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e8 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e9) : sk_bitcast<double>(18442240474082181120ull));
                 const unsigned int sk_e15 = (c0 + 1u);
                 const bool sk_e14 = (sk_e15 < col_hi);
-                const double sk_e13 = ((double)(lp[(base + (sk_e14 ? sk_e15 : (col_hi - 1u)))]));
+                const double sk_e13 = ((double)sk_load_lp((base + (sk_e14 ? sk_e15 : (col_hi - 1u)))));
                 const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
                 lq1 = (sk_e14 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
                 const unsigned int sk_e19 = (c0 + 2u);
                 const bool sk_e18 = (sk_e19 < col_hi);
-                const double sk_e17 = ((double)(lp[(base + (sk_e18 ? sk_e19 : (col_hi - 1u)))]));
+                const double sk_e17 = ((double)sk_load_lp((base + (sk_e18 ? sk_e19 : (col_hi - 1u)))));
                 const unsigned long long sk_e16 = sk_bitcast<unsigned long long>(sk_e17);
                 lq2 = (sk_e18 ? ((((sk_e16 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e16 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e17) : sk_bitcast<double>(18442240474082181120ull));
                 const unsigned int sk_e23 = (c0 + 3u);
                 const bool sk_e22 = (sk_e23 < col_hi);
-                const double sk_e21 = ((double)(lp[(base + (sk_e22 ? sk_e23 : (col_hi - 1u)))]));
+                const double sk_e21 = ((double)sk_load_lp((base + (sk_e22 ? sk_e23 : (col_hi - 1u)))));
                 const unsigned long long sk_e20 = sk_bitcast<unsigned long long>(sk_e21);
                 lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull));
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
             }
         }
         double win = (0.0);
@@ -111,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f32(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((threadIdx.x == 0u)) {
-                const double sk_e29 = ((double)(lp[(base + tok)]));
+                const double sk_e29 = ((double)sk_load_lp((base + tok)));
                 const unsigned long long sk_e28 = sk_bitcast<unsigned long long>(sk_e29);
                 logprobs[row] = (valid ? ((float)((((sk_e28 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e28 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e29)) : sk_bitcast<float>(4286578688u));
             }

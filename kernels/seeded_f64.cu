@@ -25,7 +25,7 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_for_each_column_then_10.cuh"
+#include "functions/sk_for_each_column_then_6.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
     const double* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -85,16 +85,16 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_f64(
                 lq3 = (sk_e22 ? ((((sk_e20 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e20 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e21) : sk_bitcast<double>(18442240474082181120ull));
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
             }
         }
         double win = (0.0);

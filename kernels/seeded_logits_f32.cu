@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -35,8 +36,8 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel_screen.cuh"
-#include "functions/sk_for_each_column_then_16.cuh"
-#include "functions/sk_for_each_column_then_17.cuh"
+#include "functions/sk_for_each_column_then_12.cuh"
+#include "functions/sk_for_each_column_then_13.cuh"
 #include "functions/sk_write_seeded_part.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
@@ -90,55 +91,55 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 const unsigned int sk_e0 = (col_lo + (threadIdx.x * 4u));
                 if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    const float sk_e1 = x[(size_t)(x_at) + 0u];
+                    const float sk_e1 = sk_load_x((size_t)(x_at) + 0u);
                     x0 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
-                    const float sk_e2 = x[(size_t)(x_at) + 1u];
+                    const float sk_e2 = sk_load_x((size_t)(x_at) + 1u);
                     x1 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
-                    const float sk_e3 = x[(size_t)(x_at) + 2u];
+                    const float sk_e3 = sk_load_x((size_t)(x_at) + 2u);
                     x2 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                    const float sk_e4 = x[(size_t)(x_at) + 3u];
+                    const float sk_e4 = sk_load_x((size_t)(x_at) + 3u);
                     x3 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                 } else {
                     // built by kernels::abi::load_quad_as
                     const unsigned int sk_e7 = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     const bool sk_e6 = (sk_e7 < col_hi);
-                    const float sk_e5 = x[(base + (sk_e6 ? sk_e7 : (col_hi - 1u)))];
+                    const float sk_e5 = sk_load_x((base + (sk_e6 ? sk_e7 : (col_hi - 1u))));
                     x0 = (sk_e6 ? (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5) : sk_bitcast<float>(4286578688u));
                     const unsigned int sk_e10 = ((col_lo + (threadIdx.x * 4u)) + 1u);
                     const bool sk_e9 = (sk_e10 < col_hi);
-                    const float sk_e8 = x[(base + (sk_e9 ? sk_e10 : (col_hi - 1u)))];
+                    const float sk_e8 = sk_load_x((base + (sk_e9 ? sk_e10 : (col_hi - 1u))));
                     x1 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u));
                     const unsigned int sk_e13 = ((col_lo + (threadIdx.x * 4u)) + 2u);
                     const bool sk_e12 = (sk_e13 < col_hi);
-                    const float sk_e11 = x[(base + (sk_e12 ? sk_e13 : (col_hi - 1u)))];
+                    const float sk_e11 = sk_load_x((base + (sk_e12 ? sk_e13 : (col_hi - 1u))));
                     x2 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u));
                     const unsigned int sk_e16 = ((col_lo + (threadIdx.x * 4u)) + 3u);
                     const bool sk_e15 = (sk_e16 < col_hi);
-                    const float sk_e14 = x[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))];
+                    const float sk_e14 = sk_load_x((base + (sk_e15 ? sk_e16 : (col_hi - 1u))));
                     x3 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u));
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = ((col_lo + (threadIdx.x * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
             }
@@ -154,55 +155,55 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    const float sk_e21 = x[(size_t)(x_at) + 0u];
+                    const float sk_e21 = sk_load_x((size_t)(x_at) + 0u);
                     x0 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = x[(size_t)(x_at) + 1u];
+                    const float sk_e22 = sk_load_x((size_t)(x_at) + 1u);
                     x1 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = x[(size_t)(x_at) + 2u];
+                    const float sk_e23 = sk_load_x((size_t)(x_at) + 2u);
                     x2 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
-                    const float sk_e24 = x[(size_t)(x_at) + 3u];
+                    const float sk_e24 = sk_load_x((size_t)(x_at) + 3u);
                     x3 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
                 } else {
                     // built by kernels::abi::load_quad_as
                     const unsigned int sk_e27 = (c0 + 0u);
                     const bool sk_e26 = (sk_e27 < col_hi);
-                    const float sk_e25 = x[(base + (sk_e26 ? sk_e27 : (col_hi - 1u)))];
+                    const float sk_e25 = sk_load_x((base + (sk_e26 ? sk_e27 : (col_hi - 1u))));
                     x0 = (sk_e26 ? (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25) : sk_bitcast<float>(4286578688u));
                     const unsigned int sk_e30 = (c0 + 1u);
                     const bool sk_e29 = (sk_e30 < col_hi);
-                    const float sk_e28 = x[(base + (sk_e29 ? sk_e30 : (col_hi - 1u)))];
+                    const float sk_e28 = sk_load_x((base + (sk_e29 ? sk_e30 : (col_hi - 1u))));
                     x1 = (sk_e29 ? (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28) : sk_bitcast<float>(4286578688u));
                     const unsigned int sk_e33 = (c0 + 2u);
                     const bool sk_e32 = (sk_e33 < col_hi);
-                    const float sk_e31 = x[(base + (sk_e32 ? sk_e33 : (col_hi - 1u)))];
+                    const float sk_e31 = sk_load_x((base + (sk_e32 ? sk_e33 : (col_hi - 1u))));
                     x2 = (sk_e32 ? (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31) : sk_bitcast<float>(4286578688u));
                     const unsigned int sk_e36 = (c0 + 3u);
                     const bool sk_e35 = (sk_e36 < col_hi);
-                    const float sk_e34 = x[(base + (sk_e35 ? sk_e36 : (col_hi - 1u)))];
+                    const float sk_e34 = sk_load_x((base + (sk_e35 ? sk_e36 : (col_hi - 1u))));
                     x3 = (sk_e35 ? (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34) : sk_bitcast<float>(4286578688u));
                 }
                 {
                     unsigned int col = (c0 + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x0, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x1, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x2, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
                 {
                     unsigned int col = (c0 + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
+                        sk_for_each_column_then_12(x3, temp, row, col, noisy, lo_best, up1, up2, up1_i, m, s, comp);
                     }
                 }
             }
@@ -234,22 +235,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                     for (unsigned int c0 = (col_lo + (threadIdx.x * 4u)); c0 < col_hi; c0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, best, best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, best, best_i);
                         }
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, best, best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, best, best_i);
                         }
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, best, best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, best, best_i);
                         }
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, best, best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, best, best_i);
                         }
                     }
                 } else {
                     // built by kernels::seeded::seeded_logits_finish
                     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        const float sk_e63 = x[(base + up1_i)];
+                        const float sk_e63 = sk_load_x((base + up1_i));
                         const float sk_e62 = ((((sk_bitcast<unsigned int>(sk_e63) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e63) / temp);
                         float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e62 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e62 - row_m)))) * inv);
                         double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));
@@ -282,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_logits_f32(
                 }
                 if (((flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
-                    const float sk_e66 = x[(base + tok)];
+                    const float sk_e66 = sk_load_x((base + tok));
                     const float sk_e65 = ((((sk_bitcast<unsigned int>(sk_e66) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e66) / temp);
                     float p = (((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e65 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e65 - row_m)))) * inv);
                     double lp = ((double)(((p > (0.0f)) && (p <= (3.4028235e38f))) ? sk_log(p) : sk_bitcast<float>(4286578688u)));

@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_lp(i) lp[i]
 
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -26,7 +27,7 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_for_each_column_then_11.cuh"
+#include "functions/sk_for_each_column_then_7.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -50,19 +51,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                const float sk_e2 = lp[(size_t)(lq_at) + 0u];
+                const float sk_e2 = sk_load_lp((size_t)(lq_at) + 0u);
                 const double sk_e1 = ((double)(((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f))) ? sk_log(sk_e2) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e0 = sk_bitcast<unsigned long long>(sk_e1);
                 lq0 = ((((sk_e0 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e0 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e1);
-                const float sk_e5 = lp[(size_t)(lq_at) + 1u];
+                const float sk_e5 = sk_load_lp((size_t)(lq_at) + 1u);
                 const double sk_e4 = ((double)(((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f))) ? sk_log(sk_e5) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e3 = sk_bitcast<unsigned long long>(sk_e4);
                 lq1 = ((((sk_e3 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e3 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e4);
-                const float sk_e8 = lp[(size_t)(lq_at) + 2u];
+                const float sk_e8 = sk_load_lp((size_t)(lq_at) + 2u);
                 const double sk_e7 = ((double)(((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f))) ? sk_log(sk_e8) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e6 = sk_bitcast<unsigned long long>(sk_e7);
                 lq2 = ((((sk_e6 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e6 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e7);
-                const float sk_e11 = lp[(size_t)(lq_at) + 3u];
+                const float sk_e11 = sk_load_lp((size_t)(lq_at) + 3u);
                 const double sk_e10 = ((double)(((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f))) ? sk_log(sk_e11) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e9 = sk_bitcast<unsigned long long>(sk_e10);
                 lq3 = ((((sk_e9 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e9 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e10);
@@ -70,40 +71,40 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
                 // built by kernels::abi::load_quad_as
                 const unsigned int sk_e16 = (c0 + 0u);
                 const bool sk_e15 = (sk_e16 < col_hi);
-                const float sk_e14 = lp[(base + (sk_e15 ? sk_e16 : (col_hi - 1u)))];
+                const float sk_e14 = sk_load_lp((base + (sk_e15 ? sk_e16 : (col_hi - 1u))));
                 const double sk_e13 = ((double)(((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f))) ? sk_log(sk_e14) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e12 = sk_bitcast<unsigned long long>(sk_e13);
                 lq0 = (sk_e15 ? ((((sk_e12 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e12 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e13) : sk_bitcast<double>(18442240474082181120ull));
                 const unsigned int sk_e21 = (c0 + 1u);
                 const bool sk_e20 = (sk_e21 < col_hi);
-                const float sk_e19 = lp[(base + (sk_e20 ? sk_e21 : (col_hi - 1u)))];
+                const float sk_e19 = sk_load_lp((base + (sk_e20 ? sk_e21 : (col_hi - 1u))));
                 const double sk_e18 = ((double)(((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f))) ? sk_log(sk_e19) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e17 = sk_bitcast<unsigned long long>(sk_e18);
                 lq1 = (sk_e20 ? ((((sk_e17 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e17 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e18) : sk_bitcast<double>(18442240474082181120ull));
                 const unsigned int sk_e26 = (c0 + 2u);
                 const bool sk_e25 = (sk_e26 < col_hi);
-                const float sk_e24 = lp[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))];
+                const float sk_e24 = sk_load_lp((base + (sk_e25 ? sk_e26 : (col_hi - 1u))));
                 const double sk_e23 = ((double)(((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f))) ? sk_log(sk_e24) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e22 = sk_bitcast<unsigned long long>(sk_e23);
                 lq2 = (sk_e25 ? ((((sk_e22 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e22 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e23) : sk_bitcast<double>(18442240474082181120ull));
                 const unsigned int sk_e31 = (c0 + 3u);
                 const bool sk_e30 = (sk_e31 < col_hi);
-                const float sk_e29 = lp[(base + (sk_e30 ? sk_e31 : (col_hi - 1u)))];
+                const float sk_e29 = sk_load_lp((base + (sk_e30 ? sk_e31 : (col_hi - 1u))));
                 const double sk_e28 = ((double)(((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f))) ? sk_log(sk_e29) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e27 = sk_bitcast<unsigned long long>(sk_e28);
                 lq3 = (sk_e30 ? ((((sk_e27 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e27 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e28) : sk_bitcast<double>(18442240474082181120ull));
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq0, noisy, row, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq1, noisy, row, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq2, noisy, row, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq3, noisy, row, 3u, best, best_i);
             }
         }
         double win = (0.0);
@@ -120,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_probs(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((threadIdx.x == 0u)) {
-                const float sk_e38 = lp[(base + tok)];
+                const float sk_e38 = sk_load_lp((base + tok));
                 const double sk_e37 = ((double)(((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f))) ? sk_log(sk_e38) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
                 logprobs[row] = (valid ? ((float)((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37)) : sk_bitcast<float>(4286578688u));

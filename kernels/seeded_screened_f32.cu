@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_lp(i) lp[i]
 
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
@@ -29,10 +30,10 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel32.cuh"
-#include "functions/sk_for_each_column_then_12.cuh"
-#include "functions/sk_for_each_column_then_13.cuh"
-#include "functions/sk_load_quad_as_12.cuh"
-#include "functions/sk_load_quad_as_13.cuh"
+#include "functions/sk_for_each_column_then_8.cuh"
+#include "functions/sk_for_each_column_then_9.cuh"
+#include "functions/sk_load_quad_as_6.cuh"
+#include "functions/sk_load_quad_as_7.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -55,21 +56,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_13(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_7(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_12(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_6(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
@@ -78,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         float floor = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            const double sk_e29 = ((double)(lp[(base + win32_i)]));
+            const double sk_e29 = ((double)sk_load_lp((base + win32_i)));
             const unsigned long long sk_e28 = sk_bitcast<unsigned long long>(sk_e29);
             float lp32 = ((float)((((sk_e28 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e28 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e29));
             float g32 = (0.0f);
@@ -101,21 +102,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_13(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_7(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_12(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_6(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);
@@ -132,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f32(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((threadIdx.x == 0u)) {
-                const double sk_e64 = ((double)(lp[(base + tok)]));
+                const double sk_e64 = ((double)sk_load_lp((base + tok)));
                 const unsigned long long sk_e63 = sk_bitcast<unsigned long long>(sk_e64);
                 logprobs[row] = (valid ? ((float)((((sk_e63 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e63 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e64)) : sk_bitcast<float>(4286578688u));
             }

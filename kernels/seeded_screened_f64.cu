@@ -29,10 +29,10 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel32.cuh"
-#include "functions/sk_for_each_column_then_12.cuh"
-#include "functions/sk_for_each_column_then_13.cuh"
-#include "functions/sk_load_quad_as_10.cuh"
-#include "functions/sk_load_quad_as_11.cuh"
+#include "functions/sk_for_each_column_then_8.cuh"
+#include "functions/sk_for_each_column_then_9.cuh"
+#include "functions/sk_load_quad_as_4.cuh"
+#include "functions/sk_load_quad_as_5.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
     const double* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -55,21 +55,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_11(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_5(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_10(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_4(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
@@ -101,21 +101,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_f64(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_11(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_5(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_10(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_4(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);

@@ -17,6 +17,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_lp(i) lp[i]
 
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
@@ -29,10 +30,10 @@ __shared__ unsigned int sk_am_i[33];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_seeded_gumbel32.cuh"
-#include "functions/sk_for_each_column_then_14.cuh"
-#include "functions/sk_for_each_column_then_15.cuh"
-#include "functions/sk_load_quad_as_14.cuh"
-#include "functions/sk_load_quad_as_15.cuh"
+#include "functions/sk_for_each_column_then_10.cuh"
+#include "functions/sk_for_each_column_then_11.cuh"
+#include "functions/sk_load_quad_as_8.cuh"
+#include "functions/sk_load_quad_as_9.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
     const float* __restrict__ lp, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -55,21 +56,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_15(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_9(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_14(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_8(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq0, noisy, row, 0u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq1, noisy, row, 1u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq2, noisy, row, 2u, best32, best32_i);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq3, noisy, row, 3u, best32, best32_i);
             }
         }
         float win32 = (0.0f);
@@ -78,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         float floor = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            const float sk_e38 = lp[(base + win32_i)];
+            const float sk_e38 = sk_load_lp((base + win32_i));
             const double sk_e37 = ((double)(((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f))) ? sk_log(sk_e38) : sk_bitcast<float>(4286578688u)));
             const unsigned long long sk_e36 = sk_bitcast<unsigned long long>(sk_e37);
             float lp32 = ((float)((((sk_e36 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e36 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e37));
@@ -102,21 +103,21 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
             double lq3 = sk_bitcast<double>(18442240474082181120ull);
             unsigned int lq_at = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_15(lq_at, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_9(lq_at, lq0, lq1, lq2, lq3);
             } else {
-                sk_load_quad_as_14(c0, col_hi, base, lq0, lq1, lq2, lq3);
+                sk_load_quad_as_8(c0, col_hi, base, lq0, lq1, lq2, lq3);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, all, floor, 0u, best, best_i);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, all, floor, 1u, best, best_i);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, all, floor, 2u, best, best_i);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, all, floor, 3u, best, best_i);
             }
         }
         double win = (0.0);
@@ -133,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) seeded_screened_probs(
         if (((flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((threadIdx.x == 0u)) {
-                const float sk_e82 = lp[(base + tok)];
+                const float sk_e82 = sk_load_lp((base + tok));
                 const double sk_e81 = ((double)(((sk_e82 > (0.0f)) && (sk_e82 <= (3.4028235e38f))) ? sk_log(sk_e82) : sk_bitcast<float>(4286578688u)));
                 const unsigned long long sk_e80 = sk_bitcast<unsigned long long>(sk_e81);
                 logprobs[row] = (valid ? ((float)((((sk_e80 & 9223372036854775807ull) > 9218868437227405312ull) || (sk_e80 == 9218868437227405312ull)) ? sk_bitcast<double>(18442240474082181120ull) : sk_e81)) : sk_bitcast<float>(4286578688u));

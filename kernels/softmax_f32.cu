@@ -25,6 +25,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 
@@ -89,13 +90,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_f
                 unsigned int x_at = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    const float sk_e20 = x[(size_t)(x_at) + 0u];
+                    const float sk_e20 = sk_load_x((size_t)(x_at) + 0u);
                     x0 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20);
-                    const float sk_e21 = x[(size_t)(x_at) + 1u];
+                    const float sk_e21 = sk_load_x((size_t)(x_at) + 1u);
                     x1 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21);
-                    const float sk_e22 = x[(size_t)(x_at) + 2u];
+                    const float sk_e22 = sk_load_x((size_t)(x_at) + 2u);
                     x2 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22);
-                    const float sk_e23 = x[(size_t)(x_at) + 3u];
+                    const float sk_e23 = sk_load_x((size_t)(x_at) + 3u);
                     x3 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
                 } else {
                     sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3);

@@ -43,6 +43,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) sk_bf16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -104,29 +105,29 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_merge_row.cuh"
 #include "functions/sk_select_step_3.cuh"
 #include "functions/sk_choose_bin.cuh"
-#include "functions/sk_load_quad_as_18.cuh"
+#include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_race_one_2.cuh"
-#include "functions/sk_read_step_30.cuh"
+#include "functions/sk_read_step_28.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_5.cuh"
 #include "functions/sk_read_step_6.cuh"
-#include "functions/sk_read_step_31.cuh"
-#include "functions/sk_cut_row_7.cuh"
-#include "functions/sk_cut_row_8.cuh"
-#include "functions/sk_digit_counts_12.cuh"
-#include "functions/sk_race_7.cuh"
-#include "functions/sk_cut_row_9.cuh"
-#include "functions/sk_merge_cut_3.cuh"
-#include "functions/sk_for_each_read_7.cuh"
-#include "functions/sk_find_set_10.cuh"
-#include "functions/sk_sweep_3.cuh"
-#include "functions/sk_cut_part_4.cuh"
-#include "functions/sk_cut_here_3.cuh"
-#include "functions/sk_left_out_kept_3.cuh"
-#include "functions/sk_write_results_as_3.cuh"
-#include "functions/sk_row_max_3.cuh"
+#include "functions/sk_read_step_29.cuh"
+#include "functions/sk_cut_row.cuh"
+#include "functions/sk_cut_row_2.cuh"
+#include "functions/sk_digit_counts_6.cuh"
+#include "functions/sk_race_3.cuh"
+#include "functions/sk_cut_row_3.cuh"
+#include "functions/sk_merge_cut.cuh"
+#include "functions/sk_for_each_read_3.cuh"
+#include "functions/sk_find_set_4.cuh"
+#include "functions/sk_sweep.cuh"
+#include "functions/sk_cut_part_2.cuh"
+#include "functions/sk_cut_here.cuh"
+#include "functions/sk_left_out_kept.cuh"
+#include "functions/sk_write_results_as.cuh"
+#include "functions/sk_row_max.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS)) top_k_merge_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -166,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
             unsigned int reads_before = (one_read ? 1u : 0u);
             bool merges = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here_3(slot, parts, part, row, temp, base, mp, noisy, col_lo, col_hi, merges);
+                sk_cut_here(slot, parts, part, row, temp, base, mp, noisy, col_lo, col_hi, merges);
             }
             if (min_p_cut) {
                 top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
@@ -174,13 +175,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut_3(slot, parts, row, pp, mp, kk, base, temp, noisy, reads_before, one_read_done);
+                        sk_merge_cut(slot, parts, row, pp, mp, kk, base, temp, noisy, reads_before, one_read_done);
                     } else {
-                        sk_row_max_3(parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, temp, capped, row, noisy, reads_before, one_read_done);
+                        sk_row_max(parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, temp, capped, row, noisy, reads_before, one_read_done);
                     }
                 }
                 if ((!one_read_done)) {
-                    sk_sweep_3(reads_before, col_hi, col_lo, base, temp, k_first, searched, kk, pp, row, filtered, mp, noisy);
+                    sk_sweep(reads_before, col_hi, col_lo, base, temp, k_first, searched, kk, pp, row, filtered, mp, noisy);
                 }
             }
         }

@@ -39,6 +39,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -100,23 +101,23 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_merge_row.cuh"
 #include "functions/sk_select_step_3.cuh"
 #include "functions/sk_choose_bin.cuh"
-#include "functions/sk_load_quad_as_16.cuh"
+#include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_race_one_2.cuh"
-#include "functions/sk_read_step_30.cuh"
+#include "functions/sk_read_step_28.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_5.cuh"
 #include "functions/sk_read_step_6.cuh"
-#include "functions/sk_read_step_31.cuh"
+#include "functions/sk_read_step_29.cuh"
 #include "functions/sk_cut_row.cuh"
 #include "functions/sk_cut_row_2.cuh"
-#include "functions/sk_digit_counts_10.cuh"
-#include "functions/sk_race_5.cuh"
+#include "functions/sk_digit_counts_6.cuh"
+#include "functions/sk_race_3.cuh"
 #include "functions/sk_cut_row_3.cuh"
 #include "functions/sk_merge_cut.cuh"
-#include "functions/sk_for_each_read_5.cuh"
-#include "functions/sk_find_set_8.cuh"
+#include "functions/sk_for_each_read_3.cuh"
+#include "functions/sk_find_set_4.cuh"
 #include "functions/sk_sweep.cuh"
 #include "functions/sk_cut_part_2.cuh"
 #include "functions/sk_cut_here.cuh"

@@ -39,6 +39,7 @@ __device__ __forceinline__ void sk_bin_add_u32(unsigned int& c, unsigned int bin
 __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned int bin, unsigned int i, unsigned long long add) {
     asm("{ .reg .pred p; setp.eq.u32 p, %1, %2; @p add.u64 %0, %0, %3; }" : "+l"(c) : "r"(bin), "r"(i), "l"(add));
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -83,7 +84,7 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_for_each_quad_2.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_cut_part_5.cuh"
+#include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_read_step_8.cuh"
 #include "functions/sk_read_step_9.cuh"
 #include "functions/sk_select_in_range_2.cuh"
@@ -98,28 +99,28 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_choose_bin_2.cuh"
 #include "functions/sk_read_step_12.cuh"
 #include "functions/sk_within.cuh"
-#include "functions/sk_write_results_as_4.cuh"
+#include "functions/sk_write_results_as_2.cuh"
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_race_one_4.cuh"
-#include "functions/sk_read_step_32.cuh"
+#include "functions/sk_read_step_30.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_13.cuh"
 #include "functions/sk_read_step_14.cuh"
-#include "functions/sk_read_step_33.cuh"
-#include "functions/sk_cut_row_10.cuh"
-#include "functions/sk_cut_row_11.cuh"
-#include "functions/sk_digit_counts_13.cuh"
-#include "functions/sk_race_8.cuh"
-#include "functions/sk_cut_row_12.cuh"
-#include "functions/sk_merge_cut_4.cuh"
-#include "functions/sk_for_each_read_8.cuh"
-#include "functions/sk_find_set_11.cuh"
-#include "functions/sk_sweep_4.cuh"
-#include "functions/sk_cut_part_6.cuh"
-#include "functions/sk_cut_here_4.cuh"
-#include "functions/sk_left_out_kept_4.cuh"
-#include "functions/sk_write_results_as_5.cuh"
-#include "functions/sk_row_max_4.cuh"
+#include "functions/sk_read_step_31.cuh"
+#include "functions/sk_cut_row_4.cuh"
+#include "functions/sk_cut_row_5.cuh"
+#include "functions/sk_digit_counts_7.cuh"
+#include "functions/sk_race_4.cuh"
+#include "functions/sk_cut_row_6.cuh"
+#include "functions/sk_merge_cut_2.cuh"
+#include "functions/sk_for_each_read_4.cuh"
+#include "functions/sk_find_set_5.cuh"
+#include "functions/sk_sweep_2.cuh"
+#include "functions/sk_cut_part_4.cuh"
+#include "functions/sk_cut_here_2.cuh"
+#include "functions/sk_left_out_kept_2.cuh"
+#include "functions/sk_write_results_as_3.cuh"
+#include "functions/sk_row_max_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS)) top_k_merge_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -159,7 +160,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
             unsigned int reads_before = (one_read ? 1u : 0u);
             bool merges = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here_4(slot, parts, part, row, base, mp, noisy, col_lo, col_hi, merges);
+                sk_cut_here_2(slot, parts, part, row, base, mp, noisy, col_lo, col_hi, merges);
             }
             if (min_p_cut) {
                 top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
@@ -167,13 +168,13 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut_4(slot, parts, row, pp, mp, kk, base, noisy, reads_before, one_read_done);
+                        sk_merge_cut_2(slot, parts, row, pp, mp, kk, base, noisy, reads_before, one_read_done);
                     } else {
-                        sk_row_max_4(parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, capped, row, noisy, reads_before, one_read_done);
+                        sk_row_max_2(parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, capped, row, noisy, reads_before, one_read_done);
                     }
                 }
                 if ((!one_read_done)) {
-                    sk_sweep_4(reads_before, col_hi, col_lo, base, k_first, searched, kk, pp, row, filtered, mp, noisy);
+                    sk_sweep_2(reads_before, col_hi, col_lo, base, k_first, searched, kk, pp, row, filtered, mp, noisy);
                 }
             }
         }

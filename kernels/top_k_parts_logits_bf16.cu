@@ -41,6 +41,7 @@ __device__ __forceinline__ float sk_fast_exp(float x) {
 __device__ __forceinline__ float sk_bf16(unsigned short h) {
     return sk_bitcast<float>(((unsigned int)h) << 16);
 }
+#define sk_load_x(i) sk_bf16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -54,12 +55,12 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
 #include "functions/sk_exp.cuh"
-#include "functions/sk_read_step_28.cuh"
+#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_histogram_part.cuh"
-#include "functions/sk_for_each_read_3.cuh"
+#include "functions/sk_for_each_read.cuh"
 #include "functions/sk_place_cut.cuh"
 #include "functions/sk_last_part_on_2.cuh"
-#include "functions/sk_clear_3.cuh"
+#include "functions/sk_clear.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -110,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
-                    sk_for_each_read_3(i0, base, col_lo, n_cols, temp, m);
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
@@ -171,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     sk_last_part_on_2(parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear_3(col_hi, col_lo, base, temp, kc, slot);
+                sk_clear(col_hi, col_lo, base, temp, kc, slot);
             }
             if (min_p_cut) {
                 __threadfence();

@@ -43,6 +43,7 @@ __device__ __forceinline__ float sk_f16(unsigned short h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
+#define sk_load_x(i) sk_f16(x[i])
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -56,12 +57,12 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
 #include "functions/sk_exp.cuh"
-#include "functions/sk_read_step_28.cuh"
+#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_histogram_part.cuh"
-#include "functions/sk_for_each_read_2.cuh"
+#include "functions/sk_for_each_read.cuh"
 #include "functions/sk_place_cut.cuh"
 #include "functions/sk_last_part_on_2.cuh"
-#include "functions/sk_clear_2.cuh"
+#include "functions/sk_clear.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_logits_f16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -112,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
-                    sk_for_each_read_2(i0, base, col_lo, n_cols, temp, m);
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
@@ -173,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     sk_last_part_on_2(parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear_2(col_hi, col_lo, base, temp, kc, slot);
+                sk_clear(col_hi, col_lo, base, temp, kc, slot);
             }
             if (min_p_cut) {
                 __threadfence();

@@ -37,6 +37,7 @@ __device__ __forceinline__ float sk_fast_exp(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504088896341f));
     return y;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -50,7 +51,7 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
 #include "functions/sk_exp.cuh"
-#include "functions/sk_read_step_28.cuh"
+#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_histogram_part.cuh"
 #include "functions/sk_for_each_read.cuh"
 #include "functions/sk_place_cut.cuh"

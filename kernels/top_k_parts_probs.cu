@@ -31,6 +31,7 @@ __device__ __forceinline__ unsigned int sk_high_bit(unsigned int x) {
     asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(x));
     return r;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -43,12 +44,12 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
-#include "functions/sk_read_step_29.cuh"
+#include "functions/sk_read_step_27.cuh"
 #include "functions/sk_histogram_part_2.cuh"
-#include "functions/sk_for_each_read_4.cuh"
+#include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_last_part_on_3.cuh"
-#include "functions/sk_clear_4.cuh"
+#include "functions/sk_clear_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -103,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    sk_for_each_read_4(i0, base, col_lo, n_cols, m);
+                    sk_for_each_read_2(i0, base, col_lo, n_cols, m);
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
@@ -166,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     sk_last_part_on_3(parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear_4(col_hi, col_lo, base, kc, slot);
+                sk_clear_2(col_hi, col_lo, base, kc, slot);
             }
             if (min_p_cut) {
                 __threadfence();

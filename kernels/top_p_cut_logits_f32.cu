@@ -25,6 +25,7 @@ __device__ __forceinline__ To sk_bitcast(From x) {
     u.f = x;
     return u.t;
 }
+#define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
@@ -53,10 +54,10 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_for_each_quad_3.cuh"
 #include "functions/sk_cut_part.cuh"
-#include "functions/sk_load_quad_as_16.cuh"
-#include "functions/sk_cut_part_7.cuh"
-#include "functions/sk_read_step_34.cuh"
-#include "functions/sk_cut_part_8.cuh"
+#include "functions/sk_load_quad_as_10.cuh"
+#include "functions/sk_cut_part_5.cuh"
+#include "functions/sk_read_step_32.cuh"
+#include "functions/sk_cut_part_6.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS)) top_p_cut_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -136,35 +137,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                             // built by kernels::filter_values::for_each_read
                             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
                             const unsigned int sk_e3 = (col_hi - col_lo);
-                            const float sk_e2 = x[(base + (col_lo + ((li0 < sk_e3) ? li0 : (sk_e3 - 1u))))];
+                            const float sk_e2 = sk_load_x((base + (col_lo + ((li0 < sk_e3) ? li0 : (sk_e3 - 1u)))));
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
                             const unsigned int sk_e5 = (col_hi - col_lo);
-                            const float sk_e4 = x[(base + (col_lo + ((li1 < sk_e5) ? li1 : (sk_e5 - 1u))))];
+                            const float sk_e4 = sk_load_x((base + (col_lo + ((li1 < sk_e5) ? li1 : (sk_e5 - 1u)))));
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
                             const unsigned int sk_e7 = (col_hi - col_lo);
-                            const float sk_e6 = x[(base + (col_lo + ((li2 < sk_e7) ? li2 : (sk_e7 - 1u))))];
+                            const float sk_e6 = sk_load_x((base + (col_lo + ((li2 < sk_e7) ? li2 : (sk_e7 - 1u)))));
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
                             const unsigned int sk_e9 = (col_hi - col_lo);
-                            const float sk_e8 = x[(base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))))];
+                            const float sk_e8 = sk_load_x((base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u)))));
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_34(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_32(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_34(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_32(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_34(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_32(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_34(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_32(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                         }
                     } else {
-                        sk_cut_part_8(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, n_above, m_above, min_above, n_range, m_range, min_range, max_range_v, m_below, max_below_v, best, bestr, best_i, bestr_i);
+                        sk_cut_part_6(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, n_above, m_above, min_above, n_range, m_range, min_range, max_range_v, m_below, max_below_v, best, bestr, best_i, bestr_i);
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;

@@ -82,9 +82,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_read_step_7.wgsl
-// shaders/functions/sk_digit_counts_4.wgsl
-// shaders/functions/sk_race_3.wgsl
-// shaders/functions/sk_find_set_3.wgsl
+// shaders/functions/sk_digit_counts_2.wgsl
+// shaders/functions/sk_race.wgsl
+// shaders/functions/sk_find_set.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -169,7 +169,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -240,7 +240,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_col: u32 = 4294967295u;
             let sk_e27: u32 = (row * 12u);
             if ((((rows[(sk_e27 + 1u)] == 1u) && (rows[(sk_e27 + 6u)] == 1u)) && filtered)) {
-                sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+                sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
             var best: f32 = bitcast<f32>(4286578688u);

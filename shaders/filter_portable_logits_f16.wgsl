@@ -114,13 +114,13 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exponential.words.wgsl
 // shaders/functions/sk_gumbel.words.wgsl
 // shaders/functions/sk_select_step_2.wgsl
-// shaders/functions/sk_read_step_21.wgsl
-// shaders/functions/sk_read_step_22.wgsl
+// shaders/functions/sk_read_step_19.wgsl
+// shaders/functions/sk_read_step_20.wgsl
 // shaders/functions/sk_sweep_set_3.wgsl
-// shaders/functions/sk_digit_counts_6.wgsl
-// shaders/functions/sk_read_step_23.wgsl
-// shaders/functions/sk_digit_counts_8.wgsl
-// shaders/functions/sk_find_set_6.wgsl
+// shaders/functions/sk_digit_counts_4.wgsl
+// shaders/functions/sk_read_step_21.wgsl
+// shaders/functions/sk_digit_counts_5.wgsl
+// shaders/functions/sk_find_set_3.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -205,7 +205,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_6(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -251,16 +251,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     let sk_e26: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }

@@ -92,6 +92,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.words.wgsl
 // shaders/functions/sk_block_sum_u64.words.wgsl
@@ -110,13 +113,13 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_exponential.words.wgsl
 // shaders/functions/sk_gumbel.words.wgsl
 // shaders/functions/sk_select_step_2.wgsl
-// shaders/functions/sk_read_step_21.wgsl
-// shaders/functions/sk_read_step_22.wgsl
+// shaders/functions/sk_read_step_19.wgsl
+// shaders/functions/sk_read_step_20.wgsl
 // shaders/functions/sk_sweep_set_3.wgsl
-// shaders/functions/sk_digit_counts_6.wgsl
-// shaders/functions/sk_read_step_23.wgsl
-// shaders/functions/sk_digit_counts_7.wgsl
-// shaders/functions/sk_find_set_5.wgsl
+// shaders/functions/sk_digit_counts_4.wgsl
+// shaders/functions/sk_read_step_21.wgsl
+// shaders/functions/sk_digit_counts_5.wgsl
+// shaders/functions/sk_find_set_3.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -149,16 +152,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
@@ -201,7 +204,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_5(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set_3(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -235,28 +238,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    let sk_e23: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    let sk_e23: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                                     var zx0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e24: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    let sk_e24: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                                     var zx1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e25: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    let sk_e25: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                                     var zx2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e26: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    let sk_e26: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_22(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_20(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -286,16 +289,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                             var li0: u32 = (c0 + 0u);
-                            let sk_e27: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            let sk_e27: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var zx0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
                             var li1: u32 = (c0 + 1u);
-                            let sk_e28: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                             var zx1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
                             var li2: u32 = (c0 + 2u);
-                            let sk_e29: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                             var zx2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
                             var li3: u32 = (c0 + 3u);
-                            let sk_e30: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                             var zx3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
@@ -420,7 +423,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e35: f32 = x[(base + tok_at)];
+                    let sk_e35: f32 = sk_load_x((base + tok_at));
                     logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }

@@ -44,6 +44,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
@@ -76,9 +79,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_read_step_15.wgsl
-// shaders/functions/sk_digit_counts_5.wgsl
-// shaders/functions/sk_race_4.wgsl
-// shaders/functions/sk_find_set_4.wgsl
+// shaders/functions/sk_digit_counts_3.wgsl
+// shaders/functions/sk_race_2.wgsl
+// shaders/functions/sk_find_set_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -111,13 +114,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     if ((li0 < sweep_n)) {
                         sk_read_step_12(col_lo, li0, zx0, &m);
                     }
@@ -151,7 +154,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                sk_find_set_4(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+                sk_find_set_2(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -185,13 +188,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                                     var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                                     var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                                     var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_9(col_lo, li0, zx0, s_key, mx, &mine);
                                     }
@@ -218,7 +221,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_col: u32 = 4294967295u;
             let sk_e4: u32 = (row * 12u);
             if ((((rows[(sk_e4 + 1u)] == 1u) && (rows[(sk_e4 + 6u)] == 1u)) && filtered)) {
-                sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+                sk_race_2(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
             var best: f32 = bitcast<f32>(4286578688u);
@@ -238,13 +241,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                             var li0: u32 = (c0 + 0u);
-                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var li1: u32 = (c0 + 1u);
-                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                             var li2: u32 = (c0 + 2u);
-                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                             var li3: u32 = (c0 + 3u);
-                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                             if ((li0 < sweep_n)) {
                                 sk_read_step_15(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
@@ -277,13 +280,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                             var li0: u32 = (c0 + 0u);
-                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var li1: u32 = (c0 + 1u);
-                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                             var li2: u32 = (c0 + 2u);
-                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                             var li3: u32 = (c0 + 3u);
-                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -405,7 +408,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
                 if ((sk_lid == 0u)) {
-                    let sk_e11: f32 = x[(base + tok_at)];
+                    let sk_e11: f32 = sk_load_x((base + tok_at));
                     logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e11), (sk_e11 > (0.0f))), valid);
                 }
             }

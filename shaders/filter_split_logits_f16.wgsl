@@ -65,14 +65,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_24.wgsl
+// shaders/functions/sk_read_step_22.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_read_step_25.wgsl
-// shaders/functions/sk_set_bounds_2.wgsl
+// shaders/functions/sk_read_step_23.wgsl
+// shaders/functions/sk_set_bounds.wgsl
 // shaders/functions/sk_decide.wgsl
-// shaders/functions/sk_stage_2.wgsl
+// shaders/functions/sk_stage.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -182,7 +182,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
-                sk_stage_2(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, part, searched, row, mp, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
+                sk_stage(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, temp, part, searched, row, mp, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::filter_split::store_state

@@ -40,6 +40,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
@@ -61,11 +64,11 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_24.wgsl
+// shaders/functions/sk_read_step_22.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_read_step_25.wgsl
+// shaders/functions/sk_read_step_23.wgsl
 // shaders/functions/sk_set_bounds.wgsl
 // shaders/functions/sk_decide.wgsl
 // shaders/functions/sk_stage.wgsl
@@ -138,16 +141,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e4: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        let sk_e4: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                         var zx0: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e5: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        let sk_e5: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                         var zx1: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e6: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        let sk_e6: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                         var zx2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e7: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        let sk_e7: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                         var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step

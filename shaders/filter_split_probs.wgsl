@@ -40,6 +40,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
@@ -58,13 +61,13 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_26.wgsl
+// shaders/functions/sk_read_step_24.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_27.wgsl
-// shaders/functions/sk_set_bounds_4.wgsl
+// shaders/functions/sk_read_step_25.wgsl
+// shaders/functions/sk_set_bounds_2.wgsl
 // shaders/functions/sk_decide_2.wgsl
 
 @compute @workgroup_size(256)
@@ -135,13 +138,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
                         var li0: u32 = (i0 + (BLOCK * 0u));
-                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                         if ((li0 < sweep_n)) {
                             sk_read_step_12(col_lo, li0, zx0, &m);
                         }
@@ -191,24 +194,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
-                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                             var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                             var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                             if ((li0 < sweep_n)) {
-                                sk_read_step_26(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_24(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_26(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_24(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_26(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_24(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_26(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                                sk_read_step_24(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
                             }
                         }
                     }
@@ -298,7 +301,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = u32((mas_s15 >> 32u));
                     }
                 } else {
-                    sk_set_bounds_4(sk_lid, stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, &sweeps);
+                    sk_set_bounds_2(sk_lid, stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, &sweeps);
                 }
             }
             if ((sk_lid == 0u)) {

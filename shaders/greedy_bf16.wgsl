@@ -37,7 +37,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_exp.wgsl
 // shaders/functions/sk_log.wgsl
-// shaders/functions/sk_for_each_column_then_5.wgsl
+// shaders/functions/sk_for_each_column_then_3.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_last_part_on.wgsl
 
@@ -101,16 +101,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 x3 = select(bitcast<f32>(4286578688u), select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
         }
         var win: f32 = (0.0f);

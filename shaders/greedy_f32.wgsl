@@ -25,6 +25,9 @@ var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_max_f32.wgsl
@@ -33,7 +36,7 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_exp.wgsl
 // shaders/functions/sk_log.wgsl
-// shaders/functions/sk_for_each_column_then_5.wgsl
+// shaders/functions/sk_for_each_column_then_3.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_last_part_on.wgsl
 
@@ -69,44 +72,44 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var x_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                let sk_e0: f32 = x[(x_at + 0u)];
+                let sk_e0: f32 = sk_load_x((x_at + 0u));
                 x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-                let sk_e1: f32 = x[(x_at + 1u)];
+                let sk_e1: f32 = sk_load_x((x_at + 1u));
                 x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                let sk_e2: f32 = x[(x_at + 2u)];
+                let sk_e2: f32 = sk_load_x((x_at + 2u));
                 x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                let sk_e3: f32 = x[(x_at + 3u)];
+                let sk_e3: f32 = sk_load_x((x_at + 3u));
                 x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
             } else {
                 // built by kernels::abi::load_quad_as
                 let sk_e6: u32 = (c0 + 0u);
                 let sk_e5: bool = (sk_e6 < col_hi);
-                let sk_e4: f32 = x[(base + select((col_hi - 1u), sk_e6, sk_e5))];
+                let sk_e4: f32 = sk_load_x((base + select((col_hi - 1u), sk_e6, sk_e5)));
                 x0 = select(bitcast<f32>(4286578688u), select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u)), sk_e5);
                 let sk_e9: u32 = (c0 + 1u);
                 let sk_e8: bool = (sk_e9 < col_hi);
-                let sk_e7: f32 = x[(base + select((col_hi - 1u), sk_e9, sk_e8))];
+                let sk_e7: f32 = sk_load_x((base + select((col_hi - 1u), sk_e9, sk_e8)));
                 x1 = select(bitcast<f32>(4286578688u), select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u)), sk_e8);
                 let sk_e12: u32 = (c0 + 2u);
                 let sk_e11: bool = (sk_e12 < col_hi);
-                let sk_e10: f32 = x[(base + select((col_hi - 1u), sk_e12, sk_e11))];
+                let sk_e10: f32 = sk_load_x((base + select((col_hi - 1u), sk_e12, sk_e11)));
                 x2 = select(bitcast<f32>(4286578688u), select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u)), sk_e11);
                 let sk_e15: u32 = (c0 + 3u);
                 let sk_e14: bool = (sk_e15 < col_hi);
-                let sk_e13: f32 = x[(base + select((col_hi - 1u), sk_e15, sk_e14))];
+                let sk_e13: f32 = sk_load_x((base + select((col_hi - 1u), sk_e15, sk_e14)));
                 x3 = select(bitcast<f32>(4286578688u), select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u)), sk_e14);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_3(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
         }
         var win: f32 = (0.0f);
@@ -138,7 +141,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var row_sum: f32 = (0.0f);
                 row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 if ((sk_lid == 0u)) {
-                    let sk_e16: f32 = x[(base + tok)];
+                    let sk_e16: f32 = sk_load_x((base + tok));
                     logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }

@@ -41,12 +41,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_17.wgsl
+// shaders/functions/sk_read_step_16.wgsl
 // shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_5.wgsl
-// shaders/functions/sk_digit_counts_3.wgsl
+// shaders/functions/sk_digit_counts_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -264,7 +264,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_3(sk_lid, listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
+                    sk_digit_counts_2(sk_lid, listed, n_list, base, temp, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
                 }
             }
             var s_key: u32 = sel_key;
@@ -353,16 +353,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                         var zx3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
-                            sk_read_step_17(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_17(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_17(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_17(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_16(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                     }
                 }

@@ -53,14 +53,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_gumbel.wgsl
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
-// shaders/functions/sk_for_each_column_then_9.wgsl
-// shaders/functions/sk_load_quad_as_8.wgsl
+// shaders/functions/sk_for_each_column_then_4.wgsl
+// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_greedy_column.wgsl
-// shaders/functions/sk_load_quad_as_9.wgsl
-// shaders/functions/sk_for_each_column_then_7.wgsl
+// shaders/functions/sk_load_quad_as_3.wgsl
+// shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_prune_step_3.wgsl
-// shaders/functions/sk_screened_pass_3.wgsl
+// shaders/functions/sk_screened_pass.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var up1_i: u32 = 4294967295u;
         var up2: f32 = bitcast<f32>(4286578688u);
         if (noisy) {
-            sk_screened_pass_3(sk_lid, row, col_lo, base, col_hi, rcp_t, temp, &m, &s, &lo_best, &w, &up1, &up2, &up1_i, &best, &best_i, &best_z, &top, &top_i, &top_n);
+            sk_screened_pass(sk_lid, row, col_lo, base, col_hi, rcp_t, temp, &m, &s, &lo_best, &w, &up1, &up2, &up1_i, &best, &best_i, &best_z, &top, &top_i, &top_n);
         } else {
             // built by kernels::race::race_row
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
@@ -103,21 +103,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_9(x_at, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as_8(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
             }
         }

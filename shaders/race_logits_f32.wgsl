@@ -35,6 +35,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
@@ -49,12 +52,12 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_gumbel.wgsl
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
-// shaders/functions/sk_for_each_column_then_6.wgsl
-// shaders/functions/sk_load_quad_as_4.wgsl
+// shaders/functions/sk_for_each_column_then_4.wgsl
+// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_greedy_column.wgsl
-// shaders/functions/sk_load_quad_as_5.wgsl
-// shaders/functions/sk_for_each_column_then_7.wgsl
+// shaders/functions/sk_load_quad_as_3.wgsl
+// shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_prune_step_3.wgsl
 // shaders/functions/sk_screened_pass.wgsl
 
@@ -99,21 +102,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x3: f32 = bitcast<f32>(4286578688u);
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                    sk_load_quad_as_5(x_at, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
                 } else {
-                    sk_load_quad_as_4(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
                 {
-                    sk_for_each_column_then_7(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                    sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
                 }
             }
         }
@@ -146,7 +149,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var row_sum: f32 = (0.0f);
                 row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
                 if ((sk_lid == 0u)) {
-                    let sk_e71: f32 = x[(base + tok)];
+                    let sk_e71: f32 = sk_load_x((base + tok));
                     logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
                 }
             }

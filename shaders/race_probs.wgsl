@@ -33,6 +33,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
@@ -77,7 +80,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e1: f32 = x[(base + col)];
+                    let sk_e1: f32 = sk_load_x((base + col));
                     var xv: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
@@ -100,7 +103,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e2: f32 = x[(base + col)];
+                    let sk_e2: f32 = sk_load_x((base + col));
                     var xv: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
@@ -123,7 +126,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e3: f32 = x[(base + col)];
+                    let sk_e3: f32 = sk_load_x((base + col));
                     var xv: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
@@ -146,7 +149,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e4: f32 = x[(base + col)];
+                    let sk_e4: f32 = sk_load_x((base + col));
                     var xv: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                     var score: f32 = xv;
                     if (((xv >= (0.0f)) && (xv < bitcast<f32>(2139095040u)))) {
@@ -186,7 +189,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             }
             if (((params.flags & 1u) != 0u)) {
                 // built by kernels::abi::write_results_as
-                let sk_e5: f32 = x[(base + tok)];
+                let sk_e5: f32 = sk_load_x((base + tok));
                 var pt: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                 if ((sk_lid == 0u)) {
                     logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(pt), (pt > (0.0f))), valid);

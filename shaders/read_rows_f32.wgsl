@@ -18,6 +18,9 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_sum_f32.wgsl
 
@@ -35,28 +38,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             {
                 var col: u32 = (c0 + 0u);
                 if ((col < col_hi)) {
-                    let sk_e0: f32 = x[(base + col)];
+                    let sk_e0: f32 = sk_load_x((base + col));
                     s = (s + select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 1u);
                 if ((col < col_hi)) {
-                    let sk_e1: f32 = x[(base + col)];
+                    let sk_e1: f32 = sk_load_x((base + col));
                     s = (s + select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 2u);
                 if ((col < col_hi)) {
-                    let sk_e2: f32 = x[(base + col)];
+                    let sk_e2: f32 = sk_load_x((base + col));
                     s = (s + select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u)));
                 }
             }
             {
                 var col: u32 = (c0 + 3u);
                 if ((col < col_hi)) {
-                    let sk_e3: f32 = x[(base + col)];
+                    let sk_e3: f32 = sk_load_x((base + col));
                     s = (s + select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u)));
                 }
             }

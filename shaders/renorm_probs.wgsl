@@ -28,6 +28,9 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u64.wgsl
@@ -45,9 +48,9 @@ var<workgroup> bucket_masses: array<u64, 64>;
 // shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_13.wgsl
-// shaders/functions/sk_read_step_19.wgsl
-// shaders/functions/sk_read_step_20.wgsl
-// shaders/functions/sk_digit_counts_5.wgsl
+// shaders/functions/sk_read_step_17.wgsl
+// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_digit_counts_3.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -80,13 +83,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     if ((li0 < sweep_n)) {
                         sk_read_step_12(col_lo, li0, zx0, &m);
                     }
@@ -139,13 +142,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                             // built by kernels::filter_values::for_each_read
                             var li0: u32 = (i0 + (BLOCK * 0u));
-                            var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                             var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                             var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                             if ((li0 < sweep_n)) {
                                 sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
                             }
@@ -169,7 +172,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var lx: f32 = x[(base + col)];
+                        var lx: f32 = sk_load_x((base + col));
                         var zv: f32 = lx;
                         var ov: f32 = zv;
                         var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -193,7 +196,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        var lx: f32 = x[(base + col)];
+                        var lx: f32 = sk_load_x((base + col));
                         var zv: f32 = lx;
                         var ov: f32 = zv;
                         var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -247,7 +250,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     done = true;
                 }
                 if ((!done)) {
-                    sk_digit_counts_5(sk_lid, listed, n_list, base, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
+                    sk_digit_counts_3(sk_lid, listed, n_list, base, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
                 }
             }
             var s_key: u32 = sel_key;
@@ -282,13 +285,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                                     var li0: u32 = (c0 + 0u);
-                                    var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                                     var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                                     var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                                     var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                                     if ((li0 < sweep_n)) {
                                         sk_read_step_9(col_lo, li0, zx0, s_key, mx, &mine);
                                     }
@@ -321,24 +324,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                         var li0: u32 = (c0 + 0u);
-                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                         var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                         var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                         var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                         if ((li0 < sweep_n)) {
-                            sk_read_step_19(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_19(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_19(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_19(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                     }
                 }
@@ -356,24 +359,24 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                         var li0: u32 = (c0 + 0u);
-                        var zx0: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                         var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                         var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                         var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                         if ((li0 < sweep_n)) {
-                            sk_read_step_20(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_20(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_20(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_20(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                     }
                 }

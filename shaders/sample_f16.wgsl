@@ -53,15 +53,15 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_gumbel.wgsl
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
-// shaders/functions/sk_for_each_column_then_8.wgsl
-// shaders/functions/sk_load_quad_as_6.wgsl
+// shaders/functions/sk_for_each_column_then_4.wgsl
+// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_greedy_column.wgsl
-// shaders/functions/sk_load_quad_as_7.wgsl
-// shaders/functions/sk_for_each_column_then_7.wgsl
+// shaders/functions/sk_load_quad_as_3.wgsl
+// shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_prune_step_3.wgsl
-// shaders/functions/sk_screened_pass_2.wgsl
-// shaders/functions/sk_sample_2.wgsl
+// shaders/functions/sk_screened_pass.wgsl
+// shaders/functions/sk_sample.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -93,7 +93,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             skip = (filtered || (rows[((row * 12u) + 1u)] == 1u));
         }
         if ((!skip)) {
-            sk_sample_2(sk_lid, row, col_lo, base, col_hi, parts, slot, row_slot);
+            sk_sample(sk_lid, row, col_lo, base, col_hi, parts, slot, row_slot);
         }
     }
 }

@@ -35,6 +35,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
@@ -49,12 +52,12 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_gumbel.wgsl
 // shaders/functions/sk_prune_step.wgsl
 // shaders/functions/sk_prune_step_2.wgsl
-// shaders/functions/sk_for_each_column_then_6.wgsl
-// shaders/functions/sk_load_quad_as_4.wgsl
+// shaders/functions/sk_for_each_column_then_4.wgsl
+// shaders/functions/sk_load_quad_as_2.wgsl
 // shaders/functions/sk_whole_row_results.wgsl
 // shaders/functions/sk_greedy_column.wgsl
-// shaders/functions/sk_load_quad_as_5.wgsl
-// shaders/functions/sk_for_each_column_then_7.wgsl
+// shaders/functions/sk_load_quad_as_3.wgsl
+// shaders/functions/sk_for_each_column_then_5.wgsl
 // shaders/functions/sk_prune_step_3.wgsl
 // shaders/functions/sk_screened_pass.wgsl
 // shaders/functions/sk_sample.wgsl

@@ -22,12 +22,15 @@ struct Params {
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_load_lp(i: u32) -> f32 {
+    return lp[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_argmax_f64.wgsl
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_for_each_column_then_10.wgsl
+// shaders/functions/sk_for_each_column_then_6.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -51,52 +54,52 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                let sk_e1: f64 = f64(lp[(lq_at + 0u)]);
+                let sk_e1: f64 = f64(sk_load_lp((lq_at + 0u)));
                 let sk_e0: u64 = bitcast<u64>(sk_e1);
                 lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
-                let sk_e3: f64 = f64(lp[(lq_at + 1u)]);
+                let sk_e3: f64 = f64(sk_load_lp((lq_at + 1u)));
                 let sk_e2: u64 = bitcast<u64>(sk_e3);
                 lq1 = select(sk_e3, bitcast<f64>(18442240474082181120lu), (((sk_e2 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e2 == 9218868437227405312lu)));
-                let sk_e5: f64 = f64(lp[(lq_at + 2u)]);
+                let sk_e5: f64 = f64(sk_load_lp((lq_at + 2u)));
                 let sk_e4: u64 = bitcast<u64>(sk_e5);
                 lq2 = select(sk_e5, bitcast<f64>(18442240474082181120lu), (((sk_e4 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e4 == 9218868437227405312lu)));
-                let sk_e7: f64 = f64(lp[(lq_at + 3u)]);
+                let sk_e7: f64 = f64(sk_load_lp((lq_at + 3u)));
                 let sk_e6: u64 = bitcast<u64>(sk_e7);
                 lq3 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
             } else {
                 // built by kernels::abi::load_quad_as
                 let sk_e11: u32 = (c0 + 0u);
                 let sk_e10: bool = (sk_e11 < col_hi);
-                let sk_e9: f64 = f64(lp[(base + select((col_hi - 1u), sk_e11, sk_e10))]);
+                let sk_e9: f64 = f64(sk_load_lp((base + select((col_hi - 1u), sk_e11, sk_e10))));
                 let sk_e8: u64 = bitcast<u64>(sk_e9);
                 lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e9, bitcast<f64>(18442240474082181120lu), (((sk_e8 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e8 == 9218868437227405312lu))), sk_e10);
                 let sk_e15: u32 = (c0 + 1u);
                 let sk_e14: bool = (sk_e15 < col_hi);
-                let sk_e13: f64 = f64(lp[(base + select((col_hi - 1u), sk_e15, sk_e14))]);
+                let sk_e13: f64 = f64(sk_load_lp((base + select((col_hi - 1u), sk_e15, sk_e14))));
                 let sk_e12: u64 = bitcast<u64>(sk_e13);
                 lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e14);
                 let sk_e19: u32 = (c0 + 2u);
                 let sk_e18: bool = (sk_e19 < col_hi);
-                let sk_e17: f64 = f64(lp[(base + select((col_hi - 1u), sk_e19, sk_e18))]);
+                let sk_e17: f64 = f64(sk_load_lp((base + select((col_hi - 1u), sk_e19, sk_e18))));
                 let sk_e16: u64 = bitcast<u64>(sk_e17);
                 lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e17, bitcast<f64>(18442240474082181120lu), (((sk_e16 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e16 == 9218868437227405312lu))), sk_e18);
                 let sk_e23: u32 = (c0 + 3u);
                 let sk_e22: bool = (sk_e23 < col_hi);
-                let sk_e21: f64 = f64(lp[(base + select((col_hi - 1u), sk_e23, sk_e22))]);
+                let sk_e21: f64 = f64(sk_load_lp((base + select((col_hi - 1u), sk_e23, sk_e22))));
                 let sk_e20: u64 = bitcast<u64>(sk_e21);
                 lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);
@@ -113,7 +116,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((sk_lid == 0u)) {
-                let sk_e29: f64 = f64(lp[(base + tok)]);
+                let sk_e29: f64 = f64(sk_load_lp((base + tok)));
                 let sk_e28: u64 = bitcast<u64>(sk_e29);
                 logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e29, bitcast<f64>(18442240474082181120lu), (((sk_e28 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e28 == 9218868437227405312lu)))), valid);
             }

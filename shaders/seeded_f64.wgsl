@@ -27,7 +27,7 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_for_each_column_then_10.wgsl
+// shaders/functions/sk_for_each_column_then_6.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -87,16 +87,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e21, bitcast<f64>(18442240474082181120lu), (((sk_e20 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e20 == 9218868437227405312lu))), sk_e22);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
+                sk_for_each_column_then_6(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);

@@ -44,8 +44,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel_screen.wgsl
-// shaders/functions/sk_for_each_column_then_16.wgsl
-// shaders/functions/sk_for_each_column_then_18.wgsl
+// shaders/functions/sk_for_each_column_then_12.wgsl
+// shaders/functions/sk_for_each_column_then_13.wgsl
 // shaders/functions/sk_write_seeded_part.wgsl
 
 @compute @workgroup_size(256)
@@ -129,25 +129,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
@@ -193,25 +193,25 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
@@ -243,16 +243,16 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_18(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
                         }
                     }
                 } else {

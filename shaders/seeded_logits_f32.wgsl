@@ -28,6 +28,9 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
@@ -40,8 +43,8 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel_screen.wgsl
-// shaders/functions/sk_for_each_column_then_16.wgsl
-// shaders/functions/sk_for_each_column_then_17.wgsl
+// shaders/functions/sk_for_each_column_then_12.wgsl
+// shaders/functions/sk_for_each_column_then_13.wgsl
 // shaders/functions/sk_write_seeded_part.wgsl
 
 @compute @workgroup_size(256)
@@ -95,55 +98,55 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 let sk_e0: u32 = (col_lo + (sk_lid * 4u));
                 if (((sk_e0 < col_hi) && ((col_hi - sk_e0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    let sk_e1: f32 = x[(x_at + 0u)];
+                    let sk_e1: f32 = sk_load_x((x_at + 0u));
                     x0 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-                    let sk_e2: f32 = x[(x_at + 1u)];
+                    let sk_e2: f32 = sk_load_x((x_at + 1u));
                     x1 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-                    let sk_e3: f32 = x[(x_at + 2u)];
+                    let sk_e3: f32 = sk_load_x((x_at + 2u));
                     x2 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                    let sk_e4: f32 = x[(x_at + 3u)];
+                    let sk_e4: f32 = sk_load_x((x_at + 3u));
                     x3 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
                 } else {
                     // built by kernels::abi::load_quad_as
                     let sk_e7: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     let sk_e6: bool = (sk_e7 < col_hi);
-                    let sk_e5: f32 = x[(base + select((col_hi - 1u), sk_e7, sk_e6))];
+                    let sk_e5: f32 = sk_load_x((base + select((col_hi - 1u), sk_e7, sk_e6)));
                     x0 = select(bitcast<f32>(4286578688u), select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u)), sk_e6);
                     let sk_e10: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
                     let sk_e9: bool = (sk_e10 < col_hi);
-                    let sk_e8: f32 = x[(base + select((col_hi - 1u), sk_e10, sk_e9))];
+                    let sk_e8: f32 = sk_load_x((base + select((col_hi - 1u), sk_e10, sk_e9)));
                     x1 = select(bitcast<f32>(4286578688u), select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u)), sk_e9);
                     let sk_e13: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
                     let sk_e12: bool = (sk_e13 < col_hi);
-                    let sk_e11: f32 = x[(base + select((col_hi - 1u), sk_e13, sk_e12))];
+                    let sk_e11: f32 = sk_load_x((base + select((col_hi - 1u), sk_e13, sk_e12)));
                     x2 = select(bitcast<f32>(4286578688u), select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u)), sk_e12);
                     let sk_e16: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
                     let sk_e15: bool = (sk_e16 < col_hi);
-                    let sk_e14: f32 = x[(base + select((col_hi - 1u), sk_e16, sk_e15))];
+                    let sk_e14: f32 = sk_load_x((base + select((col_hi - 1u), sk_e16, sk_e15)));
                     x3 = select(bitcast<f32>(4286578688u), select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u)), sk_e15);
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = ((col_lo + (sk_lid * 4u)) + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
@@ -159,55 +162,55 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    let sk_e21: f32 = x[(x_at + 0u)];
+                    let sk_e21: f32 = sk_load_x((x_at + 0u));
                     x0 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                    let sk_e22: f32 = x[(x_at + 1u)];
+                    let sk_e22: f32 = sk_load_x((x_at + 1u));
                     x1 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                    let sk_e23: f32 = x[(x_at + 2u)];
+                    let sk_e23: f32 = sk_load_x((x_at + 2u));
                     x2 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
-                    let sk_e24: f32 = x[(x_at + 3u)];
+                    let sk_e24: f32 = sk_load_x((x_at + 3u));
                     x3 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
                 } else {
                     // built by kernels::abi::load_quad_as
                     let sk_e27: u32 = (c0 + 0u);
                     let sk_e26: bool = (sk_e27 < col_hi);
-                    let sk_e25: f32 = x[(base + select((col_hi - 1u), sk_e27, sk_e26))];
+                    let sk_e25: f32 = sk_load_x((base + select((col_hi - 1u), sk_e27, sk_e26)));
                     x0 = select(bitcast<f32>(4286578688u), select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u)), sk_e26);
                     let sk_e30: u32 = (c0 + 1u);
                     let sk_e29: bool = (sk_e30 < col_hi);
-                    let sk_e28: f32 = x[(base + select((col_hi - 1u), sk_e30, sk_e29))];
+                    let sk_e28: f32 = sk_load_x((base + select((col_hi - 1u), sk_e30, sk_e29)));
                     x1 = select(bitcast<f32>(4286578688u), select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u)), sk_e29);
                     let sk_e33: u32 = (c0 + 2u);
                     let sk_e32: bool = (sk_e33 < col_hi);
-                    let sk_e31: f32 = x[(base + select((col_hi - 1u), sk_e33, sk_e32))];
+                    let sk_e31: f32 = sk_load_x((base + select((col_hi - 1u), sk_e33, sk_e32)));
                     x2 = select(bitcast<f32>(4286578688u), select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u)), sk_e32);
                     let sk_e36: u32 = (c0 + 3u);
                     let sk_e35: bool = (sk_e36 < col_hi);
-                    let sk_e34: f32 = x[(base + select((col_hi - 1u), sk_e36, sk_e35))];
+                    let sk_e34: f32 = sk_load_x((base + select((col_hi - 1u), sk_e36, sk_e35)));
                     x3 = select(bitcast<f32>(4286578688u), select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u)), sk_e35);
                 }
                 {
                     var col: u32 = (c0 + 0u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x0, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 1u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x1, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 2u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x2, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
                 {
                     var col: u32 = (c0 + 3u);
                     if ((col < col_hi)) {
-                        sk_for_each_column_then_16(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
+                        sk_for_each_column_then_12(x3, temp, row, col, noisy, &lo_best, &up1, &up2, &up1_i, &m, &s, &comp);
                     }
                 }
             }
@@ -239,22 +242,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
                         // built by kernels::abi::for_each_column_then
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 0u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 1u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 2u, &best, &best_i);
                         }
                         {
-                            sk_for_each_column_then_17(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
+                            sk_for_each_column_then_13(c0, col_hi, base, temp, row, screened, screen_floor, noisy, row_m, inv, 3u, &best, &best_i);
                         }
                     }
                 } else {
                     // built by kernels::seeded::seeded_logits_finish
                     if (((up1_i != 4294967295u) && (up1 >= screen_floor))) {
-                        let sk_e63: f32 = x[(base + up1_i)];
+                        let sk_e63: f32 = sk_load_x((base + up1_i));
                         let sk_e62: f32 = (select(sk_e63, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e63) & 2147483647u) > 2139095040u)) / temp);
                         var p: f32 = (select(select(sk_exp((sk_e62 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e62 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                         var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));
@@ -287,7 +290,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
-                    let sk_e66: f32 = x[(base + tok)];
+                    let sk_e66: f32 = sk_load_x((base + tok));
                     let sk_e65: f32 = (select(sk_e66, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e66) & 2147483647u) > 2139095040u)) / temp);
                     var p: f32 = (select(select(sk_exp((sk_e65 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e65 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) * inv);
                     var lp: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(p), ((p > (0.0f)) && (p <= (3.4028235e38f)))));

@@ -22,13 +22,16 @@ struct Params {
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_load_lp(i: u32) -> f32 {
+    return lp[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_argmax_f64.wgsl
 // shaders/functions/sk_log.wgsl
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_for_each_column_then_11.wgsl
+// shaders/functions/sk_for_each_column_then_7.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -52,19 +55,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                 // built by kernels::abi::load_quad_as
-                let sk_e2: f32 = lp[(lq_at + 0u)];
+                let sk_e2: f32 = sk_load_lp((lq_at + 0u));
                 let sk_e1: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e2), ((sk_e2 > (0.0f)) && (sk_e2 <= (3.4028235e38f)))));
                 let sk_e0: u64 = bitcast<u64>(sk_e1);
                 lq0 = select(sk_e1, bitcast<f64>(18442240474082181120lu), (((sk_e0 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e0 == 9218868437227405312lu)));
-                let sk_e5: f32 = lp[(lq_at + 1u)];
+                let sk_e5: f32 = sk_load_lp((lq_at + 1u));
                 let sk_e4: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e5), ((sk_e5 > (0.0f)) && (sk_e5 <= (3.4028235e38f)))));
                 let sk_e3: u64 = bitcast<u64>(sk_e4);
                 lq1 = select(sk_e4, bitcast<f64>(18442240474082181120lu), (((sk_e3 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e3 == 9218868437227405312lu)));
-                let sk_e8: f32 = lp[(lq_at + 2u)];
+                let sk_e8: f32 = sk_load_lp((lq_at + 2u));
                 let sk_e7: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e8), ((sk_e8 > (0.0f)) && (sk_e8 <= (3.4028235e38f)))));
                 let sk_e6: u64 = bitcast<u64>(sk_e7);
                 lq2 = select(sk_e7, bitcast<f64>(18442240474082181120lu), (((sk_e6 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e6 == 9218868437227405312lu)));
-                let sk_e11: f32 = lp[(lq_at + 3u)];
+                let sk_e11: f32 = sk_load_lp((lq_at + 3u));
                 let sk_e10: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e11), ((sk_e11 > (0.0f)) && (sk_e11 <= (3.4028235e38f)))));
                 let sk_e9: u64 = bitcast<u64>(sk_e10);
                 lq3 = select(sk_e10, bitcast<f64>(18442240474082181120lu), (((sk_e9 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e9 == 9218868437227405312lu)));
@@ -72,40 +75,40 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::load_quad_as
                 let sk_e16: u32 = (c0 + 0u);
                 let sk_e15: bool = (sk_e16 < col_hi);
-                let sk_e14: f32 = lp[(base + select((col_hi - 1u), sk_e16, sk_e15))];
+                let sk_e14: f32 = sk_load_lp((base + select((col_hi - 1u), sk_e16, sk_e15)));
                 let sk_e13: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e14), ((sk_e14 > (0.0f)) && (sk_e14 <= (3.4028235e38f)))));
                 let sk_e12: u64 = bitcast<u64>(sk_e13);
                 lq0 = select(bitcast<f64>(18442240474082181120lu), select(sk_e13, bitcast<f64>(18442240474082181120lu), (((sk_e12 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e12 == 9218868437227405312lu))), sk_e15);
                 let sk_e21: u32 = (c0 + 1u);
                 let sk_e20: bool = (sk_e21 < col_hi);
-                let sk_e19: f32 = lp[(base + select((col_hi - 1u), sk_e21, sk_e20))];
+                let sk_e19: f32 = sk_load_lp((base + select((col_hi - 1u), sk_e21, sk_e20)));
                 let sk_e18: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e19), ((sk_e19 > (0.0f)) && (sk_e19 <= (3.4028235e38f)))));
                 let sk_e17: u64 = bitcast<u64>(sk_e18);
                 lq1 = select(bitcast<f64>(18442240474082181120lu), select(sk_e18, bitcast<f64>(18442240474082181120lu), (((sk_e17 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e17 == 9218868437227405312lu))), sk_e20);
                 let sk_e26: u32 = (c0 + 2u);
                 let sk_e25: bool = (sk_e26 < col_hi);
-                let sk_e24: f32 = lp[(base + select((col_hi - 1u), sk_e26, sk_e25))];
+                let sk_e24: f32 = sk_load_lp((base + select((col_hi - 1u), sk_e26, sk_e25)));
                 let sk_e23: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e24), ((sk_e24 > (0.0f)) && (sk_e24 <= (3.4028235e38f)))));
                 let sk_e22: u64 = bitcast<u64>(sk_e23);
                 lq2 = select(bitcast<f64>(18442240474082181120lu), select(sk_e23, bitcast<f64>(18442240474082181120lu), (((sk_e22 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e22 == 9218868437227405312lu))), sk_e25);
                 let sk_e31: u32 = (c0 + 3u);
                 let sk_e30: bool = (sk_e31 < col_hi);
-                let sk_e29: f32 = lp[(base + select((col_hi - 1u), sk_e31, sk_e30))];
+                let sk_e29: f32 = sk_load_lp((base + select((col_hi - 1u), sk_e31, sk_e30)));
                 let sk_e28: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e29), ((sk_e29 > (0.0f)) && (sk_e29 <= (3.4028235e38f)))));
                 let sk_e27: u64 = bitcast<u64>(sk_e28);
                 lq3 = select(bitcast<f64>(18442240474082181120lu), select(sk_e28, bitcast<f64>(18442240474082181120lu), (((sk_e27 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e27 == 9218868437227405312lu))), sk_e30);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq0, noisy, row, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq1, noisy, row, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq2, noisy, row, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_11(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
+                sk_for_each_column_then_7(c0, col_hi, lq3, noisy, row, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);
@@ -122,7 +125,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((sk_lid == 0u)) {
-                let sk_e38: f32 = lp[(base + tok)];
+                let sk_e38: f32 = sk_load_lp((base + tok));
                 let sk_e37: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e38), ((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f)))));
                 let sk_e36: u64 = bitcast<u64>(sk_e37);
                 logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu)))), valid);

@@ -23,6 +23,9 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_load_lp(i: u32) -> f32 {
+    return lp[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_block_argmax_f64.wgsl
@@ -31,10 +34,10 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel32.wgsl
-// shaders/functions/sk_for_each_column_then_12.wgsl
-// shaders/functions/sk_for_each_column_then_13.wgsl
-// shaders/functions/sk_load_quad_as_12.wgsl
-// shaders/functions/sk_load_quad_as_13.wgsl
+// shaders/functions/sk_for_each_column_then_8.wgsl
+// shaders/functions/sk_for_each_column_then_9.wgsl
+// shaders/functions/sk_load_quad_as_6.wgsl
+// shaders/functions/sk_load_quad_as_7.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -57,21 +60,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_13(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_7(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_12(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_6(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
             }
         }
         var win32: f32 = (0.0f);
@@ -80,7 +83,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var floor: f32 = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            let sk_e29: f64 = f64(lp[(base + win32_i)]);
+            let sk_e29: f64 = f64(sk_load_lp((base + win32_i)));
             let sk_e28: u64 = bitcast<u64>(sk_e29);
             var lp32: f32 = f32(select(sk_e29, bitcast<f64>(18442240474082181120lu), (((sk_e28 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e28 == 9218868437227405312lu))));
             var g32: f32 = (0.0f);
@@ -103,21 +106,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_13(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_7(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_12(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_6(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);
@@ -134,7 +137,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((sk_lid == 0u)) {
-                let sk_e64: f64 = f64(lp[(base + tok)]);
+                let sk_e64: f64 = f64(sk_load_lp((base + tok)));
                 let sk_e63: u64 = bitcast<u64>(sk_e64);
                 logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e64, bitcast<f64>(18442240474082181120lu), (((sk_e63 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e63 == 9218868437227405312lu)))), valid);
             }

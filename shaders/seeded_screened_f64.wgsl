@@ -31,10 +31,10 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel32.wgsl
-// shaders/functions/sk_for_each_column_then_12.wgsl
-// shaders/functions/sk_for_each_column_then_13.wgsl
-// shaders/functions/sk_load_quad_as_10.wgsl
-// shaders/functions/sk_load_quad_as_11.wgsl
+// shaders/functions/sk_for_each_column_then_8.wgsl
+// shaders/functions/sk_for_each_column_then_9.wgsl
+// shaders/functions/sk_load_quad_as_4.wgsl
+// shaders/functions/sk_load_quad_as_5.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -57,21 +57,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_11(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_5(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_10(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_4(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_13(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
+                sk_for_each_column_then_9(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
             }
         }
         var win32: f32 = (0.0f);
@@ -103,21 +103,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_11(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_5(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_10(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_4(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_12(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
+                sk_for_each_column_then_8(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);

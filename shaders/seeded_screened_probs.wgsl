@@ -23,6 +23,9 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 
+fn sk_load_lp(i: u32) -> f32 {
+    return lp[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_block_argmax_f64.wgsl
@@ -31,10 +34,10 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_seeded_gumbel32.wgsl
-// shaders/functions/sk_for_each_column_then_14.wgsl
-// shaders/functions/sk_for_each_column_then_15.wgsl
-// shaders/functions/sk_load_quad_as_14.wgsl
-// shaders/functions/sk_load_quad_as_15.wgsl
+// shaders/functions/sk_for_each_column_then_10.wgsl
+// shaders/functions/sk_for_each_column_then_11.wgsl
+// shaders/functions/sk_load_quad_as_8.wgsl
+// shaders/functions/sk_load_quad_as_9.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -57,21 +60,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_15(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_9(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_14(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_8(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq0, noisy, row, 0u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq1, noisy, row, 1u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq2, noisy, row, 2u, &best32, &best32_i);
             }
             {
-                sk_for_each_column_then_15(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
+                sk_for_each_column_then_11(c0, col_hi, lq3, noisy, row, 3u, &best32, &best32_i);
             }
         }
         var win32: f32 = (0.0f);
@@ -80,7 +83,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         var floor: f32 = (0.0f);
         {
             // built by kernels::seeded::seeded_screened
-            let sk_e38: f32 = lp[(base + win32_i)];
+            let sk_e38: f32 = sk_load_lp((base + win32_i));
             let sk_e37: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e38), ((sk_e38 > (0.0f)) && (sk_e38 <= (3.4028235e38f)))));
             let sk_e36: u64 = bitcast<u64>(sk_e37);
             var lp32: f32 = f32(select(sk_e37, bitcast<f64>(18442240474082181120lu), (((sk_e36 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e36 == 9218868437227405312lu))));
@@ -104,21 +107,21 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var lq3: f64 = bitcast<f64>(18442240474082181120lu);
             var lq_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_15(lq_at, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_9(lq_at, &lq0, &lq1, &lq2, &lq3);
             } else {
-                sk_load_quad_as_14(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
+                sk_load_quad_as_8(c0, col_hi, base, &lq0, &lq1, &lq2, &lq3);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq0, noisy, row, all, floor, 0u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq1, noisy, row, all, floor, 1u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq2, noisy, row, all, floor, 2u, &best, &best_i);
             }
             {
-                sk_for_each_column_then_14(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
+                sk_for_each_column_then_10(c0, col_hi, lq3, noisy, row, all, floor, 3u, &best, &best_i);
             }
         }
         var win: f64 = (0.0lf);
@@ -135,7 +138,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
         if (((params.flags & 1u) != 0u)) {
             // built by kernels::abi::write_results_as
             if ((sk_lid == 0u)) {
-                let sk_e82: f32 = lp[(base + tok)];
+                let sk_e82: f32 = sk_load_lp((base + tok));
                 let sk_e81: f64 = f64(select(bitcast<f32>(4286578688u), sk_log(sk_e82), ((sk_e82 > (0.0f)) && (sk_e82 <= (3.4028235e38f)))));
                 let sk_e80: u64 = bitcast<u64>(sk_e81);
                 logprobs[row] = select(bitcast<f32>(4286578688u), f32(select(sk_e81, bitcast<f64>(18442240474082181120lu), (((sk_e80 & 9223372036854775807lu) > 9218868437227405312lu) || (sk_e80 == 9218868437227405312lu)))), valid);

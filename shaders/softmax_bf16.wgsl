@@ -29,8 +29,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_block_sum_f32.wgsl
 // shaders/functions/sk_exp.wgsl
 // shaders/functions/sk_for_each_column_then.wgsl
-// shaders/functions/sk_load_quad_as_3.wgsl
-// shaders/functions/sk_for_each_column_then_4.wgsl
+// shaders/functions/sk_load_quad_as.wgsl
+// shaders/functions/sk_for_each_column_then_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -70,7 +70,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             row_sum = sk_block_sum_f32(sk_lid, select(select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))), s, (m == row_max)));
             var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
             for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                sk_for_each_column_then_4(base, c0, col_hi, temp, row_max, inv);
+                sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
             }
         } else {
             // built by kernels::softmax::softmax_kernel
@@ -95,7 +95,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     let sk_e23: f32 = sk_load_x((x_at + 3u));
                     x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
                 } else {
-                    sk_load_quad_as_3(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                    sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);
                 }
                 {
                     sk_for_each_column_then(c0, col_hi, x0, temp, 0u, &m, &s, &comp);
@@ -118,7 +118,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((parts <= 1u)) {
                 var inv: f32 = select((0.0f), ((1.0f) / row_sum), (row_sum > (0.0f)));
                 for (var c0: u32 = (col_lo + (sk_lid * 4u)); c0 < col_hi; c0 = c0 + (BLOCK * 4u)) {
-                    sk_for_each_column_then_4(base, c0, col_hi, temp, row_max, inv);
+                    sk_for_each_column_then_2(base, c0, col_hi, temp, row_max, inv);
                 }
             } else {
                 if ((sk_lid == 0u)) {

@@ -20,6 +20,9 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
@@ -82,13 +85,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var x_at: u32 = (base + c0);
                 if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
                     // built by kernels::abi::load_quad_as
-                    let sk_e20: f32 = x[(x_at + 0u)];
+                    let sk_e20: f32 = sk_load_x((x_at + 0u));
                     x0 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-                    let sk_e21: f32 = x[(x_at + 1u)];
+                    let sk_e21: f32 = sk_load_x((x_at + 1u));
                     x1 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-                    let sk_e22: f32 = x[(x_at + 2u)];
+                    let sk_e22: f32 = sk_load_x((x_at + 2u));
                     x2 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
-                    let sk_e23: f32 = x[(x_at + 3u)];
+                    let sk_e23: f32 = sk_load_x((x_at + 3u));
                     x3 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
                 } else {
                     sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);

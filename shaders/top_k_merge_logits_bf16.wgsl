@@ -95,29 +95,29 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_merge_row.wgsl
 // shaders/functions/sk_select_step_3.wgsl
 // shaders/functions/sk_choose_bin.wgsl
-// shaders/functions/sk_load_quad_as_18.wgsl
+// shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_race_one_2.wgsl
-// shaders/functions/sk_read_step_30.wgsl
+// shaders/functions/sk_read_step_28.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_read_step_6.wgsl
-// shaders/functions/sk_read_step_31.wgsl
-// shaders/functions/sk_cut_row_7.wgsl
-// shaders/functions/sk_cut_row_8.wgsl
-// shaders/functions/sk_digit_counts_12.wgsl
-// shaders/functions/sk_race_7.wgsl
-// shaders/functions/sk_cut_row_9.wgsl
-// shaders/functions/sk_merge_cut_3.wgsl
-// shaders/functions/sk_for_each_read_7.wgsl
-// shaders/functions/sk_find_set_10.wgsl
-// shaders/functions/sk_sweep_3.wgsl
-// shaders/functions/sk_cut_part_4.wgsl
-// shaders/functions/sk_cut_here_3.wgsl
-// shaders/functions/sk_left_out_kept_3.wgsl
-// shaders/functions/sk_write_results_as_3.wgsl
-// shaders/functions/sk_row_max_3.wgsl
+// shaders/functions/sk_read_step_29.wgsl
+// shaders/functions/sk_cut_row.wgsl
+// shaders/functions/sk_cut_row_2.wgsl
+// shaders/functions/sk_digit_counts_6.wgsl
+// shaders/functions/sk_race_3.wgsl
+// shaders/functions/sk_cut_row_3.wgsl
+// shaders/functions/sk_merge_cut.wgsl
+// shaders/functions/sk_for_each_read_3.wgsl
+// shaders/functions/sk_find_set_4.wgsl
+// shaders/functions/sk_sweep.wgsl
+// shaders/functions/sk_cut_part_2.wgsl
+// shaders/functions/sk_cut_here.wgsl
+// shaders/functions/sk_left_out_kept.wgsl
+// shaders/functions/sk_write_results_as.wgsl
+// shaders/functions/sk_row_max.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -157,7 +157,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var reads_before: u32 = select(0u, 1u, one_read);
             var merges: bool = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here_3(sk_lid, slot, parts, part, row, temp, base, mp, noisy, &col_lo, &col_hi, &merges);
+                sk_cut_here(sk_lid, slot, parts, part, row, temp, base, mp, noisy, &col_lo, &col_hi, &merges);
             }
             if (min_p_cut) {
                 top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
@@ -165,13 +165,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut_3(sk_lid, slot, parts, row, pp, mp, kk, base, temp, noisy, &reads_before, &one_read_done);
+                        sk_merge_cut(sk_lid, slot, parts, row, pp, mp, kk, base, temp, noisy, &reads_before, &one_read_done);
                     } else {
-                        sk_row_max_3(sk_lid, parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, temp, capped, row, noisy, &reads_before, &one_read_done);
+                        sk_row_max(sk_lid, parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, temp, capped, row, noisy, &reads_before, &one_read_done);
                     }
                 }
                 if ((!one_read_done)) {
-                    sk_sweep_3(sk_lid, reads_before, col_hi, col_lo, base, temp, k_first, searched, kk, pp, row, filtered, mp, noisy);
+                    sk_sweep(sk_lid, reads_before, col_hi, col_lo, base, temp, k_first, searched, kk, pp, row, filtered, mp, noisy);
                 }
             }
         }

@@ -47,6 +47,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
@@ -91,23 +94,23 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_merge_row.wgsl
 // shaders/functions/sk_select_step_3.wgsl
 // shaders/functions/sk_choose_bin.wgsl
-// shaders/functions/sk_load_quad_as_16.wgsl
+// shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_race_one_2.wgsl
-// shaders/functions/sk_read_step_30.wgsl
+// shaders/functions/sk_read_step_28.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_5.wgsl
 // shaders/functions/sk_read_step_6.wgsl
-// shaders/functions/sk_read_step_31.wgsl
+// shaders/functions/sk_read_step_29.wgsl
 // shaders/functions/sk_cut_row.wgsl
 // shaders/functions/sk_cut_row_2.wgsl
-// shaders/functions/sk_digit_counts_10.wgsl
-// shaders/functions/sk_race_5.wgsl
+// shaders/functions/sk_digit_counts_6.wgsl
+// shaders/functions/sk_race_3.wgsl
 // shaders/functions/sk_cut_row_3.wgsl
 // shaders/functions/sk_merge_cut.wgsl
-// shaders/functions/sk_for_each_read_5.wgsl
-// shaders/functions/sk_find_set_8.wgsl
+// shaders/functions/sk_for_each_read_3.wgsl
+// shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_here.wgsl

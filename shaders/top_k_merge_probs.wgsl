@@ -47,6 +47,9 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
     let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
     return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
 }
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
@@ -74,7 +77,7 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_for_each_quad_2.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_cut_part_5.wgsl
+// shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_read_step_8.wgsl
 // shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_select_in_range_2.wgsl
@@ -89,28 +92,28 @@ fn sk_mulhi(a: u32, b: u32) -> u32 {
 // shaders/functions/sk_choose_bin_2.wgsl
 // shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_within.wgsl
-// shaders/functions/sk_write_results_as_4.wgsl
+// shaders/functions/sk_write_results_as_2.wgsl
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_race_one_4.wgsl
-// shaders/functions/sk_read_step_32.wgsl
+// shaders/functions/sk_read_step_30.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_read_step_14.wgsl
-// shaders/functions/sk_read_step_33.wgsl
-// shaders/functions/sk_cut_row_10.wgsl
-// shaders/functions/sk_cut_row_11.wgsl
-// shaders/functions/sk_digit_counts_13.wgsl
-// shaders/functions/sk_race_8.wgsl
-// shaders/functions/sk_cut_row_12.wgsl
-// shaders/functions/sk_merge_cut_4.wgsl
-// shaders/functions/sk_for_each_read_8.wgsl
-// shaders/functions/sk_find_set_11.wgsl
-// shaders/functions/sk_sweep_4.wgsl
-// shaders/functions/sk_cut_part_6.wgsl
-// shaders/functions/sk_cut_here_4.wgsl
-// shaders/functions/sk_left_out_kept_4.wgsl
-// shaders/functions/sk_write_results_as_5.wgsl
-// shaders/functions/sk_row_max_4.wgsl
+// shaders/functions/sk_read_step_31.wgsl
+// shaders/functions/sk_cut_row_4.wgsl
+// shaders/functions/sk_cut_row_5.wgsl
+// shaders/functions/sk_digit_counts_7.wgsl
+// shaders/functions/sk_race_4.wgsl
+// shaders/functions/sk_cut_row_6.wgsl
+// shaders/functions/sk_merge_cut_2.wgsl
+// shaders/functions/sk_for_each_read_4.wgsl
+// shaders/functions/sk_find_set_5.wgsl
+// shaders/functions/sk_sweep_2.wgsl
+// shaders/functions/sk_cut_part_4.wgsl
+// shaders/functions/sk_cut_here_2.wgsl
+// shaders/functions/sk_left_out_kept_2.wgsl
+// shaders/functions/sk_write_results_as_3.wgsl
+// shaders/functions/sk_row_max_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -150,7 +153,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var reads_before: u32 = select(0u, 1u, one_read);
             var merges: bool = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here_4(sk_lid, slot, parts, part, row, base, mp, noisy, &col_lo, &col_hi, &merges);
+                sk_cut_here_2(sk_lid, slot, parts, part, row, base, mp, noisy, &col_lo, &col_hi, &merges);
             }
             if (min_p_cut) {
                 top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
@@ -158,13 +161,13 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut_4(sk_lid, slot, parts, row, pp, mp, kk, base, noisy, &reads_before, &one_read_done);
+                        sk_merge_cut_2(sk_lid, slot, parts, row, pp, mp, kk, base, noisy, &reads_before, &one_read_done);
                     } else {
-                        sk_row_max_4(sk_lid, parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, capped, row, noisy, &reads_before, &one_read_done);
+                        sk_row_max_2(sk_lid, parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, capped, row, noisy, &reads_before, &one_read_done);
                     }
                 }
                 if ((!one_read_done)) {
-                    sk_sweep_4(sk_lid, reads_before, col_hi, col_lo, base, k_first, searched, kk, pp, row, filtered, mp, noisy);
+                    sk_sweep_2(sk_lid, reads_before, col_hi, col_lo, base, k_first, searched, kk, pp, row, filtered, mp, noisy);
                 }
             }
         }

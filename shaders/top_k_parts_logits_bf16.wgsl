@@ -36,12 +36,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_scan.wgsl
 // shaders/functions/sk_exp.wgsl
-// shaders/functions/sk_read_step_28.wgsl
+// shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_histogram_part.wgsl
-// shaders/functions/sk_for_each_read_3.wgsl
+// shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_place_cut.wgsl
 // shaders/functions/sk_last_part_on_2.wgsl
-// shaders/functions/sk_clear_3.wgsl
+// shaders/functions/sk_clear.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -92,7 +92,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
-                    sk_for_each_read_3(i0, base, col_lo, n_cols, temp, &m);
+                    sk_for_each_read(i0, base, col_lo, n_cols, temp, &m);
                 }
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
@@ -153,7 +153,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_last_part_on_2(sk_lid, parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear_3(sk_lid, col_hi, col_lo, base, temp, kc, slot);
+                sk_clear(sk_lid, col_hi, col_lo, base, temp, kc, slot);
             }
             if (min_p_cut) {
                 storageBarrier();

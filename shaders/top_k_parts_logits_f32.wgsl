@@ -25,6 +25,9 @@ var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 2048>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
@@ -32,7 +35,7 @@ var<workgroup> part_hist: array<atomic<u32>, 2048>;
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_scan.wgsl
 // shaders/functions/sk_exp.wgsl
-// shaders/functions/sk_read_step_28.wgsl
+// shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_histogram_part.wgsl
 // shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_place_cut.wgsl

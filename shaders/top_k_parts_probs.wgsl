@@ -25,18 +25,21 @@ var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 2064>;
 
+fn sk_load_x(i: u32) -> f32 {
+    return x[i];
+}
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_scan.wgsl
-// shaders/functions/sk_read_step_29.wgsl
+// shaders/functions/sk_read_step_27.wgsl
 // shaders/functions/sk_histogram_part_2.wgsl
-// shaders/functions/sk_for_each_read_4.wgsl
+// shaders/functions/sk_for_each_read_2.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
 // shaders/functions/sk_last_part_on_3.wgsl
-// shaders/functions/sk_clear_4.wgsl
+// shaders/functions/sk_clear_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -91,7 +94,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
-                    sk_for_each_read_4(i0, base, col_lo, n_cols, &m);
+                    sk_for_each_read_2(i0, base, col_lo, n_cols, &m);
                 }
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
@@ -154,7 +157,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_last_part_on_3(sk_lid, parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear_4(sk_lid, col_hi, col_lo, base, kc, slot);
+                sk_clear_2(sk_lid, col_hi, col_lo, base, kc, slot);
             }
             if (min_p_cut) {
                 storageBarrier();

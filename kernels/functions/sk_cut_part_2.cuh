@@ -16,16 +16,16 @@
         const unsigned int sk_e18 = (col_lo + i0); \
         if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
-            const float sk_e19 = x[(size_t)(zx_at) + 0u]; \
+            const float sk_e19 = sk_load_x((size_t)(zx_at) + 0u); \
             zx0 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19); \
-            const float sk_e20 = x[(size_t)(zx_at) + 1u]; \
+            const float sk_e20 = sk_load_x((size_t)(zx_at) + 1u); \
             zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20); \
-            const float sk_e21 = x[(size_t)(zx_at) + 2u]; \
+            const float sk_e21 = sk_load_x((size_t)(zx_at) + 2u); \
             zx2 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21); \
-            const float sk_e22 = x[(size_t)(zx_at) + 3u]; \
+            const float sk_e22 = sk_load_x((size_t)(zx_at) + 3u); \
             zx3 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22); \
         } else { \
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_10(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
         } \
         unsigned int li0 = (i0 + 0u); \
         { \
@@ -85,16 +85,16 @@
         const unsigned int sk_e39 = (col_lo + i0); \
         if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
-            const float sk_e40 = x[(size_t)(zx_at) + 0u]; \
+            const float sk_e40 = sk_load_x((size_t)(zx_at) + 0u); \
             zx0 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40); \
-            const float sk_e41 = x[(size_t)(zx_at) + 1u]; \
+            const float sk_e41 = sk_load_x((size_t)(zx_at) + 1u); \
             zx1 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41); \
-            const float sk_e42 = x[(size_t)(zx_at) + 2u]; \
+            const float sk_e42 = sk_load_x((size_t)(zx_at) + 2u); \
             zx2 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42); \
-            const float sk_e43 = x[(size_t)(zx_at) + 3u]; \
+            const float sk_e43 = sk_load_x((size_t)(zx_at) + 3u); \
             zx3 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43); \
         } else { \
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
+            sk_load_quad_as_10(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
         } \
         unsigned int li0 = (i0 + 0u); \
         { \

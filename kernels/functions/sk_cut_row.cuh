@@ -279,7 +279,7 @@
         unsigned int rcol = listed_cols[(i + 2048u)]; \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) { \
-            const float sk_e72 = x[(base + rcol)]; \
+            const float sk_e72 = sk_load_x((base + rcol)); \
             float rz_x = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72); \
             float rz = (rz_x / temp); \
             if (cut_seeded) { \

@@ -299,7 +299,7 @@
         unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) { \
-            const float sk_e88 = x[(base + rcol)]; \
+            const float sk_e88 = sk_load_x((base + rcol)); \
             float rz_x = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88); \
             float rz = (rz_x / temp); \
             if (cut_seeded) { \

@@ -72,7 +72,7 @@
         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols)); \
         unsigned int t_mine = 0u; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e96 = x[(base + col)]; \
+            const float sk_e96 = sk_load_x((base + col)); \
             float tz_x = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
@@ -84,7 +84,7 @@
         t_rank0 = sk_block_scan(t_mine); \
         unsigned int t_rank = t_rank0; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e97 = x[(base + col)]; \
+            const float sk_e97 = sk_load_x((base + col)); \
             float tz_x = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \

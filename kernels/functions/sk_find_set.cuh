@@ -21,16 +21,16 @@
             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                 /* built by kernels::filter_values::for_each_read */ \
                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                const float sk_e5 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                const float sk_e5 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                 float zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                const float sk_e6 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                const float sk_e6 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                 float zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                const float sk_e7 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                const float sk_e7 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                 float zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                const float sk_e8 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                const float sk_e8 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                 float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
                 if ((li0 < sweep_n)) { \
                     sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at); \
@@ -55,7 +55,7 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e9 = x[(base + col)]; \
+            const float sk_e9 = sk_load_x((base + col)); \
             float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
@@ -80,7 +80,7 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e10 = x[(base + col)]; \
+            const float sk_e10 = sk_load_x((base + col)); \
             float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \

@@ -10,13 +10,13 @@
     unsigned int x_at = (base + c0); \
     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) { \
         /* built by kernels::abi::load_quad_as */ \
-        const float sk_e0 = x[(size_t)(x_at) + 0u]; \
+        const float sk_e0 = sk_load_x((size_t)(x_at) + 0u); \
         x0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0); \
-        const float sk_e1 = x[(size_t)(x_at) + 1u]; \
+        const float sk_e1 = sk_load_x((size_t)(x_at) + 1u); \
         x1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1); \
-        const float sk_e2 = x[(size_t)(x_at) + 2u]; \
+        const float sk_e2 = sk_load_x((size_t)(x_at) + 2u); \
         x2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
-        const float sk_e3 = x[(size_t)(x_at) + 3u]; \
+        const float sk_e3 = sk_load_x((size_t)(x_at) + 3u); \
         x3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
     } else { \
         sk_load_quad_as(c0, col_hi, base, x0, x1, x2, x3); \

@@ -7,13 +7,7 @@
     if ((col < col_hi)) { \
         float sv = (x0 / temp); \
         if ((sv == sk_bitcast<float>(2139095040u))) { \
-            /* built by kernels::race::greedy_column */ \
-            top_n = (top_n + 1u); \
-            if ((((0.0f) > top) || (top_i == 4294967295u))) { \
-                /* built by kernels::race::keep_top */ \
-                top = (0.0f); \
-                top_i = col; \
-            } \
+            sk_greedy_column(col, top_n, top, top_i); \
         } else { \
             /* built by kernels::race::greedy_column */ \
             if (((sv > best) || (best_i == 4294967295u))) { \
@@ -23,16 +17,7 @@
                 best_z = sv; \
             } \
             if (((flags & 1u) != 0u)) { \
-                if ((sv > m)) { \
-                    /* built by kernels::softmax::online_logsumexp */ \
-                    s = ((s * sk_exp((m - sv))) + (1.0f)); \
-                    m = sv; \
-                } else { \
-                    /* built by kernels::softmax::online_logsumexp */ \
-                    if ((sv > sk_bitcast<float>(4286578688u))) { \
-                        s = (s + ((1.0f) * sk_exp((sv - m)))); \
-                    } \
-                } \
+                sk_prune_step_2(sv, m, s); \
             } \
         } \
     } \

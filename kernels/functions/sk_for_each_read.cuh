@@ -4,115 +4,115 @@
 #define sk_for_each_read(i0, base, col_lo, n_cols, temp, m) { \
     /* built by kernels::filter_values::for_each_read */ \
     unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-    const float sk_e2 = x[(base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))]; \
+    const float sk_e2 = sk_load_x((base + (col_lo + ((li0 < n_cols) ? li0 : (n_cols - 1u))))); \
     float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2); \
     zx0 = ((li0 < n_cols) ? zx0 : sk_bitcast<float>(4286578688u)); \
     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-    const float sk_e3 = x[(base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))]; \
+    const float sk_e3 = sk_load_x((base + (col_lo + ((li1 < n_cols) ? li1 : (n_cols - 1u))))); \
     float zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3); \
     zx1 = ((li1 < n_cols) ? zx1 : sk_bitcast<float>(4286578688u)); \
     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-    const float sk_e4 = x[(base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))]; \
+    const float sk_e4 = sk_load_x((base + (col_lo + ((li2 < n_cols) ? li2 : (n_cols - 1u))))); \
     float zx2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4); \
     zx2 = ((li2 < n_cols) ? zx2 : sk_bitcast<float>(4286578688u)); \
     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-    const float sk_e5 = x[(base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))]; \
+    const float sk_e5 = sk_load_x((base + (col_lo + ((li3 < n_cols) ? li3 : (n_cols - 1u))))); \
     float zx3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
     zx3 = ((li3 < n_cols) ? zx3 : sk_bitcast<float>(4286578688u)); \
     unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u)); \
-    const float sk_e6 = x[(base + (col_lo + ((li4 < n_cols) ? li4 : (n_cols - 1u))))]; \
+    const float sk_e6 = sk_load_x((base + (col_lo + ((li4 < n_cols) ? li4 : (n_cols - 1u))))); \
     float zx4 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
     zx4 = ((li4 < n_cols) ? zx4 : sk_bitcast<float>(4286578688u)); \
     unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u)); \
-    const float sk_e7 = x[(base + (col_lo + ((li5 < n_cols) ? li5 : (n_cols - 1u))))]; \
+    const float sk_e7 = sk_load_x((base + (col_lo + ((li5 < n_cols) ? li5 : (n_cols - 1u))))); \
     float zx5 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
     zx5 = ((li5 < n_cols) ? zx5 : sk_bitcast<float>(4286578688u)); \
     unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u)); \
-    const float sk_e8 = x[(base + (col_lo + ((li6 < n_cols) ? li6 : (n_cols - 1u))))]; \
+    const float sk_e8 = sk_load_x((base + (col_lo + ((li6 < n_cols) ? li6 : (n_cols - 1u))))); \
     float zx6 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
     zx6 = ((li6 < n_cols) ? zx6 : sk_bitcast<float>(4286578688u)); \
     unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u)); \
-    const float sk_e9 = x[(base + (col_lo + ((li7 < n_cols) ? li7 : (n_cols - 1u))))]; \
+    const float sk_e9 = sk_load_x((base + (col_lo + ((li7 < n_cols) ? li7 : (n_cols - 1u))))); \
     float zx7 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
     zx7 = ((li7 < n_cols) ? zx7 : sk_bitcast<float>(4286578688u)); \
     unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u)); \
-    const float sk_e10 = x[(base + (col_lo + ((li8 < n_cols) ? li8 : (n_cols - 1u))))]; \
+    const float sk_e10 = sk_load_x((base + (col_lo + ((li8 < n_cols) ? li8 : (n_cols - 1u))))); \
     float zx8 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
     zx8 = ((li8 < n_cols) ? zx8 : sk_bitcast<float>(4286578688u)); \
     unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u)); \
-    const float sk_e11 = x[(base + (col_lo + ((li9 < n_cols) ? li9 : (n_cols - 1u))))]; \
+    const float sk_e11 = sk_load_x((base + (col_lo + ((li9 < n_cols) ? li9 : (n_cols - 1u))))); \
     float zx9 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11); \
     zx9 = ((li9 < n_cols) ? zx9 : sk_bitcast<float>(4286578688u)); \
     unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u)); \
-    const float sk_e12 = x[(base + (col_lo + ((li10 < n_cols) ? li10 : (n_cols - 1u))))]; \
+    const float sk_e12 = sk_load_x((base + (col_lo + ((li10 < n_cols) ? li10 : (n_cols - 1u))))); \
     float zx10 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12); \
     zx10 = ((li10 < n_cols) ? zx10 : sk_bitcast<float>(4286578688u)); \
     unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u)); \
-    const float sk_e13 = x[(base + (col_lo + ((li11 < n_cols) ? li11 : (n_cols - 1u))))]; \
+    const float sk_e13 = sk_load_x((base + (col_lo + ((li11 < n_cols) ? li11 : (n_cols - 1u))))); \
     float zx11 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
     zx11 = ((li11 < n_cols) ? zx11 : sk_bitcast<float>(4286578688u)); \
     unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u)); \
-    const float sk_e14 = x[(base + (col_lo + ((li12 < n_cols) ? li12 : (n_cols - 1u))))]; \
+    const float sk_e14 = sk_load_x((base + (col_lo + ((li12 < n_cols) ? li12 : (n_cols - 1u))))); \
     float zx12 = (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14); \
     zx12 = ((li12 < n_cols) ? zx12 : sk_bitcast<float>(4286578688u)); \
     unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u)); \
-    const float sk_e15 = x[(base + (col_lo + ((li13 < n_cols) ? li13 : (n_cols - 1u))))]; \
+    const float sk_e15 = sk_load_x((base + (col_lo + ((li13 < n_cols) ? li13 : (n_cols - 1u))))); \
     float zx13 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15); \
     zx13 = ((li13 < n_cols) ? zx13 : sk_bitcast<float>(4286578688u)); \
     unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u)); \
-    const float sk_e16 = x[(base + (col_lo + ((li14 < n_cols) ? li14 : (n_cols - 1u))))]; \
+    const float sk_e16 = sk_load_x((base + (col_lo + ((li14 < n_cols) ? li14 : (n_cols - 1u))))); \
     float zx14 = (((sk_bitcast<unsigned int>(sk_e16) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e16); \
     zx14 = ((li14 < n_cols) ? zx14 : sk_bitcast<float>(4286578688u)); \
     unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
-    const float sk_e17 = x[(base + (col_lo + ((li15 < n_cols) ? li15 : (n_cols - 1u))))]; \
+    const float sk_e17 = sk_load_x((base + (col_lo + ((li15 < n_cols) ? li15 : (n_cols - 1u))))); \
     float zx15 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17); \
     zx15 = ((li15 < n_cols) ? zx15 : sk_bitcast<float>(4286578688u)); \
     { \
-        sk_read_step_28(zx0, temp, li0, n_cols, m); \
+        sk_read_step_26(zx0, temp, li0, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx1, temp, li1, n_cols, m); \
+        sk_read_step_26(zx1, temp, li1, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx2, temp, li2, n_cols, m); \
+        sk_read_step_26(zx2, temp, li2, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx3, temp, li3, n_cols, m); \
+        sk_read_step_26(zx3, temp, li3, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx4, temp, li4, n_cols, m); \
+        sk_read_step_26(zx4, temp, li4, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx5, temp, li5, n_cols, m); \
+        sk_read_step_26(zx5, temp, li5, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx6, temp, li6, n_cols, m); \
+        sk_read_step_26(zx6, temp, li6, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx7, temp, li7, n_cols, m); \
+        sk_read_step_26(zx7, temp, li7, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx8, temp, li8, n_cols, m); \
+        sk_read_step_26(zx8, temp, li8, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx9, temp, li9, n_cols, m); \
+        sk_read_step_26(zx9, temp, li9, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx10, temp, li10, n_cols, m); \
+        sk_read_step_26(zx10, temp, li10, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx11, temp, li11, n_cols, m); \
+        sk_read_step_26(zx11, temp, li11, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx12, temp, li12, n_cols, m); \
+        sk_read_step_26(zx12, temp, li12, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx13, temp, li13, n_cols, m); \
+        sk_read_step_26(zx13, temp, li13, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx14, temp, li14, n_cols, m); \
+        sk_read_step_26(zx14, temp, li14, n_cols, m); \
     } \
     { \
-        sk_read_step_28(zx15, temp, li15, n_cols, m); \
+        sk_read_step_26(zx15, temp, li15, n_cols, m); \
     } \
 }

@@ -66,7 +66,7 @@
         } \
         if (((flags & 1u) != 0u)) { \
             /* built by kernels::abi::write_results_as */ \
-            const float sk_e176 = x[(base + ow_at)]; \
+            const float sk_e176 = sk_load_x((base + ow_at)); \
             float ow_v_x = (((sk_bitcast<unsigned int>(sk_e176) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e176); \
             float ow_v = (ow_v_x / temp); \
             if ((threadIdx.x == 0u)) { \

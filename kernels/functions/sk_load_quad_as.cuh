@@ -5,18 +5,18 @@
     /* built by kernels::abi::load_quad_as */ \
     const unsigned int sk_e26 = (c0 + 0u); \
     const bool sk_e25 = (sk_e26 < col_hi); \
-    const float sk_e24 = x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]; \
+    const float sk_e24 = sk_load_x((base + (sk_e25 ? sk_e26 : (col_hi - 1u)))); \
     x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e29 = (c0 + 1u); \
     const bool sk_e28 = (sk_e29 < col_hi); \
-    const float sk_e27 = x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]; \
+    const float sk_e27 = sk_load_x((base + (sk_e28 ? sk_e29 : (col_hi - 1u)))); \
     x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e32 = (c0 + 2u); \
     const bool sk_e31 = (sk_e32 < col_hi); \
-    const float sk_e30 = x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]; \
+    const float sk_e30 = sk_load_x((base + (sk_e31 ? sk_e32 : (col_hi - 1u)))); \
     x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u)); \
     const unsigned int sk_e35 = (c0 + 3u); \
     const bool sk_e34 = (sk_e35 < col_hi); \
-    const float sk_e33 = x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]; \
+    const float sk_e33 = sk_load_x((base + (sk_e34 ? sk_e35 : (col_hi - 1u)))); \
     x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u)); \
 }

@@ -3,20 +3,20 @@
 // `sk_load_quad_as_2`, included by each kernel that calls it
 #define sk_load_quad_as_2(c0, col_hi, base, x0, x1, x2, x3) { \
     /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e26 = (c0 + 0u); \
-    const bool sk_e25 = (sk_e26 < col_hi); \
-    const float sk_e24 = sk_f16(x[(base + (sk_e25 ? sk_e26 : (col_hi - 1u)))]); \
-    x0 = (sk_e25 ? (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e29 = (c0 + 1u); \
-    const bool sk_e28 = (sk_e29 < col_hi); \
-    const float sk_e27 = sk_f16(x[(base + (sk_e28 ? sk_e29 : (col_hi - 1u)))]); \
-    x1 = (sk_e28 ? (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e32 = (c0 + 2u); \
-    const bool sk_e31 = (sk_e32 < col_hi); \
-    const float sk_e30 = sk_f16(x[(base + (sk_e31 ? sk_e32 : (col_hi - 1u)))]); \
-    x2 = (sk_e31 ? (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e35 = (c0 + 3u); \
-    const bool sk_e34 = (sk_e35 < col_hi); \
-    const float sk_e33 = sk_f16(x[(base + (sk_e34 ? sk_e35 : (col_hi - 1u)))]); \
-    x3 = (sk_e34 ? (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e10 = (c0 + 0u); \
+    const bool sk_e9 = (sk_e10 < col_hi); \
+    const float sk_e8 = sk_load_x((base + (sk_e9 ? sk_e10 : (col_hi - 1u)))); \
+    x0 = (sk_e9 ? (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e13 = (c0 + 1u); \
+    const bool sk_e12 = (sk_e13 < col_hi); \
+    const float sk_e11 = sk_load_x((base + (sk_e12 ? sk_e13 : (col_hi - 1u)))); \
+    x1 = (sk_e12 ? (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e16 = (c0 + 2u); \
+    const bool sk_e15 = (sk_e16 < col_hi); \
+    const float sk_e14 = sk_load_x((base + (sk_e15 ? sk_e16 : (col_hi - 1u)))); \
+    x2 = (sk_e15 ? (((sk_bitcast<unsigned int>(sk_e14) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e14) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e19 = (c0 + 3u); \
+    const bool sk_e18 = (sk_e19 < col_hi); \
+    const float sk_e17 = sk_load_x((base + (sk_e18 ? sk_e19 : (col_hi - 1u)))); \
+    x3 = (sk_e18 ? (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17) : sk_bitcast<float>(4286578688u)); \
 }

@@ -18,16 +18,16 @@
             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                 unsigned int li0 = (c0 + 0u); \
-                const float sk_e28 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                const float sk_e28 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                 float zx0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28); \
                 unsigned int li1 = (c0 + 1u); \
-                const float sk_e29 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                const float sk_e29 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                 float zx1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29); \
                 unsigned int li2 = (c0 + 2u); \
-                const float sk_e30 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                const float sk_e30 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                 float zx2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30); \
                 unsigned int li3 = (c0 + 3u); \
-                const float sk_e31 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                const float sk_e31 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                 float zx3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31); \
                 if ((li0 < sweep_n)) { \
                     sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
@@ -131,16 +131,16 @@
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                         unsigned int li0 = (c0 + 0u); \
-                        const float sk_e34 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                        const float sk_e34 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                         float zx0 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
                         unsigned int li1 = (c0 + 1u); \
-                        const float sk_e35 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                        const float sk_e35 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                         float zx1 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
                         unsigned int li2 = (c0 + 2u); \
-                        const float sk_e36 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                        const float sk_e36 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                         float zx2 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
                         unsigned int li3 = (c0 + 3u); \
-                        const float sk_e37 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                        const float sk_e37 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                         float zx3 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37); \
                         if ((li0 < sweep_n)) { \
                             sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
@@ -172,16 +172,16 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e38 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                    const float sk_e38 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e39 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                    const float sk_e39 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e40 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                    const float sk_e40 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e41 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                    const float sk_e41 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41); \
                     if ((li0 < sweep_n)) { \
                         sk_read_step_3(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \

@@ -18,17 +18,17 @@
             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                 unsigned int li0 = (c0 + 0u); \
-                const float sk_e28 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]); \
-                float zx0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28); \
+                const float sk_e205 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                float zx0 = (((sk_bitcast<unsigned int>(sk_e205) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e205); \
                 unsigned int li1 = (c0 + 1u); \
-                const float sk_e29 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]); \
-                float zx1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29); \
+                const float sk_e206 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                float zx1 = (((sk_bitcast<unsigned int>(sk_e206) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e206); \
                 unsigned int li2 = (c0 + 2u); \
-                const float sk_e30 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]); \
-                float zx2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30); \
+                const float sk_e207 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                float zx2 = (((sk_bitcast<unsigned int>(sk_e207) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e207); \
                 unsigned int li3 = (c0 + 3u); \
-                const float sk_e31 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]); \
-                float zx3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31); \
+                const float sk_e208 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                float zx3 = (((sk_bitcast<unsigned int>(sk_e208) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e208); \
                 if ((li0 < sweep_n)) { \
                     sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
@@ -84,13 +84,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e32 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e32 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e32) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e209 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e209 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e33 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], r))); \
+                const unsigned int sk_e210 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e210 + 8u)], rows[(sk_e210 + 9u)], rows[(sk_e210 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -131,17 +131,17 @@
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                         unsigned int li0 = (c0 + 0u); \
-                        const float sk_e34 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]); \
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
+                        const float sk_e211 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                        float zx0 = (((sk_bitcast<unsigned int>(sk_e211) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e211); \
                         unsigned int li1 = (c0 + 1u); \
-                        const float sk_e35 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]); \
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+                        const float sk_e212 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                        float zx1 = (((sk_bitcast<unsigned int>(sk_e212) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e212); \
                         unsigned int li2 = (c0 + 2u); \
-                        const float sk_e36 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]); \
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
+                        const float sk_e213 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                        float zx2 = (((sk_bitcast<unsigned int>(sk_e213) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e213); \
                         unsigned int li3 = (c0 + 3u); \
-                        const float sk_e37 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]); \
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37); \
+                        const float sk_e214 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                        float zx3 = (((sk_bitcast<unsigned int>(sk_e214) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e214); \
                         if ((li0 < sweep_n)) { \
                             sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
                         } \
@@ -172,17 +172,17 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e38 = sk_bf16(x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38); \
+                    const float sk_e215 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                    float zx0 = (((sk_bitcast<unsigned int>(sk_e215) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e215); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e39 = sk_bf16(x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39); \
+                    const float sk_e216 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                    float zx1 = (((sk_bitcast<unsigned int>(sk_e216) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e216); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e40 = sk_bf16(x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40); \
+                    const float sk_e217 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                    float zx2 = (((sk_bitcast<unsigned int>(sk_e217) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e217); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e41 = sk_bf16(x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41); \
+                    const float sk_e218 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                    float zx3 = (((sk_bitcast<unsigned int>(sk_e218) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e218); \
                     if ((li0 < sweep_n)) { \
                         sk_read_step_3(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
                     } \

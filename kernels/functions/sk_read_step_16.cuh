@@ -28,5 +28,5 @@
         kept = in_set; \
     } \
     const unsigned int sk_e31 = (base + col); \
-    out[sk_e31] = (kept ? (x[sk_e31]) : sk_bitcast<float>(4286578688u)); \
+    out[sk_e31] = (kept ? sk_load_x(sk_e31) : sk_bitcast<float>(4286578688u)); \
 }

@@ -35,16 +35,16 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e33 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                    const float sk_e33 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e34 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                    const float sk_e34 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e35 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                    const float sk_e35 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e36 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                    const float sk_e36 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
                     if ((li0 < sweep_n)) { \
                         sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine); \
@@ -83,28 +83,28 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e37 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                    const float sk_e37 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e38 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                    const float sk_e38 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e39 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                    const float sk_e39 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e40 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                    const float sk_e40 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40); \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_25(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_23(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_25(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_23(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_25(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_23(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_25(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_23(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -126,16 +126,16 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e45 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                    const float sk_e45 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e46 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                    const float sk_e46 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e47 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                    const float sk_e47 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e48 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                    const float sk_e48 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48); \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \

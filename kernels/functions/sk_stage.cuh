@@ -60,28 +60,28 @@
             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                 /* built by kernels::filter_values::for_each_read */ \
                 unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                const float sk_e28 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                const float sk_e28 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                 float zx0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28); \
                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                const float sk_e29 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                const float sk_e29 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                 float zx1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29); \
                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                const float sk_e30 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                const float sk_e30 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                 float zx2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30); \
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                const float sk_e31 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                const float sk_e31 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                 float zx3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31); \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_24(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_22(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_24(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_22(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_24(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_22(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_24(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_22(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
             } \
         } \
@@ -225,7 +225,7 @@
                     /* built by kernels::abi::write_results_as */ \
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
                     if ((threadIdx.x == 0u)) { \
-                        const float sk_e56 = x[(base + tok_at)]; \
+                        const float sk_e56 = sk_load_x((base + tok_at)); \
                         logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
                     } \
                 } \

@@ -13,16 +13,16 @@
         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
             /* built by kernels::filter_values::for_each_read */ \
             unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-            const float sk_e177 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+            const float sk_e177 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
             float zx0 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177); \
             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-            const float sk_e178 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+            const float sk_e178 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
             float zx1 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178); \
             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-            const float sk_e179 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+            const float sk_e179 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
             float zx2 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179); \
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-            const float sk_e180 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+            const float sk_e180 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
             float zx3 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180); \
             if ((li0 < sweep_n)) { \
                 /* built by kernels::filter_values::read_step */ \
@@ -65,7 +65,7 @@
     unsigned int sel_a = (k_first ? 8u : 0u); \
     unsigned int digits = (sel_a + (searched ? 8u : 0u)); \
     for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) { \
-        sk_find_set_8(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm); \
+        sk_find_set_4(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm); \
     } \
     unsigned int s_key = sel_key; \
     unsigned int s_ties = 0u; \
@@ -99,16 +99,16 @@
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                             unsigned int li0 = (c0 + 0u); \
-                            const float sk_e200 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                            const float sk_e200 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                             float zx0 = (((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e200); \
                             unsigned int li1 = (c0 + 1u); \
-                            const float sk_e201 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                            const float sk_e201 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                             float zx1 = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201); \
                             unsigned int li2 = (c0 + 2u); \
-                            const float sk_e202 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                            const float sk_e202 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                             float zx2 = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202); \
                             unsigned int li3 = (c0 + 3u); \
-                            const float sk_e203 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                            const float sk_e203 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                             float zx3 = (((sk_bitcast<unsigned int>(sk_e203) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e203); \
                             if ((li0 < sweep_n)) { \
                                 sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine); \
@@ -136,7 +136,7 @@
     unsigned int rank_col = 4294967295u; \
     const unsigned int sk_e204 = (row * 12u); \
     if ((((rows[(sk_e204 + 1u)] == 1u) && (rows[(sk_e204 + 6u)] == 1u)) && filtered)) { \
-        sk_race_5(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
+        sk_race_3(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
     float best = sk_bitcast<float>(4286578688u); \
@@ -156,28 +156,28 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e219 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                    const float sk_e219 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e219) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e219); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e220 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                    const float sk_e220 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e220) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e220); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e221 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                    const float sk_e221 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e221) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e221); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e222 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                    const float sk_e222 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e222) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e222); \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -199,16 +199,16 @@
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
                     unsigned int li0 = (c0 + 0u); \
-                    const float sk_e227 = x[(base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))]; \
+                    const float sk_e227 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
                     float zx0 = (((sk_bitcast<unsigned int>(sk_e227) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e227); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e228 = x[(base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))]; \
+                    const float sk_e228 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
                     float zx1 = (((sk_bitcast<unsigned int>(sk_e228) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e228); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e229 = x[(base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))]; \
+                    const float sk_e229 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
                     float zx2 = (((sk_bitcast<unsigned int>(sk_e229) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e229); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e230 = x[(base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))]; \
+                    const float sk_e230 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
                     float zx3 = (((sk_bitcast<unsigned int>(sk_e230) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e230); \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
@@ -336,7 +336,7 @@
         /* built by kernels::abi::write_results_as */ \
         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e235 = x[(base + tok_at)]; \
+            const float sk_e235 = sk_load_x((base + tok_at)); \
             logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e235) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e235) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \

@@ -29,16 +29,16 @@ fn sk_cut_part_2(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, temp: f32, cu
         let sk_e18: u32 = (col_lo + i0);
         if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
             // built by kernels::abi::load_quad_as
-            let sk_e19: f32 = x[(zx_at + 0u)];
+            let sk_e19: f32 = sk_load_x((zx_at + 0u));
             zx0 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
-            let sk_e20: f32 = x[(zx_at + 1u)];
+            let sk_e20: f32 = sk_load_x((zx_at + 1u));
             zx1 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-            let sk_e21: f32 = x[(zx_at + 2u)];
+            let sk_e21: f32 = sk_load_x((zx_at + 2u));
             zx2 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-            let sk_e22: f32 = x[(zx_at + 3u)];
+            let sk_e22: f32 = sk_load_x((zx_at + 3u));
             zx3 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
         } else {
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_10(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
         }
         var li0: u32 = (i0 + 0u);
         {
@@ -98,16 +98,16 @@ fn sk_cut_part_2(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, temp: f32, cu
         let sk_e39: u32 = (col_lo + i0);
         if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
             // built by kernels::abi::load_quad_as
-            let sk_e40: f32 = x[(zx_at + 0u)];
+            let sk_e40: f32 = sk_load_x((zx_at + 0u));
             zx0 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
-            let sk_e41: f32 = x[(zx_at + 1u)];
+            let sk_e41: f32 = sk_load_x((zx_at + 1u));
             zx1 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
-            let sk_e42: f32 = x[(zx_at + 2u)];
+            let sk_e42: f32 = sk_load_x((zx_at + 2u));
             zx2 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
-            let sk_e43: f32 = x[(zx_at + 3u)];
+            let sk_e43: f32 = sk_load_x((zx_at + 3u));
             zx3 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
         } else {
-            sk_load_quad_as_16(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
+            sk_load_quad_as_10(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
         }
         var li0: u32 = (i0 + 0u);
         {

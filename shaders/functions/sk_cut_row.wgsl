@@ -260,7 +260,7 @@ fn sk_cut_row(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk: u32,
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
-            let sk_e72: f32 = x[(base + rcol)];
+            let sk_e72: f32 = sk_load_x((base + rcol));
             var rz_x: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
             var rz: f32 = (rz_x / temp);
             if (cut_seeded) {

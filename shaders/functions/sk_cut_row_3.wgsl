@@ -78,7 +78,7 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
         var t_mine: u32 = 0u;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e96: f32 = x[(base + col)];
+            let sk_e96: f32 = sk_load_x((base + col));
             var tz_x: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
@@ -90,7 +90,7 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
         t_rank0 = sk_block_scan(sk_lid, t_mine);
         var t_rank: u32 = t_rank0;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e97: f32 = x[(base + col)];
+            let sk_e97: f32 = sk_load_x((base + col));
             var tz_x: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);

@@ -20,7 +20,7 @@ fn sk_digit_counts_2(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e12: f32 = x[(base + col)];
+            let sk_e12: f32 = sk_load_x((base + col));
             var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -50,16 +50,16 @@ fn sk_digit_counts_2(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e13: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e13: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e14: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e14: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e15: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e15: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e16: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e16: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
                         sk_read_step_5(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
@@ -78,16 +78,16 @@ fn sk_digit_counts_2(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
                     var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e17: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e17: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e18: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e18: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e19: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e19: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e20: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e20: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
                         sk_read_step_5(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);

@@ -35,16 +35,16 @@ fn sk_find_set(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, ba
             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                 // built by kernels::filter_values::for_each_read
                 var li0: u32 = (i0 + (BLOCK * 0u));
-                let sk_e5: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                let sk_e5: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                 var zx0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
                 var li1: u32 = (i0 + (BLOCK * 1u));
-                let sk_e6: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                let sk_e6: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                 var zx1: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
                 var li2: u32 = (i0 + (BLOCK * 2u));
-                let sk_e7: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                let sk_e7: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                 var zx2: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
                 var li3: u32 = (i0 + (BLOCK * 3u));
-                let sk_e8: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                let sk_e8: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                 var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
                 if ((li0 < sweep_n)) {
                     sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
@@ -69,7 +69,7 @@ fn sk_find_set(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, ba
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e9: f32 = x[(base + col)];
+            let sk_e9: f32 = sk_load_x((base + col));
             var lx: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
@@ -94,7 +94,7 @@ fn sk_find_set(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, ba
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e10: f32 = x[(base + col)];
+            let sk_e10: f32 = sk_load_x((base + col));
             var lx: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));

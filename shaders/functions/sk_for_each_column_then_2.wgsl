@@ -10,13 +10,13 @@ fn sk_for_each_column_then_2(base: u32, c0: u32, col_hi: u32, temp: f32, row_max
     var x_at: u32 = (base + c0);
     if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
         // built by kernels::abi::load_quad_as
-        let sk_e0: f32 = x[(x_at + 0u)];
+        let sk_e0: f32 = sk_load_x((x_at + 0u));
         x0 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
-        let sk_e1: f32 = x[(x_at + 1u)];
+        let sk_e1: f32 = sk_load_x((x_at + 1u));
         x1 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
-        let sk_e2: f32 = x[(x_at + 2u)];
+        let sk_e2: f32 = sk_load_x((x_at + 2u));
         x2 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
-        let sk_e3: f32 = x[(x_at + 3u)];
+        let sk_e3: f32 = sk_load_x((x_at + 3u));
         x3 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
     } else {
         sk_load_quad_as(c0, col_hi, base, &x0, &x1, &x2, &x3);

@@ -5,116 +5,116 @@ fn sk_for_each_read(i0: u32, base: u32, col_lo: u32, n_cols: u32, temp: f32, sk_
     var m: f32 = *sk_io_m;
     // built by kernels::filter_values::for_each_read
     var li0: u32 = (i0 + (BLOCK * 0u));
-    let sk_e2: f32 = x[(base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols))))];
+    let sk_e2: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li0, (li0 < n_cols)))));
     var zx0: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
     zx0 = select(bitcast<f32>(4286578688u), zx0, (li0 < n_cols));
     var li1: u32 = (i0 + (BLOCK * 1u));
-    let sk_e3: f32 = x[(base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols))))];
+    let sk_e3: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li1, (li1 < n_cols)))));
     var zx1: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
     zx1 = select(bitcast<f32>(4286578688u), zx1, (li1 < n_cols));
     var li2: u32 = (i0 + (BLOCK * 2u));
-    let sk_e4: f32 = x[(base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols))))];
+    let sk_e4: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li2, (li2 < n_cols)))));
     var zx2: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
     zx2 = select(bitcast<f32>(4286578688u), zx2, (li2 < n_cols));
     var li3: u32 = (i0 + (BLOCK * 3u));
-    let sk_e5: f32 = x[(base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols))))];
+    let sk_e5: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li3, (li3 < n_cols)))));
     var zx3: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
     zx3 = select(bitcast<f32>(4286578688u), zx3, (li3 < n_cols));
     var li4: u32 = (i0 + (BLOCK * 4u));
-    let sk_e6: f32 = x[(base + (col_lo + select((n_cols - 1u), li4, (li4 < n_cols))))];
+    let sk_e6: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li4, (li4 < n_cols)))));
     var zx4: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
     zx4 = select(bitcast<f32>(4286578688u), zx4, (li4 < n_cols));
     var li5: u32 = (i0 + (BLOCK * 5u));
-    let sk_e7: f32 = x[(base + (col_lo + select((n_cols - 1u), li5, (li5 < n_cols))))];
+    let sk_e7: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li5, (li5 < n_cols)))));
     var zx5: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
     zx5 = select(bitcast<f32>(4286578688u), zx5, (li5 < n_cols));
     var li6: u32 = (i0 + (BLOCK * 6u));
-    let sk_e8: f32 = x[(base + (col_lo + select((n_cols - 1u), li6, (li6 < n_cols))))];
+    let sk_e8: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li6, (li6 < n_cols)))));
     var zx6: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
     zx6 = select(bitcast<f32>(4286578688u), zx6, (li6 < n_cols));
     var li7: u32 = (i0 + (BLOCK * 7u));
-    let sk_e9: f32 = x[(base + (col_lo + select((n_cols - 1u), li7, (li7 < n_cols))))];
+    let sk_e9: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li7, (li7 < n_cols)))));
     var zx7: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
     zx7 = select(bitcast<f32>(4286578688u), zx7, (li7 < n_cols));
     var li8: u32 = (i0 + (BLOCK * 8u));
-    let sk_e10: f32 = x[(base + (col_lo + select((n_cols - 1u), li8, (li8 < n_cols))))];
+    let sk_e10: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li8, (li8 < n_cols)))));
     var zx8: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
     zx8 = select(bitcast<f32>(4286578688u), zx8, (li8 < n_cols));
     var li9: u32 = (i0 + (BLOCK * 9u));
-    let sk_e11: f32 = x[(base + (col_lo + select((n_cols - 1u), li9, (li9 < n_cols))))];
+    let sk_e11: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li9, (li9 < n_cols)))));
     var zx9: f32 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
     zx9 = select(bitcast<f32>(4286578688u), zx9, (li9 < n_cols));
     var li10: u32 = (i0 + (BLOCK * 10u));
-    let sk_e12: f32 = x[(base + (col_lo + select((n_cols - 1u), li10, (li10 < n_cols))))];
+    let sk_e12: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li10, (li10 < n_cols)))));
     var zx10: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
     zx10 = select(bitcast<f32>(4286578688u), zx10, (li10 < n_cols));
     var li11: u32 = (i0 + (BLOCK * 11u));
-    let sk_e13: f32 = x[(base + (col_lo + select((n_cols - 1u), li11, (li11 < n_cols))))];
+    let sk_e13: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li11, (li11 < n_cols)))));
     var zx11: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
     zx11 = select(bitcast<f32>(4286578688u), zx11, (li11 < n_cols));
     var li12: u32 = (i0 + (BLOCK * 12u));
-    let sk_e14: f32 = x[(base + (col_lo + select((n_cols - 1u), li12, (li12 < n_cols))))];
+    let sk_e14: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li12, (li12 < n_cols)))));
     var zx12: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
     zx12 = select(bitcast<f32>(4286578688u), zx12, (li12 < n_cols));
     var li13: u32 = (i0 + (BLOCK * 13u));
-    let sk_e15: f32 = x[(base + (col_lo + select((n_cols - 1u), li13, (li13 < n_cols))))];
+    let sk_e15: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li13, (li13 < n_cols)))));
     var zx13: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
     zx13 = select(bitcast<f32>(4286578688u), zx13, (li13 < n_cols));
     var li14: u32 = (i0 + (BLOCK * 14u));
-    let sk_e16: f32 = x[(base + (col_lo + select((n_cols - 1u), li14, (li14 < n_cols))))];
+    let sk_e16: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li14, (li14 < n_cols)))));
     var zx14: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
     zx14 = select(bitcast<f32>(4286578688u), zx14, (li14 < n_cols));
     var li15: u32 = (i0 + (BLOCK * 15u));
-    let sk_e17: f32 = x[(base + (col_lo + select((n_cols - 1u), li15, (li15 < n_cols))))];
+    let sk_e17: f32 = sk_load_x((base + (col_lo + select((n_cols - 1u), li15, (li15 < n_cols)))));
     var zx15: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
     zx15 = select(bitcast<f32>(4286578688u), zx15, (li15 < n_cols));
     {
-        sk_read_step_28(zx0, temp, li0, n_cols, &m);
+        sk_read_step_26(zx0, temp, li0, n_cols, &m);
     }
     {
-        sk_read_step_28(zx1, temp, li1, n_cols, &m);
+        sk_read_step_26(zx1, temp, li1, n_cols, &m);
     }
     {
-        sk_read_step_28(zx2, temp, li2, n_cols, &m);
+        sk_read_step_26(zx2, temp, li2, n_cols, &m);
     }
     {
-        sk_read_step_28(zx3, temp, li3, n_cols, &m);
+        sk_read_step_26(zx3, temp, li3, n_cols, &m);
     }
     {
-        sk_read_step_28(zx4, temp, li4, n_cols, &m);
+        sk_read_step_26(zx4, temp, li4, n_cols, &m);
     }
     {
-        sk_read_step_28(zx5, temp, li5, n_cols, &m);
+        sk_read_step_26(zx5, temp, li5, n_cols, &m);
     }
     {
-        sk_read_step_28(zx6, temp, li6, n_cols, &m);
+        sk_read_step_26(zx6, temp, li6, n_cols, &m);
     }
     {
-        sk_read_step_28(zx7, temp, li7, n_cols, &m);
+        sk_read_step_26(zx7, temp, li7, n_cols, &m);
     }
     {
-        sk_read_step_28(zx8, temp, li8, n_cols, &m);
+        sk_read_step_26(zx8, temp, li8, n_cols, &m);
     }
     {
-        sk_read_step_28(zx9, temp, li9, n_cols, &m);
+        sk_read_step_26(zx9, temp, li9, n_cols, &m);
     }
     {
-        sk_read_step_28(zx10, temp, li10, n_cols, &m);
+        sk_read_step_26(zx10, temp, li10, n_cols, &m);
     }
     {
-        sk_read_step_28(zx11, temp, li11, n_cols, &m);
+        sk_read_step_26(zx11, temp, li11, n_cols, &m);
     }
     {
-        sk_read_step_28(zx12, temp, li12, n_cols, &m);
+        sk_read_step_26(zx12, temp, li12, n_cols, &m);
     }
     {
-        sk_read_step_28(zx13, temp, li13, n_cols, &m);
+        sk_read_step_26(zx13, temp, li13, n_cols, &m);
     }
     {
-        sk_read_step_28(zx14, temp, li14, n_cols, &m);
+        sk_read_step_26(zx14, temp, li14, n_cols, &m);
     }
     {
-        sk_read_step_28(zx15, temp, li15, n_cols, &m);
+        sk_read_step_26(zx15, temp, li15, n_cols, &m);
     }
     *sk_io_m = m;
 }

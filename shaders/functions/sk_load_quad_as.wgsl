@@ -9,19 +9,19 @@ fn sk_load_quad_as(c0: u32, col_hi: u32, base: u32, sk_io_x0: ptr<function, f32>
     // built by kernels::abi::load_quad_as
     let sk_e26: u32 = (c0 + 0u);
     let sk_e25: bool = (sk_e26 < col_hi);
-    let sk_e24: f32 = x[(base + select((col_hi - 1u), sk_e26, sk_e25))];
+    let sk_e24: f32 = sk_load_x((base + select((col_hi - 1u), sk_e26, sk_e25)));
     x0 = select(bitcast<f32>(4286578688u), select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u)), sk_e25);
     let sk_e29: u32 = (c0 + 1u);
     let sk_e28: bool = (sk_e29 < col_hi);
-    let sk_e27: f32 = x[(base + select((col_hi - 1u), sk_e29, sk_e28))];
+    let sk_e27: f32 = sk_load_x((base + select((col_hi - 1u), sk_e29, sk_e28)));
     x1 = select(bitcast<f32>(4286578688u), select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u)), sk_e28);
     let sk_e32: u32 = (c0 + 2u);
     let sk_e31: bool = (sk_e32 < col_hi);
-    let sk_e30: f32 = x[(base + select((col_hi - 1u), sk_e32, sk_e31))];
+    let sk_e30: f32 = sk_load_x((base + select((col_hi - 1u), sk_e32, sk_e31)));
     x2 = select(bitcast<f32>(4286578688u), select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u)), sk_e31);
     let sk_e35: u32 = (c0 + 3u);
     let sk_e34: bool = (sk_e35 < col_hi);
-    let sk_e33: f32 = x[(base + select((col_hi - 1u), sk_e35, sk_e34))];
+    let sk_e33: f32 = sk_load_x((base + select((col_hi - 1u), sk_e35, sk_e34)));
     x3 = select(bitcast<f32>(4286578688u), select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u)), sk_e34);
     *sk_io_x0 = x0;
     *sk_io_x1 = x1;

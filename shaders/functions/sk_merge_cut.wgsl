@@ -143,7 +143,7 @@ fn sk_merge_cut(sk_lid: u32, slot: u32, parts: u32, row: u32, pp: f32, mp: f32, 
                 }
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
-                    let sk_e100: f32 = x[(base + ow_at)];
+                    let sk_e100: f32 = sk_load_x((base + ow_at));
                     var ow_v_x: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
                     var ow_v: f32 = (ow_v_x / temp);
                     if ((sk_lid == 0u)) {

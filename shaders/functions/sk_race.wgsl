@@ -24,16 +24,16 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                 var li0: u32 = (c0 + 0u);
-                let sk_e28: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                 var zx0: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
                 var li1: u32 = (c0 + 1u);
-                let sk_e29: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                 var zx1: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
                 var li2: u32 = (c0 + 2u);
-                let sk_e30: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                 var zx2: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                 var li3: u32 = (c0 + 3u);
-                let sk_e31: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                let sk_e31: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                 var zx3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
                 if ((li0 < sweep_n)) {
                     sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
@@ -137,16 +137,16 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                         var li0: u32 = (c0 + 0u);
-                        let sk_e34: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                        let sk_e34: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                         var zx0: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
                         var li1: u32 = (c0 + 1u);
-                        let sk_e35: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                        let sk_e35: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                         var zx1: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
                         var li2: u32 = (c0 + 2u);
-                        let sk_e36: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                        let sk_e36: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                         var zx2: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
                         var li3: u32 = (c0 + 3u);
-                        let sk_e37: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                        let sk_e37: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                         var zx3: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
                         if ((li0 < sweep_n)) {
                             sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
@@ -178,16 +178,16 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e38: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e38: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e39: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e39: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e40: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e40: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e41: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e41: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
                         sk_read_step_3(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);

@@ -30,7 +30,7 @@ fn sk_read_step_16(col_lo: u32, li0: u32, zx0: f32, temp: f32, mx: f32, searched
         kept = in_set;
     }
     let sk_e31: u32 = (base + col);
-    out[sk_e31] = select(bitcast<f32>(4286578688u), x[sk_e31], kept);
+    out[sk_e31] = select(bitcast<f32>(4286578688u), sk_load_x(sk_e31), kept);
     *sk_io_all_mass = all_mass;
     *sk_io_tie_rank = tie_rank;
 }

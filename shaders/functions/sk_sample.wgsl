@@ -32,21 +32,21 @@ fn sk_sample(sk_lid: u32, row: u32, col_lo: u32, base: u32, col_hi: u32, parts: 
             var x3: f32 = bitcast<f32>(4286578688u);
             var x_at: u32 = (base + c0);
             if (((c0 < col_hi) && ((col_hi - c0) >= 4u))) {
-                sk_load_quad_as_5(x_at, &x0, &x1, &x2, &x3);
+                sk_load_quad_as_3(x_at, &x0, &x1, &x2, &x3);
             } else {
-                sk_load_quad_as_4(c0, col_hi, base, &x0, &x1, &x2, &x3);
+                sk_load_quad_as_2(c0, col_hi, base, &x0, &x1, &x2, &x3);
             }
             {
-                sk_for_each_column_then_7(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x0, temp, 0u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_7(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x1, temp, 1u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_7(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x2, temp, 2u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
             {
-                sk_for_each_column_then_7(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
+                sk_for_each_column_then_5(c0, col_hi, x3, temp, 3u, &top_n, &top, &top_i, &best, &best_i, &best_z, &m, &s);
             }
         }
     }
@@ -79,7 +79,7 @@ fn sk_sample(sk_lid: u32, row: u32, col_lo: u32, base: u32, col_hi: u32, parts: 
             var row_sum: f32 = (0.0f);
             row_sum = sk_block_sum_f32(sk_lid, select((s * sk_exp((m - row_max))), (0.0f), (m == bitcast<f32>(4286578688u))));
             if ((sk_lid == 0u)) {
-                let sk_e71: f32 = x[(base + tok)];
+                let sk_e71: f32 = sk_load_x((base + tok));
                 logprobs[row] = select(bitcast<f32>(4286578688u), select((((select(sk_e71, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e71) & 2147483647u) > 2139095040u)) / temp) - row_max) - sk_log(row_sum)), (-sk_log(f32(tops))), (tops > 0u)), valid);
             }
         }

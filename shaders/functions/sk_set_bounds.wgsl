@@ -36,16 +36,16 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e33: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e33: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e34: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e34: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e35: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e35: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e36: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e36: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
                         sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
@@ -84,28 +84,28 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e37: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e37: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e38: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e38: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e39: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e39: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e40: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e40: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
-                        sk_read_step_25(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_23(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_25(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_23(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_25(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_23(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_25(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_23(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -127,16 +127,16 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e45: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e45: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e46: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e46: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e47: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e47: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e48: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e48: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
                     if (noisy) {
                         // built by kernels::filters::race_sweep

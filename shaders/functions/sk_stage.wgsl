@@ -40,28 +40,28 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                 // built by kernels::filter_values::for_each_read
                 var li0: u32 = (i0 + (BLOCK * 0u));
-                let sk_e28: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                 var zx0: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
                 var li1: u32 = (i0 + (BLOCK * 1u));
-                let sk_e29: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                 var zx1: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
                 var li2: u32 = (i0 + (BLOCK * 2u));
-                let sk_e30: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                 var zx2: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
                 var li3: u32 = (i0 + (BLOCK * 3u));
-                let sk_e31: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                let sk_e31: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                 var zx3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
                 if ((li0 < sweep_n)) {
-                    sk_read_step_24(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                    sk_read_step_22(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_24(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                    sk_read_step_22(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_24(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                    sk_read_step_22(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_24(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                    sk_read_step_22(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                 }
             }
         }
@@ -205,7 +205,7 @@ fn sk_stage(sk_lid: u32, stage: u32, parts: u32, slot0: u32, digits: u32, sel_a:
                     // built by kernels::abi::write_results_as
                     var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                     if ((sk_lid == 0u)) {
-                        let sk_e56: f32 = x[(base + tok_at)];
+                        let sk_e56: f32 = sk_load_x((base + tok_at));
                         logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e56, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e56) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                     }
                 }

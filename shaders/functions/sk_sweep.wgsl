@@ -13,16 +13,16 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
             // built by kernels::filter_values::for_each_read
             var li0: u32 = (i0 + (BLOCK * 0u));
-            let sk_e177: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+            let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
             var zx0: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
             var li1: u32 = (i0 + (BLOCK * 1u));
-            let sk_e178: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+            let sk_e178: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
             var zx1: f32 = select(sk_e178, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e178) & 2147483647u) > 2139095040u));
             var li2: u32 = (i0 + (BLOCK * 2u));
-            let sk_e179: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+            let sk_e179: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
             var zx2: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
             var li3: u32 = (i0 + (BLOCK * 3u));
-            let sk_e180: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+            let sk_e180: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
             var zx3: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
             if ((li0 < sweep_n)) {
                 // built by kernels::filter_values::read_step
@@ -65,7 +65,7 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     var sel_a: u32 = select(0u, 8u, k_first);
     var digits: u32 = (sel_a + select(0u, 8u, searched));
     for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-        sk_find_set_8(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
+        sk_find_set_4(sk_lid, stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
     }
     var s_key: u32 = sel_key;
     var s_ties: u32 = 0u;
@@ -99,16 +99,16 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                             var li0: u32 = (c0 + 0u);
-                            let sk_e200: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                            let sk_e200: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                             var zx0: f32 = select(sk_e200, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e200) & 2147483647u) > 2139095040u));
                             var li1: u32 = (c0 + 1u);
-                            let sk_e201: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                            let sk_e201: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                             var zx1: f32 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
                             var li2: u32 = (c0 + 2u);
-                            let sk_e202: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                            let sk_e202: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                             var zx2: f32 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
                             var li3: u32 = (c0 + 3u);
-                            let sk_e203: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                            let sk_e203: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                             var zx3: f32 = select(sk_e203, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e203) & 2147483647u) > 2139095040u));
                             if ((li0 < sweep_n)) {
                                 sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
@@ -136,7 +136,7 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     var rank_col: u32 = 4294967295u;
     let sk_e204: u32 = (row * 12u);
     if ((((rows[(sk_e204 + 1u)] == 1u) && (rows[(sk_e204 + 6u)] == 1u)) && filtered)) {
-        sk_race_5(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
+        sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
     var best: f32 = bitcast<f32>(4286578688u);
@@ -156,28 +156,28 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e219: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e219: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e219, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e219) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e220: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e220: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e220, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e220) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e221: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e221: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e221, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e221) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e222: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e222: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e222, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e222) & 2147483647u) > 2139095040u));
                     if ((li0 < sweep_n)) {
-                        sk_read_step_31(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_31(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_31(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_31(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -199,16 +199,16 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
                     var li0: u32 = (c0 + 0u);
-                    let sk_e227: f32 = x[(base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n))))];
+                    let sk_e227: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
                     var zx0: f32 = select(sk_e227, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e227) & 2147483647u) > 2139095040u));
                     var li1: u32 = (c0 + 1u);
-                    let sk_e228: f32 = x[(base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n))))];
+                    let sk_e228: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
                     var zx1: f32 = select(sk_e228, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e228) & 2147483647u) > 2139095040u));
                     var li2: u32 = (c0 + 2u);
-                    let sk_e229: f32 = x[(base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n))))];
+                    let sk_e229: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
                     var zx2: f32 = select(sk_e229, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e229) & 2147483647u) > 2139095040u));
                     var li3: u32 = (c0 + 3u);
-                    let sk_e230: f32 = x[(base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n))))];
+                    let sk_e230: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
                     var zx3: f32 = select(sk_e230, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e230) & 2147483647u) > 2139095040u));
                     if (noisy) {
                         // built by kernels::filters::race_sweep
@@ -336,7 +336,7 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::abi::write_results_as
         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
         if ((sk_lid == 0u)) {
-            let sk_e235: f32 = x[(base + tok_at)];
+            let sk_e235: f32 = sk_load_x((base + tok_at));
             logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e235, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e235) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
         }
     }

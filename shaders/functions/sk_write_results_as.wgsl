@@ -47,7 +47,7 @@ fn sk_write_results_as(sk_lid: u32, row: u32, kept_n: u32, row_m: f32, noisy: bo
     }
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results_as
-        let sk_e164: f32 = x[(base + ow_at)];
+        let sk_e164: f32 = sk_load_x((base + ow_at));
         var ow_v_x: f32 = select(sk_e164, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e164) & 2147483647u) > 2139095040u));
         var ow_v: f32 = (ow_v_x / temp);
         if ((sk_lid == 0u)) {

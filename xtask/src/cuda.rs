@@ -195,11 +195,12 @@ impl CLike for Emitter<'_> {
                     Storage::U32 | Storage::AtomicU32 => x(idx)?,
                 };
                 match decl.storage {
-                    Storage::F16 => format!("sk_f16({buf}[{i}])"),
-                    Storage::Bf16 => format!("sk_bf16({buf}[{i}])"),
+                    _ if values_in(decl) => format!("sk_load_{buf}({i})"),
                     // Written by other blocks of this launch: read from L2, past L1.
                     Storage::AtomicU32 if !settled => format!("(*(volatile unsigned int*)&{buf}[{i}])"),
-                    Storage::F32 | Storage::U32 | Storage::F64 | Storage::AtomicU32 => format!("{buf}[{i}]"),
+                    Storage::F32 | Storage::F16 | Storage::Bf16 | Storage::U32 | Storage::F64 | Storage::AtomicU32 => {
+                        format!("{buf}[{i}]")
+                    }
                 }
             }
             Expr::LoadShared(arr, idx) => format!("{arr}[{}]", x(idx)?),
@@ -519,6 +520,17 @@ fn short(t: Ty) -> &'static str {
     crate::wgsl::ty(t)
 }
 
+/// An input of float32, f16 or bf16 values: what a kernel reads through `sk_load_<name>`, in WGSL
+/// as in CUDA.
+pub fn values_in(b: &BufferDecl) -> bool {
+    !b.writable && matches!(b.storage, Storage::F32 | Storage::F16 | Storage::Bf16)
+}
+
+/// Whether `kernel` reads buffer `b`.
+pub fn loaded(kernel: &Kernel, b: &BufferDecl) -> bool {
+    any_expr(kernel, |e| matches!(e, Expr::Load(n, _) | Expr::Settled(n, _) if *n == b.name))
+}
+
 /// Prints `kernel` as a CUDA translation unit.
 pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<String, IrError> {
     if !default_block.is_multiple_of(32) || default_block > 1024 {
@@ -568,6 +580,16 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
             out.blank();
             text.lines().for_each(|l| out.line(l));
         }
+    }
+    // Each input of float32, f16 or bf16 values is read through a macro of its own, so that the
+    // code that reads it (the function files) is one text for the three.
+    for b in kernel.buffers.iter().filter(|b| values_in(b) && loaded(kernel, b)) {
+        let read = match b.storage {
+            Storage::F16 => format!("sk_f16({}[i])", b.name),
+            Storage::Bf16 => format!("sk_bf16({}[i])", b.name),
+            _ => format!("{}[i]", b.name),
+        };
+        out.line(format!("#define sk_load_{}(i) {read}", b.name));
     }
     out.blank();
     // At file scope, so that procedures reach them as the kernel does. Aligned to 16 bytes, so

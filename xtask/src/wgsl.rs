@@ -111,9 +111,11 @@ impl CLike for Emitter<'_> {
             Expr::Load(buf, idx) | Expr::Settled(buf, idx) => {
                 let decl = buffer(self.kernel, buf)?;
                 match decl.storage {
-                    Storage::F16 | Storage::Bf16 => format!("sk_load_{buf}({})", x(idx)?),
+                    _ if crate::cuda::values_in(decl) => format!("sk_load_{buf}({})", x(idx)?),
                     Storage::AtomicU32 => format!("atomicLoad(&{buf}[{}])", x(idx)?),
-                    Storage::F32 | Storage::U32 | Storage::F64 => format!("{buf}[{}]", x(idx)?),
+                    Storage::F32 | Storage::F16 | Storage::Bf16 | Storage::U32 | Storage::F64 => {
+                        format!("{buf}[{}]", x(idx)?)
+                    }
                 }
             }
             Expr::LoadShared(arr, idx) if self.atomic_shared(arr) => format!("atomicLoad(&{arr}[{}])", x(idx)?),
@@ -648,14 +650,20 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
             out.line(l);
         }
     }
-    let loaded =
-        |buf: &BufferDecl| any_expr(kernel, |e| matches!(e, Expr::Load(b, _) | Expr::Settled(b, _) if *b == buf.name));
-    for buf in kernel.buffers.iter().filter(|b| b.storage.is_half() && loaded(b)) {
+    // Each input of float32, f16 or bf16 values is read through a function of its own, so that
+    // the code that reads it (the function files) is one text for the three.
+    for buf in kernel.buffers.iter().filter(|b| crate::cuda::values_in(b) && crate::cuda::loaded(kernel, b)) {
         out.open(format!("fn sk_load_{}(i: u32) -> f32 {{", buf.name));
-        out.line(format!("let w = {}[i >> 1u];", buf.name));
         match buf.storage {
-            Storage::F16 => out.line("return unpack2x16float(w)[i & 1u];"),
-            _ => out.line("return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));"),
+            Storage::F16 => {
+                out.line(format!("let w = {}[i >> 1u];", buf.name));
+                out.line("return unpack2x16float(w)[i & 1u];");
+            }
+            Storage::Bf16 => {
+                out.line(format!("let w = {}[i >> 1u];", buf.name));
+                out.line("return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));");
+            }
+            _ => out.line(format!("return {}[i];", buf.name)),
         }
         out.close("}");
     }
