@@ -11,7 +11,7 @@
 //!   them), loads `volatile` (from L2), adds `atomicAdd`.
 
 use crate::ir::*;
-use crate::out::{argmax_name, atom, header, reduce_name, sums_name, CLike, Out};
+use crate::out::{argmax_name, atom, header, reduce_name, sums_name, CLike, Out, Printed};
 use crate::passes::Prepared;
 
 pub fn ty(t: Ty) -> &'static str {
@@ -195,7 +195,7 @@ impl CLike for Emitter<'_> {
                     Storage::U32 | Storage::AtomicU32 => x(idx)?,
                 };
                 match decl.storage {
-                    _ if values_in(decl) => format!("sk_load_{buf}({i})"),
+                    _ if decl.holds_values() => format!("sk_load_{buf}({i})"),
                     // Written by other blocks of this launch: read from L2, past L1.
                     Storage::AtomicU32 if !settled => format!("(*(volatile unsigned int*)&{buf}[{i}])"),
                     Storage::F32 | Storage::F16 | Storage::Bf16 | Storage::U32 | Storage::F64 | Storage::AtomicU32 => {
@@ -520,19 +520,9 @@ fn short(t: Ty) -> &'static str {
     crate::wgsl::ty(t)
 }
 
-/// An input of float32, f16 or bf16 values: what a kernel reads through `sk_load_<name>`, in WGSL
-/// as in CUDA.
-pub fn values_in(b: &BufferDecl) -> bool {
-    !b.writable && matches!(b.storage, Storage::F32 | Storage::F16 | Storage::Bf16)
-}
-
-/// Whether `kernel` reads buffer `b`.
-pub fn loaded(kernel: &Kernel, b: &BufferDecl) -> bool {
-    any_expr(kernel, |e| matches!(e, Expr::Load(n, _) | Expr::Settled(n, _) if *n == b.name))
-}
-
-/// Prints `kernel` as a CUDA translation unit.
-pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<String, IrError> {
+/// Prints `kernel` as a CUDA translation unit, and the function files it includes
+/// ([`function_files`]).
+pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Printed, IrError> {
     if !default_block.is_multiple_of(32) || default_block > 1024 {
         let message = format!("a block of {default_block}: CUDA blocks are whole warps, at most 1024 threads");
         return Err(IrError::target(kernel, message));
@@ -547,12 +537,7 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     out.line(format!("// workgroup: {}", kernel.workgroup.word()));
     out.blank();
     let used = Collectives::of(kernel);
-    let loads = |storage: Storage| {
-        any_expr(
-            kernel,
-            |e| matches!(e, Expr::Load(b, _) | Expr::Settled(b, _) if kernel.buffers.iter().any(|d| d.name == *b && d.storage == storage)),
-        )
-    };
+    let loads = |storage: Storage| kernel.buffers.iter().any(|d| d.storage == storage && reads(kernel, &d.name));
     let (f16, bf16) = (loads(Storage::F16), loads(Storage::Bf16));
     let infinite = |e: &Expr| match e {
         Expr::Lit(Lit::F32(v)) => !v.is_finite(),
@@ -583,7 +568,7 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     }
     // Each input of float32, f16 or bf16 values is read through a macro of its own, so that the
     // code that reads it (the function files) is one text for the three.
-    for b in kernel.buffers.iter().filter(|b| values_in(b) && loaded(kernel, b)) {
+    for b in kernel.buffers.iter().filter(|b| b.holds_values() && reads(kernel, &b.name)) {
         let read = match b.storage {
             Storage::F16 => format!("sk_f16({}[i])", b.name),
             Storage::Bf16 => format!("sk_bf16({}[i])", b.name),
@@ -613,7 +598,8 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
         out.line(format!("__shared__ __align__(16) {} {}[{}];", ty(s.ty), s.name, s.len));
     }
     out.blank();
-    for (path, _) in function_files(kernel, source)? {
+    let functions = function_files(kernel, source)?;
+    for (path, _) in &functions {
         out.line(format!("#include \"{path}\""));
     }
     out.blank();
@@ -629,15 +615,15 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Strin
     let mut scope = Scope::new(kernel, &[], None);
     e.block(&mut out, &kernel.body, &mut scope)?;
     out.close("}");
-    Ok(out.finish())
+    Ok(Printed { text: out.finish(), functions })
 }
 
 /// The functions `kernel` calls, each a file of its own in `kernels/functions/` (the path a
 /// kernel file includes), written once for every kernel that calls it: its collectives, the
-/// IR's functions, then its procedures (macros). NVRTC takes one source, so the crate puts each in its include line's place
-/// (`KernelSource::cuda_unit`). They read the file-scope arrays and helpers (`sk_bitcast`) the
-/// including file defines before them.
-pub fn function_files(kernel: &Prepared, source: &str) -> Result<Vec<(String, String)>, IrError> {
+/// IR's functions, then its procedures (macros). NVRTC takes one source, so the crate puts each
+/// in its include line's place (`KernelSource::cuda_unit`). They read the file-scope arrays and
+/// helpers (`sk_bitcast`) the including file defines before them.
+fn function_files(kernel: &Prepared, source: &str) -> Result<Vec<(String, String)>, IrError> {
     let mut texts = collective_helpers(&Collectives::of(kernel), kernel)?;
     for func in &kernel.functions {
         let mut out = Out::default();

@@ -98,21 +98,22 @@ pub fn render() -> Result<Vec<(PathBuf, String)>, String> {
         procedures.name(&mut prepared, block)?;
         let wgsl_path = format!("shaders/{}.wgsl", k.name);
         let cu_path = format!("kernels/{}.cu", k.name);
-        files.push((PathBuf::from(&wgsl_path), wgsl::emit(&prepared, block, SOURCE)?));
-        // A kernel that holds u64 as words prints its functions itself, and is for devices CUDA
-        // never is: WGSL only.
+        let wgsl = wgsl::emit(&prepared, block, SOURCE)?;
+        files.push((PathBuf::from(&wgsl_path), wgsl.text));
         let mut wgsl_parts = Vec::new();
-        for (path, text) in wgsl::function_files(&prepared, block, SOURCE)? {
-            functions.add(&k.name, &format!("shaders/{path}"), text)?;
+        for (path, text) in wgsl.functions {
             wgsl_parts.push(format!("include_str!(\"../shaders/{path}\")"));
+            functions.add(&k.name, &format!("shaders/{path}"), text)?;
         }
+        // A kernel that holds u64 as words is for devices CUDA never is: WGSL only.
         let cuda = if k.u64_as_words {
             "None".to_string()
         } else {
-            for (path, text) in cuda::function_files(&prepared, SOURCE)? {
+            let cuda = cuda::emit(&prepared, sm75.block_for(k.workgroup), SOURCE)?;
+            files.push((PathBuf::from(&cu_path), cuda.text));
+            for (path, text) in cuda.functions {
                 functions.add(&k.name, &format!("kernels/{path}"), text)?;
             }
-            files.push((PathBuf::from(&cu_path), cuda::emit(&prepared, sm75.block_for(k.workgroup), SOURCE)?));
             format!("Some(include_str!(\"../{cu_path}\"))")
         };
         wgsl_parts.push(format!("include_str!(\"../{wgsl_path}\")"));

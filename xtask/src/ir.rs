@@ -453,6 +453,14 @@ pub struct SharedDecl {
     pub atomic: bool,
 }
 
+impl BufferDecl {
+    /// An input of float32, f16 or bf16 values: each target reads it through `sk_load_<name>`,
+    /// which the kernel file defines, so that code reading it prints one text for the three.
+    pub fn holds_values(&self) -> bool {
+        !self.writable && matches!(self.storage, Storage::F32 | Storage::F16 | Storage::Bf16)
+    }
+}
+
 impl SharedDecl {
     pub fn new(name: &str, ty: Ty, len: u32) -> Self {
         SharedDecl { name: name.into(), ty, len, atomic: false }
@@ -1443,6 +1451,11 @@ pub fn any_expr(kernel: &Kernel, pred: impl Fn(&Expr) -> bool) -> bool {
         visit_exprs(body, &mut |e| found |= pred(e));
     }
     found
+}
+
+/// Whether `kernel` reads buffer `buf`.
+pub fn reads(kernel: &Kernel, buf: &str) -> bool {
+    any_expr(kernel, |e| matches!(e, Expr::Load(b, _) | Expr::Settled(b, _) if b == buf))
 }
 
 /// Procedure `name` of `kernel`.

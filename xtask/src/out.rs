@@ -95,6 +95,13 @@ pub fn argmax_name(t: Ty) -> String {
     format!("sk_block_argmax_{}", crate::wgsl::ty(t))
 }
 
+/// A kernel as an emitter prints it: its own file, and the function files (path under `kernels/`
+/// or `shaders/`, text) it takes, each written once for every kernel that takes it.
+pub struct Printed {
+    pub text: String,
+    pub functions: Vec<(String, String)>,
+}
+
 /// The first lines of every generated file.
 pub fn header(comment: &str, source: &str) -> String {
     format!(

@@ -75,8 +75,7 @@ fn phase(kernel: &Kernel) -> Result<Option<Group>, IrError> {
         let mut found = Blocks { counting: false, single: true, shapes: HashMap::new(), groups: BTreeMap::new() };
         let mut walk = Walk { scope, body: i, path: vec![], until: None, found: None, blocks: Some(&mut found) };
         walk.block(body, "");
-        let fits = found.groups.into_values().filter(|g| g.lines <= BODY_LINES);
-        if let Some(mut g) = fits.max_by_key(|g| g.lines) {
+        if let Some(mut g) = found.groups.into_values().max_by_key(|g| g.lines) {
             // Named for what it does: a block that is a branch of its builder's code takes the
             // name of the first builder it calls, where it calls one.
             let block = block_at(kernel, &g.sites[0]);
@@ -229,7 +228,8 @@ fn blocks(kernel: &Kernel) -> Result<BTreeMap<String, Group>, IrError> {
 /// What a walk over every body gathers.
 struct Blocks {
     counting: bool,
-    /// Each block a group of its own, whatever the others ([`phase`]).
+    /// Each block a group of its own, whatever the others, kept only while it is the largest
+    /// that fits ([`phase`]).
     single: bool,
     /// How many blocks have each [`shape`].
     shapes: HashMap<u64, usize>,
@@ -335,6 +335,11 @@ impl Walk<'_, '_> {
             return;
         }
         if !blocks.single && blocks.shapes.get(&fingerprint).copied().unwrap_or(0) < 2 {
+            return;
+        }
+        // A phase is the largest block that fits: one too long, or shorter than one found, is
+        // not put in canonical form.
+        if blocks.single && (printed > BODY_LINES || blocks.groups.values().any(|g| g.lines > printed)) {
             return;
         }
         let mut c = Canon::new(&self.scope, None);

@@ -495,7 +495,7 @@ pub(crate) mod tests {
             k
         };
         let k = prepare(&with(counters.clone(), "c")).unwrap();
-        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
+        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap().text;
         for want in [
             "var<storage, read_write> c: array<atomic<u32>>;",
             "old = atomicAdd(&c[0u], 1u);",
@@ -505,7 +505,7 @@ pub(crate) mod tests {
         ] {
             assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
         }
-        let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
+        let cuda = crate::cuda::emit(&k, 64, "test").unwrap().text;
         for want in [
             "unsigned int* __restrict__ c",
             "old = atomicAdd(&c[0u], 1u);",
@@ -533,11 +533,11 @@ pub(crate) mod tests {
             kernel(b.stmts)
         };
         let k = prepare(&with(load("x", u(0)).bitcast(Ty::U32), load("x", u(1)))).unwrap();
-        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
+        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap().text;
         for want in ["firstLeadingBit(", "exp(", " / ("] {
             assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
         }
-        let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
+        let cuda = crate::cuda::emit(&k, 64, "test").unwrap().text;
         assert_eq!(cuda.matches("asm(\"bfind.u32").count(), 1, "{cuda}");
         assert_eq!(cuda.matches("asm(\"ex2.approx.ftz.f32").count(), 1, "{cuda}");
         for want in ["sk_high_bit(", "sk_fast_exp(", "__fdividef("] {
@@ -545,7 +545,7 @@ pub(crate) mod tests {
         }
         let mut plain = Block::new();
         plain.store("y", u(0), load("x", u(0)));
-        let plain = crate::cuda::emit(&prepare(&kernel(plain.stmts)).unwrap(), 64, "test").unwrap();
+        let plain = crate::cuda::emit(&prepare(&kernel(plain.stmts)).unwrap(), 64, "test").unwrap().text;
         assert!(!plain.contains("bfind") && !plain.contains("ex2.approx"), "{plain}");
         assert!(matches!(prepare(&with(load("x", u(0)), load("x", u(1)))), Err(IrError::Type { .. })));
         assert!(matches!(prepare(&with(u(1), u(1))), Err(IrError::Type { .. })));
@@ -568,7 +568,7 @@ pub(crate) mod tests {
             k
         };
         let k = prepare(&with(SharedDecl::atomic("h", 16))).unwrap();
-        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap();
+        let wgsl = crate::wgsl::emit(&k, 64, "test").unwrap().text;
         for want in [
             "var<workgroup> h: array<atomic<u32>, 16>;",
             "atomicStore(&h[0u], 0u);",
@@ -577,7 +577,7 @@ pub(crate) mod tests {
         ] {
             assert!(wgsl.contains(want), "WGSL lacks `{want}`:\n{wgsl}");
         }
-        let cuda = crate::cuda::emit(&k, 64, "test").unwrap();
+        let cuda = crate::cuda::emit(&k, 64, "test").unwrap().text;
         for want in ["__shared__ __align__(16) unsigned int h[16];", "h[0u] = 0u;", "old = atomicAdd(&h[1u], 2u);"] {
             assert!(cuda.contains(want), "CUDA lacks `{want}`:\n{cuda}");
         }

@@ -12,7 +12,7 @@
 //!   u64 as two u32 words (`wgsl_u64.rs`).
 
 use crate::ir::*;
-use crate::out::{argmax_name, header, reduce_name, sums_name, CLike, Out};
+use crate::out::{argmax_name, header, reduce_name, sums_name, CLike, Out, Printed};
 use crate::passes::Prepared;
 use crate::wgsl_u64;
 
@@ -111,7 +111,7 @@ impl CLike for Emitter<'_> {
             Expr::Load(buf, idx) | Expr::Settled(buf, idx) => {
                 let decl = buffer(self.kernel, buf)?;
                 match decl.storage {
-                    _ if crate::cuda::values_in(decl) => format!("sk_load_{buf}({})", x(idx)?),
+                    _ if decl.holds_values() => format!("sk_load_{buf}({})", x(idx)?),
                     Storage::AtomicU32 => format!("atomicLoad(&{buf}[{}])", x(idx)?),
                     Storage::F32 | Storage::F16 | Storage::Bf16 | Storage::U32 | Storage::F64 => {
                         format!("{buf}[{}]", x(idx)?)
@@ -549,20 +549,6 @@ pub fn workgroup_bytes(kernel: &Prepared, block: u32) -> Result<u32, IrError> {
     Ok(workgroup_arrays(&Emitter { kernel, block, pointed: vec![] })?.iter().map(|a| a.bytes).sum())
 }
 
-/// The functions `kernel` calls, each a file of its own in `shaders/functions/` (path, text),
-/// written once for every kernel that calls it: its collectives, then the IR's functions. WGSL
-/// has no includes, so the crate puts them before the kernel's file (the manifest's `concat!`);
-/// they read the `BLOCK` and workgroup arrays that file declares. None for a kernel that holds
-/// u64 as words, which prints its own.
-pub fn function_files(kernel: &Prepared, block: u32, source: &str) -> Result<Vec<(String, String)>, IrError> {
-    let e = Emitter { kernel, block, pointed: vec![] };
-    let file = |(name, text): (String, String)| {
-        let head = format!("{}// `{name}`, put before each kernel that calls it\n", header("//", source));
-        (function_path(kernel, &name), head + &text)
-    };
-    Ok(e.functions()?.into_iter().map(file).collect())
-}
-
 /// The file of `kernel`'s function or procedure `name`: `functions/<name>.wgsl`, but where the
 /// kernel holds u64 as words, whose functions and collectives print otherwise, `<name>.words.wgsl`
 /// (its procedures are named apart from the others' by `gen`).
@@ -576,9 +562,12 @@ pub fn procedure_fn(kernel: &Prepared, block: u32, proc: &Procedure) -> Result<S
     Emitter { kernel, block, pointed: vec![] }.procedure(proc)
 }
 
-/// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two).
-
-pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrError> {
+/// Prints `kernel` as a WGSL module with workgroup size `block` (a power of two), and the
+/// functions it calls: its collectives, the IR's functions and its procedures, each a file of its
+/// own in `shaders/functions/`, written once for every kernel that calls it. WGSL has no
+/// includes, so the crate puts them before the kernel's file (the manifest's `concat!`); they
+/// read the `BLOCK` and workgroup arrays that file declares.
+pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<Printed, IrError> {
     if !block.is_power_of_two() {
         return Err(IrError::target(
             kernel,
@@ -629,12 +618,12 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
     let mut body = Out::default();
     // A kernel's functions are files of their own that the crate puts before it. The lowering's
     // helpers they call are written here.
-    let functions = e.functions()?;
+    let functions: Vec<(String, String)> = e.functions()?;
     if !functions.is_empty() {
         body.line("// The crate puts these files before this one:");
         functions.iter().for_each(|(name, _)| body.line(format!("// shaders/{}", function_path(kernel, name))));
     }
-    let functions: String = functions.into_iter().map(|(_, text)| text).collect();
+    let called: String = functions.iter().map(|(_, text)| text.as_str()).collect();
     body.blank();
     body.line(format!("@compute @workgroup_size({})", e.block));
     body.open(
@@ -645,14 +634,14 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
     e.block(&mut body, &kernel.body, &mut scope)?;
     body.close("}");
     let body = body.finish();
-    for helper in wgsl_u64::helpers_for(&(functions + &body)) {
+    for helper in wgsl_u64::helpers_for(&(called + &body)) {
         for l in helper.lines() {
             out.line(l);
         }
     }
     // Each input of float32, f16 or bf16 values is read through a function of its own, so that
     // the code that reads it (the function files) is one text for the three.
-    for buf in kernel.buffers.iter().filter(|b| crate::cuda::values_in(b) && crate::cuda::loaded(kernel, b)) {
+    for buf in kernel.buffers.iter().filter(|b| b.holds_values() && reads(kernel, &b.name)) {
         out.open(format!("fn sk_load_{}(i: u32) -> f32 {{", buf.name));
         match buf.storage {
             Storage::F16 => {
@@ -667,5 +656,9 @@ pub fn emit(kernel: &Prepared, block: u32, source: &str) -> Result<String, IrErr
         }
         out.close("}");
     }
-    Ok(out.finish() + &body)
+    let file = |(name, text): (String, String)| {
+        let head = format!("{}// `{name}`, put before each kernel that calls it\n", header("//", source));
+        (function_path(kernel, &name), head + &text)
+    };
+    Ok(Printed { text: out.finish() + &body, functions: functions.into_iter().map(file).collect() })
 }
