@@ -74,13 +74,16 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_read_step.cuh"
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_read_step_3.cuh"
-#include "functions/sk_race_sweep.cuh"
 #include "functions/sk_read_step_4.cuh"
-#include "functions/sk_gather.cuh"
-#include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_5.cuh"
+#include "functions/sk_race_sweep.cuh"
 #include "functions/sk_read_step_6.cuh"
+#include "functions/sk_gather.cuh"
 #include "functions/sk_read_step_7.cuh"
+#include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_8.cuh"
+#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_10.cuh"
 #include "functions/sk_digit_counts_2.cuh"
 #include "functions/sk_race.cuh"
 #include "functions/sk_find_set.cuh"
@@ -115,18 +118,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 unsigned int sweep_n = (col_hi - col_lo);
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    unsigned int li0 = i0;
+                    float zx0 = (0.0f);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    float zx1 = (0.0f);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    float zx2 = (0.0f);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    float zx3 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                    }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
                         unsigned int col = (col_lo + li0);
@@ -177,8 +181,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e22 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e22 ? tn64 : (((lim - sel_m) / (sk_e22 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e38 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e38 ? tn64 : (((lim - sel_m) / (sk_e38 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -201,29 +205,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 unsigned int quads = ((sweep_n + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    const float sk_e23 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                                    unsigned int li0 = c0;
+                                    float zx0 = (0.0f);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e24 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                                    float zx1 = (0.0f);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e25 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
+                                    float zx2 = (0.0f);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e26 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
+                                    float zx3 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                    } else {
+                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -237,8 +242,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
             bool rank_done = false;
             bool rank_over = false;
             unsigned int rank_col = 4294967295u;
-            const unsigned int sk_e27 = (row * 12u);
-            if ((((rows[(sk_e27 + 1u)] == 1u) && (rows[(sk_e27 + 6u)] == 1u)) && filtered)) {
+            const unsigned int sk_e47 = (row * 12u);
+            if ((((rows[(sk_e47 + 1u)] == 1u) && (rows[(sk_e47 + 6u)] == 1u)) && filtered)) {
                 sk_race(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over);
             }
             bool seeded_row = (rows[((row * 12u) + 1u)] == 1u);
@@ -258,29 +263,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int quads = ((sweep_n + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                            unsigned int li0 = (c0 + 0u);
-                            const float sk_e42 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42);
+                            unsigned int li0 = c0;
+                            float zx0 = (0.0f);
                             unsigned int li1 = (c0 + 1u);
-                            const float sk_e43 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43);
+                            float zx1 = (0.0f);
                             unsigned int li2 = (c0 + 2u);
-                            const float sk_e44 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44);
+                            float zx2 = (0.0f);
                             unsigned int li3 = (c0 + 3u);
-                            const float sk_e45 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45);
+                            float zx3 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_10(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_10(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_10(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_10(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                         }
                     }
@@ -301,18 +307,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                         unsigned int quads = ((sweep_n + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                            unsigned int li0 = (c0 + 0u);
-                            const float sk_e50 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e50) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e50);
+                            unsigned int li0 = c0;
+                            float zx0 = (0.0f);
                             unsigned int li1 = (c0 + 1u);
-                            const float sk_e51 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e51) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e51);
+                            float zx1 = (0.0f);
                             unsigned int li2 = (c0 + 2u);
-                            const float sk_e52 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e52) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e52);
+                            float zx2 = (0.0f);
                             unsigned int li3 = (c0 + 3u);
-                            const float sk_e53 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e53) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e53);
+                            float zx3 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -332,8 +339,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e54 = sk_gumbel((w).x);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e54 : (zv + sk_e54)) : zv);
+                                    const float sk_e94 = sk_gumbel((w).x);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e94 : (zv + sk_e94)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -356,8 +363,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e55 = sk_gumbel((w).y);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e55 : (zv + sk_e55)) : zv);
+                                    const float sk_e95 = sk_gumbel((w).y);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e95 : (zv + sk_e95)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -380,8 +387,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e56 = sk_gumbel((w).z);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e56 : (zv + sk_e56)) : zv);
+                                    const float sk_e96 = sk_gumbel((w).z);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e96 : (zv + sk_e96)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -404,8 +411,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    const float sk_e57 = sk_gumbel((w).w);
-                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e57 : (zv + sk_e57)) : zv);
+                                    const float sk_e97 = sk_gumbel((w).w);
+                                    float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e97 : (zv + sk_e97)) : zv);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -439,8 +446,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_logits_f16(
                 // built by kernels::abi::write_results_as
                 float row_w = sk_fixed_f32((searched ? row_mass : summed_mass));
                 if ((threadIdx.x == 0u)) {
-                    const float sk_e58 = sk_load_x((base + tok_at));
-                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e58) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e58) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
+                    const float sk_e98 = sk_load_x((base + tok_at));
+                    logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e98) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e98) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u));
                 }
             }
             if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) {

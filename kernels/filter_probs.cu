@@ -62,17 +62,18 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_sweep_set_2.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_8.cuh"
-#include "functions/sk_read_step_9.cuh"
-#include "functions/sk_read_step_10.cuh"
 #include "functions/sk_read_step_11.cuh"
-#include "functions/sk_race_sweep_2.cuh"
-#include "functions/sk_gather.cuh"
 #include "functions/sk_read_step_12.cuh"
-#include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_13.cuh"
 #include "functions/sk_read_step_14.cuh"
+#include "functions/sk_race_sweep_2.cuh"
 #include "functions/sk_read_step_15.cuh"
+#include "functions/sk_gather.cuh"
+#include "functions/sk_read_step_16.cuh"
+#include "functions/sk_digit_counts.cuh"
+#include "functions/sk_read_step_17.cuh"
+#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_read_step_19.cuh"
 #include "functions/sk_digit_counts_3.cuh"
 #include "functions/sk_race_2.cuh"
 #include "functions/sk_find_set_2.cuh"
@@ -107,25 +108,39 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                 unsigned int sweep_n = (col_hi - col_lo);
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                    unsigned int li0 = i0;
+                    float zx0 = (0.0f);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                    float zx1 = (0.0f);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                    float zx2 = (0.0f);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                    float zx3 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int zx_at = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                        zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                        zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_12(col_lo, li0, zx0, m);
+                        sk_read_step_16(col_lo, li0, zx0, m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_12(col_lo, li1, zx1, m);
+                        sk_read_step_16(col_lo, li1, zx1, m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_12(col_lo, li2, zx2, m);
+                        sk_read_step_16(col_lo, li2, zx2, m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_12(col_lo, li3, zx3, m);
+                        sk_read_step_16(col_lo, li3, zx3, m);
                     }
                 }
             }
@@ -181,25 +196,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                                 unsigned int quads = ((sweep_n + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                                    unsigned int li0 = c0;
+                                    float zx0 = (0.0f);
                                     unsigned int li1 = (c0 + 1u);
-                                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                                    float zx1 = (0.0f);
                                     unsigned int li2 = (c0 + 2u);
-                                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                                    float zx2 = (0.0f);
                                     unsigned int li3 = (c0 + 3u);
-                                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                                    float zx3 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                    } else {
+                                        // built by kernels::filter_values::read_step
+                                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, mine);
                                     }
                                 }
                             }
@@ -234,25 +258,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int quads = ((sweep_n + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                            unsigned int li0 = (c0 + 0u);
-                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                            unsigned int li0 = c0;
+                            float zx0 = (0.0f);
                             unsigned int li1 = (c0 + 1u);
-                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                            float zx1 = (0.0f);
                             unsigned int li2 = (c0 + 2u);
-                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                            float zx2 = (0.0f);
                             unsigned int li3 = (c0 + 3u);
-                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                            float zx3 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                            } else {
+                                // built by kernels::filter_values::read_step
+                                zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                                zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                                zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                                zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_15(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_19(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_15(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_19(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_15(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_19(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_15(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
+                                sk_read_step_19(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i);
                             }
                         }
                     }
@@ -273,14 +306,23 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_probs(
                         unsigned int quads = ((sweep_n + 3u) >> 2u);
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                            unsigned int li0 = (c0 + 0u);
-                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                            unsigned int li0 = c0;
+                            float zx0 = (0.0f);
                             unsigned int li1 = (c0 + 1u);
-                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                            float zx1 = (0.0f);
                             unsigned int li2 = (c0 + 2u);
-                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                            float zx2 = (0.0f);
                             unsigned int li3 = (c0 + 3u);
-                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                            float zx3 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                            } else {
+                                // built by kernels::filter_values::read_step
+                                zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                                zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                                zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                                zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                            }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);

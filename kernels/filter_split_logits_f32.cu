@@ -57,11 +57,13 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_22.cuh"
+#include "functions/sk_read_step_26.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_2.cuh"
+#include "functions/sk_read_step_4.cuh"
+#include "functions/sk_read_step_27.cuh"
+#include "functions/sk_read_step_28.cuh"
 #include "functions/sk_sweep_set.cuh"
-#include "functions/sk_read_step_23.cuh"
+#include "functions/sk_read_step_29.cuh"
 #include "functions/sk_set_bounds.cuh"
 #include "functions/sk_decide.cuh"
 #include "functions/sk_stage.cuh"
@@ -133,18 +135,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_logits_f32(
                     unsigned int sweep_n = (col_hi - col_lo);
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
-                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        const float sk_e4 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                        unsigned int li0 = i0;
+                        float zx0 = (0.0f);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        const float sk_e5 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                        float zx1 = (0.0f);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        const float sk_e6 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                        float zx2 = (0.0f);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        const float sk_e7 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                        float zx3 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int zx_at = ((base + col_lo) + i0);
+                            const float sk_e4 = sk_load_x(zx_at);
+                            zx0 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                            const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                            zx1 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                            const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                            zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                            const float sk_e7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                            zx3 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                        } else {
+                            sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                        }
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             unsigned int col = (col_lo + li0);

@@ -54,14 +54,15 @@ __shared__ unsigned long long sk_many_u64[544];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_read_step_24.cuh"
+#include "functions/sk_read_step_30.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_9.cuh"
 #include "functions/sk_read_step_12.cuh"
+#include "functions/sk_read_step_16.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_25.cuh"
+#include "functions/sk_read_step_31.cuh"
 #include "functions/sk_set_bounds_2.cuh"
 #include "functions/sk_decide_2.cuh"
+#include "functions/sk_stage_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -130,25 +131,39 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     unsigned int sweep_n = (col_hi - col_lo);
                     for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                         // built by kernels::filter_values::for_each_read
-                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                        unsigned int li0 = i0;
+                        float zx0 = (0.0f);
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                        float zx1 = (0.0f);
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                        float zx2 = (0.0f);
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                        float zx3 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            unsigned int zx_at = ((base + col_lo) + i0);
+                            zx0 = sk_load_x(zx_at);
+                            zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                            zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                            zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_12(col_lo, li0, zx0, m);
+                            sk_read_step_16(col_lo, li0, zx0, m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_12(col_lo, li1, zx1, m);
+                            sk_read_step_16(col_lo, li1, zx1, m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_12(col_lo, li2, zx2, m);
+                            sk_read_step_16(col_lo, li2, zx2, m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_12(col_lo, li3, zx3, m);
+                            sk_read_step_16(col_lo, li3, zx3, m);
                         }
                     }
                 }
@@ -159,173 +174,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) filter_split_probs(
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = sk_bitcast<unsigned int>(part_max);
                 }
             } else {
-                // built by kernels::filter_split::stage
-                if (((stage - 1u) == 0u)) {
-                    float m = sk_bitcast<float>(4286578688u);
-                    for (unsigned int pp_i = threadIdx.x; pp_i < parts; pp_i += ((unsigned int)SK_BLOCK)) {
-                        m = fmaxf(m, sk_bitcast<float>(partials[(((((slot0 + pp_i) * 110u) + 14u) + ((0u & 1u) * 48u)) + 0u)]));
-                    }
-                    float row_max = (0.0f);
-                    row_max = sk_block_max_f32(m);
-                    mx = row_max;
-                }
-                const unsigned int sk_e4 = (stage - 1u);
-                if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) {
-                    sk_decide_2(stage, sel_a, parts, slot0, k_first, pp, kk, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask);
-                }
-                if ((stage < (digits + 1u))) {
-                    bool in_a = (stage <= sel_a);
-                    const unsigned int sk_e23 = (stage - 1u);
-                    unsigned int digit_pass = (in_a ? sk_e23 : (sk_e23 - sel_a));
-                    unsigned int shift = (28u - (digit_pass * 4u));
-                    unsigned int cnt_0 = 0;
-                    unsigned int cnt_1 = 0;
-                    unsigned int cnt_2 = 0;
-                    unsigned int cnt_3 = 0;
-                    unsigned int cnt_4 = 0;
-                    unsigned int cnt_5 = 0;
-                    unsigned int cnt_6 = 0;
-                    unsigned int cnt_7 = 0;
-                    unsigned int cnt_8 = 0;
-                    unsigned int cnt_9 = 0;
-                    unsigned int cnt_10 = 0;
-                    unsigned int cnt_11 = 0;
-                    unsigned int cnt_12 = 0;
-                    unsigned int cnt_13 = 0;
-                    unsigned int cnt_14 = 0;
-                    unsigned int cnt_15 = 0;
-                    unsigned long long mas_0 = 0;
-                    unsigned long long mas_1 = 0;
-                    unsigned long long mas_2 = 0;
-                    unsigned long long mas_3 = 0;
-                    unsigned long long mas_4 = 0;
-                    unsigned long long mas_5 = 0;
-                    unsigned long long mas_6 = 0;
-                    unsigned long long mas_7 = 0;
-                    unsigned long long mas_8 = 0;
-                    unsigned long long mas_9 = 0;
-                    unsigned long long mas_10 = 0;
-                    unsigned long long mas_11 = 0;
-                    unsigned long long mas_12 = 0;
-                    unsigned long long mas_13 = 0;
-                    unsigned long long mas_14 = 0;
-                    unsigned long long mas_15 = 0;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        unsigned int sweep_n = (col_hi - col_lo);
-                        for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_24(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_24(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_24(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_24(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15);
-                            }
-                        }
-                    }
-                    unsigned int cnt_s0 = 0u;
-                    unsigned int cnt_s1 = 0u;
-                    unsigned int cnt_s2 = 0u;
-                    unsigned int cnt_s3 = 0u;
-                    unsigned int cnt_s4 = 0u;
-                    unsigned int cnt_s5 = 0u;
-                    unsigned int cnt_s6 = 0u;
-                    unsigned int cnt_s7 = 0u;
-                    unsigned int cnt_s8 = 0u;
-                    unsigned int cnt_s9 = 0u;
-                    unsigned int cnt_s10 = 0u;
-                    unsigned int cnt_s11 = 0u;
-                    unsigned int cnt_s12 = 0u;
-                    unsigned int cnt_s13 = 0u;
-                    unsigned int cnt_s14 = 0u;
-                    unsigned int cnt_s15 = 0u;
-                    sk_block_sums_u32_16(cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, cnt_s0, cnt_s1, cnt_s2, cnt_s3, cnt_s4, cnt_s5, cnt_s6, cnt_s7, cnt_s8, cnt_s9, cnt_s10, cnt_s11, cnt_s12, cnt_s13, cnt_s14, cnt_s15);
-                    unsigned long long mas_s0 = 0ull;
-                    unsigned long long mas_s1 = 0ull;
-                    unsigned long long mas_s2 = 0ull;
-                    unsigned long long mas_s3 = 0ull;
-                    unsigned long long mas_s4 = 0ull;
-                    unsigned long long mas_s5 = 0ull;
-                    unsigned long long mas_s6 = 0ull;
-                    unsigned long long mas_s7 = 0ull;
-                    unsigned long long mas_s8 = 0ull;
-                    unsigned long long mas_s9 = 0ull;
-                    unsigned long long mas_s10 = 0ull;
-                    unsigned long long mas_s11 = 0ull;
-                    unsigned long long mas_s12 = 0ull;
-                    unsigned long long mas_s13 = 0ull;
-                    unsigned long long mas_s14 = 0ull;
-                    unsigned long long mas_s15 = 0ull;
-                    sk_block_sums_u64_16(mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15, mas_s0, mas_s1, mas_s2, mas_s3, mas_s4, mas_s5, mas_s6, mas_s7, mas_s8, mas_s9, mas_s10, mas_s11, mas_s12, mas_s13, mas_s14, mas_s15);
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_split::publish
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = ((unsigned int)(mas_s0 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = ((unsigned int)(mas_s0 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = cnt_s1;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = ((unsigned int)(mas_s1 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = ((unsigned int)(mas_s1 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = cnt_s2;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = ((unsigned int)(mas_s2 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = ((unsigned int)(mas_s2 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 3u)] = cnt_s3;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = ((unsigned int)(mas_s3 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = ((unsigned int)(mas_s3 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = cnt_s4;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = ((unsigned int)(mas_s4 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = ((unsigned int)(mas_s4 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = cnt_s5;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = ((unsigned int)(mas_s5 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = ((unsigned int)(mas_s5 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 6u)] = cnt_s6;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = ((unsigned int)(mas_s6 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = ((unsigned int)(mas_s6 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 7u)] = cnt_s7;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = ((unsigned int)(mas_s7 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = ((unsigned int)(mas_s7 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 8u)] = cnt_s8;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = ((unsigned int)(mas_s8 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = ((unsigned int)(mas_s8 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 9u)] = cnt_s9;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = ((unsigned int)(mas_s9 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = ((unsigned int)(mas_s9 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 10u)] = cnt_s10;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = ((unsigned int)(mas_s10 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = ((unsigned int)(mas_s10 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 11u)] = cnt_s11;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = ((unsigned int)(mas_s11 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = ((unsigned int)(mas_s11 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 12u)] = cnt_s12;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = ((unsigned int)(mas_s12 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = ((unsigned int)(mas_s12 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 13u)] = cnt_s13;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = ((unsigned int)(mas_s13 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = ((unsigned int)(mas_s13 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 14u)] = cnt_s14;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = ((unsigned int)(mas_s14 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = ((unsigned int)(mas_s14 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 15u)] = cnt_s15;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = ((unsigned int)(mas_s15 & 4294967295ull));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = ((unsigned int)(mas_s15 >> 32u));
-                    }
-                } else {
-                    sk_set_bounds_2(stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, sweeps);
-                }
+                sk_stage_2(stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, part, searched, row, mp, tie_col, noisy, mx, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask, sweeps);
             }
             if ((threadIdx.x == 0u)) {
                 // built by kernels::filter_split::store_state

@@ -46,11 +46,14 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_fixed.cuh"
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_read_step_16.cuh"
+#include "functions/sk_read_step_20.cuh"
+#include "functions/sk_read_step_3.cuh"
+#include "functions/sk_read_step_4.cuh"
 #include "functions/sk_read_step.cuh"
+#include "functions/sk_read_step_7.cuh"
 #include "functions/sk_read_step_2.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_5.cuh"
+#include "functions/sk_read_step_8.cuh"
 #include "functions/sk_digit_counts_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
@@ -83,18 +86,19 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                 unsigned int sweep_n = (col_hi - col_lo);
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    const float sk_e0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e0) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e0);
+                    unsigned int li0 = i0;
+                    float zx0 = (0.0f);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    const float sk_e1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e1) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e1);
+                    float zx1 = (0.0f);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    const float sk_e2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                    float zx2 = (0.0f);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    const float sk_e3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                    float zx3 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                    }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
                         unsigned int col = (col_lo + li0);
@@ -138,8 +142,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
                 // built by kernels::filters::find_set
                 bool in_a = (stage <= sel_a);
-                const unsigned int sk_e4 = (stage - 1u);
-                unsigned int digit_pass = (in_a ? sk_e4 : (sk_e4 - sel_a));
+                const unsigned int sk_e8 = (stage - 1u);
+                unsigned int digit_pass = (in_a ? sk_e8 : (sk_e8 - sel_a));
                 unsigned int shift = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -154,29 +158,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                         unsigned int sweep_n = (col_hi - col_lo);
                         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const float sk_e5 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                            unsigned int li0 = i0;
+                            float zx0 = (0.0f);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const float sk_e6 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                            float zx1 = (0.0f);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const float sk_e7 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                            float zx2 = (0.0f);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const float sk_e8 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                            float zx3 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
+                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at);
                             }
                         }
                     }
@@ -189,8 +194,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e9 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
+                        const float sk_e17 = sk_load_x((base + col));
+                        float lx = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
@@ -214,8 +219,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
                         // built by kernels::filters::sweep_list
                         unsigned int col = listed_cols[at];
-                        const float sk_e10 = sk_load_x((base + col));
-                        float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                        const float sk_e18 = sk_load_x((base + col));
+                        float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18);
                         float zv = (lx / temp);
                         float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx));
                         unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
@@ -255,8 +260,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        const unsigned int sk_e11 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e11 == (sel_n + min(sel_tn, 64u))) || (!((sk_e11 < kk) && ((mass_before + mt) <= lim)))))) {
+                        const unsigned int sk_e19 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -279,8 +284,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                 // built by kernels::filters::set_bounds
                 unsigned long long tn64 = ((unsigned long long)sel_tn);
                 unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64));
-                const bool sk_e22 = (tie_v == 0ull);
-                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e22 ? tn64 : (((lim - sel_m) / (sk_e22 ? 1ull : tie_v)) + 1ull))));
+                const bool sk_e38 = (tie_v == 0ull);
+                unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e38 ? tn64 : (((lim - sel_m) / (sk_e38 ? 1ull : tie_v)) + 1ull))));
                 s_ties = ties;
             }
             unsigned int tie_rank = 0u;
@@ -303,29 +308,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                                 unsigned int quads = ((sweep_n + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    const float sk_e23 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                                    float zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23);
+                                    unsigned int li0 = c0;
+                                    float zx0 = (0.0f);
                                     unsigned int li1 = (c0 + 1u);
-                                    const float sk_e24 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                                    float zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24);
+                                    float zx1 = (0.0f);
                                     unsigned int li2 = (c0 + 2u);
-                                    const float sk_e25 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                                    float zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25);
+                                    float zx2 = (0.0f);
                                     unsigned int li3 = (c0 + 3u);
-                                    const float sk_e26 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                                    float zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26);
+                                    float zx3 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                    } else {
+                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine);
                                     }
                                 }
                             }
@@ -345,29 +351,30 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) mask_logits_f32(
                     unsigned int quads = ((sweep_n + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                        unsigned int li0 = (c0 + 0u);
-                        const float sk_e27 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e27) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e27);
+                        unsigned int li0 = c0;
+                        float zx0 = (0.0f);
                         unsigned int li1 = (c0 + 1u);
-                        const float sk_e28 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28);
+                        float zx1 = (0.0f);
                         unsigned int li2 = (c0 + 2u);
-                        const float sk_e29 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29);
+                        float zx2 = (0.0f);
                         unsigned int li3 = (c0 + 3u);
-                        const float sk_e30 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30);
+                        float zx3 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_2(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                        } else {
+                            sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3);
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_16(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_20(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_16(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_20(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_16(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_20(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_16(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
+                            sk_read_step_20(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, all_mass, tie_rank);
                         }
                     }
                 }

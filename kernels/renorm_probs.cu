@@ -49,14 +49,16 @@ __shared__ __align__(16) unsigned long long bucket_masses[64];
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_8.cuh"
-#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_11.cuh"
 #include "functions/sk_read_step_12.cuh"
+#include "functions/sk_read_step_16.cuh"
+#include "functions/sk_read_step_15.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_13.cuh"
 #include "functions/sk_read_step_17.cuh"
-#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_read_step_21.cuh"
+#include "functions/sk_read_step_22.cuh"
 #include "functions/sk_digit_counts_3.cuh"
+#include "functions/sk_find_set_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ out, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -88,25 +90,39 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                 unsigned int sweep_n = (col_hi - col_lo);
                 for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                    unsigned int li0 = i0;
+                    float zx0 = (0.0f);
                     unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                    float zx1 = (0.0f);
                     unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                    float zx2 = (0.0f);
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                    float zx3 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        unsigned int zx_at = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                        zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                        zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_12(col_lo, li0, zx0, m);
+                        sk_read_step_16(col_lo, li0, zx0, m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_12(col_lo, li1, zx1, m);
+                        sk_read_step_16(col_lo, li1, zx1, m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_12(col_lo, li2, zx2, m);
+                        sk_read_step_16(col_lo, li2, zx2, m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_12(col_lo, li3, zx3, m);
+                        sk_read_step_16(col_lo, li3, zx3, m);
                     }
                 }
             }
@@ -129,135 +145,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
             unsigned int sel_a = (k_first ? 8u : 0u);
             unsigned int digits = (sel_a + (searched ? 8u : 0u));
             for (unsigned int stage = 1u; stage < (digits + 1u); stage += 1u) {
-                // built by kernels::filters::find_set
-                bool in_a = (stage <= sel_a);
-                const unsigned int sk_e0 = (stage - 1u);
-                unsigned int digit_pass = (in_a ? sk_e0 : (sk_e0 - sel_a));
-                unsigned int shift = (28u - (digit_pass * 4u));
-                if ((digit_pass == 0u)) {
-                    listed = false;
-                }
-                if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
-                    unsigned int list_from = 0u;
-                    list_from = sk_block_scan(mine);
-                    unsigned int list_at = list_from;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        unsigned int sweep_n = (col_hi - col_lo);
-                        for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
-                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
-                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
-                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at);
-                            }
-                        }
-                    }
-                    __syncthreads();
-                    listed = true;
-                    n_list = sel_tn;
-                }
-                if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
-                    mine = 0u;
-                    for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filters::sweep_list
-                        unsigned int col = listed_cols[at];
-                        float lx = sk_load_x((base + col));
-                        float zv = lx;
-                        float ov = zv;
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
-                        float wv = (0.0f);
-                        bool ok = false;
-                        unsigned long long mv = 0ull;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            mine = (mine + 1u);
-                        }
-                    }
-                    unsigned int bucket_from = 0u;
-                    bucket_from = sk_block_scan(mine);
-                    unsigned int bucket_at = bucket_from;
-                    for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filters::sweep_list
-                        unsigned int col = listed_cols[at];
-                        float lx = sk_load_x((base + col));
-                        float zv = lx;
-                        float ov = zv;
-                        unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u));
-                        float wv = (0.0f);
-                        bool ok = false;
-                        unsigned long long mv = 0ull;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = (((zv > (0.0f)) && (zv < sk_bitcast<float>(2139095040u))) ? ((zv == mx) ? (1.0f) : (zv / mx)) : (0.0f));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            if ((bucket_at < 64u)) {
-                                bucket_cols[bucket_at] = col;
-                                bucket_keys[bucket_at] = key;
-                                bucket_masses[bucket_at] = mv;
-                            }
-                            bucket_at = (bucket_at + 1u);
-                        }
-                    }
-                    __syncthreads();
-                    unsigned int found_key = 0u;
-                    unsigned int found_col = 0u;
-                    for (unsigned int t = threadIdx.x; t < min(sel_tn, 64u); t += ((unsigned int)SK_BLOCK)) {
-                        // built by kernels::filters::select_in_bucket
-                        unsigned int kt = bucket_keys[t];
-                        unsigned int ct = bucket_cols[t];
-                        unsigned long long mt = bucket_masses[t];
-                        unsigned int before = sel_n;
-                        unsigned long long mass_before = sel_m;
-                        for (unsigned int v = 0u; v < min(sel_tn, 64u); v += 1u) {
-                            unsigned int kv = bucket_keys[v];
-                            if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
-                                before = (before + 1u);
-                                mass_before = (mass_before + bucket_masses[v]);
-                            }
-                        }
-                        const unsigned int sk_e1 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
-                            found_key = kt;
-                            found_col = ct;
-                        }
-                    }
-                    unsigned int last_key = 0u;
-                    unsigned int last_col = 0u;
-                    sk_block_sums_u32_2(found_key, found_col, last_key, last_col);
-                    sel_key = last_key;
-                    tie_col = last_col;
-                    done = true;
-                }
-                if ((!done)) {
-                    sk_digit_counts_3(listed, n_list, base, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, sel_mask, sel_key, sweeps, row_mass, lim, sel_n, sel_m, sel_tn, sel_tm, mine);
-                }
+                sk_find_set_2(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm);
             }
             unsigned int s_key = sel_key;
             unsigned int s_ties = 0u;
@@ -290,25 +178,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                                 unsigned int quads = ((sweep_n + 3u) >> 2u);
                                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                                    unsigned int li0 = (c0 + 0u);
-                                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                                    unsigned int li0 = c0;
+                                    float zx0 = (0.0f);
                                     unsigned int li1 = (c0 + 1u);
-                                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                                    float zx1 = (0.0f);
                                     unsigned int li2 = (c0 + 2u);
-                                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                                    float zx2 = (0.0f);
                                     unsigned int li3 = (c0 + 3u);
-                                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                                    float zx3 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                                    } else {
+                                        // built by kernels::filter_values::read_step
+                                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, s_key, mx, mine);
+                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, mine);
                                     }
                                 }
                             }
@@ -329,25 +226,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int quads = ((sweep_n + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                        unsigned int li0 = (c0 + 0u);
-                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                        unsigned int li0 = c0;
+                        float zx0 = (0.0f);
                         unsigned int li1 = (c0 + 1u);
-                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                        float zx1 = (0.0f);
                         unsigned int li2 = (c0 + 2u);
-                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                        float zx2 = (0.0f);
                         unsigned int li3 = (c0 + 3u);
-                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                        float zx3 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_21(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_21(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_21(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
+                            sk_read_step_21(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank, km);
                         }
                     }
                 }
@@ -364,25 +270,34 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK) renorm_probs(
                     unsigned int quads = ((sweep_n + 3u) >> 2u);
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK));
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) {
-                        unsigned int li0 = (c0 + 0u);
-                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))));
+                        unsigned int li0 = c0;
+                        float zx0 = (0.0f);
                         unsigned int li1 = (c0 + 1u);
-                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))));
+                        float zx1 = (0.0f);
                         unsigned int li2 = (c0 + 2u);
-                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))));
+                        float zx2 = (0.0f);
                         unsigned int li3 = (c0 + 3u);
-                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))));
+                        float zx3 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))));
+                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))));
+                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))));
+                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_22(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_22(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_22(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
+                            sk_read_step_22(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, all_mass, tie_rank);
                         }
                     }
                 }

@@ -92,40 +92,45 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_for_each_quad.cuh"
 #include "functions/sk_sweep_set.cuh"
 #include "functions/sk_cut_part.cuh"
-#include "functions/sk_read_step.cuh"
-#include "functions/sk_read_step_2.cuh"
-#include "functions/sk_select_in_range.cuh"
+#include "functions/sk_read_step_34.cuh"
+#include "functions/sk_read_step_35.cuh"
 #include "functions/sk_read_step_3.cuh"
-#include "functions/sk_race_sweep_3.cuh"
 #include "functions/sk_read_step_4.cuh"
-#include "functions/sk_race_one.cuh"
+#include "functions/sk_select_in_range.cuh"
+#include "functions/sk_read_step_5.cuh"
+#include "functions/sk_race_sweep_3.cuh"
+#include "functions/sk_read_step_6.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
 #include "functions/sk_gather.cuh"
-#include "functions/sk_merge_row.cuh"
 #include "functions/sk_select_step_3.cuh"
 #include "functions/sk_choose_bin.cuh"
 #include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
-#include "functions/sk_race_one_2.cuh"
-#include "functions/sk_read_step_28.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_5.cuh"
-#include "functions/sk_read_step_6.cuh"
-#include "functions/sk_read_step_29.cuh"
+#include "functions/sk_read_step_8.cuh"
+#include "functions/sk_read_step_36.cuh"
+#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_37.cuh"
+#include "functions/sk_race_one.cuh"
+#include "functions/sk_read_step_38.cuh"
+#include "functions/sk_read_step_39.cuh"
+#include "functions/sk_race_one_2.cuh"
+#include "functions/sk_select_in_range_2.cuh"
+#include "functions/sk_merge_row.cuh"
+#include "functions/sk_merge.cuh"
 #include "functions/sk_cut_row.cuh"
 #include "functions/sk_cut_row_2.cuh"
 #include "functions/sk_digit_counts_6.cuh"
 #include "functions/sk_race_3.cuh"
+#include "functions/sk_for_each_read_3.cuh"
 #include "functions/sk_cut_row_3.cuh"
 #include "functions/sk_merge_cut.cuh"
-#include "functions/sk_for_each_read_3.cuh"
 #include "functions/sk_find_set_4.cuh"
 #include "functions/sk_sweep.cuh"
 #include "functions/sk_cut_part_2.cuh"
 #include "functions/sk_cut_here.cuh"
-#include "functions/sk_left_out_kept.cuh"
 #include "functions/sk_write_results_as.cuh"
 #include "functions/sk_row_max.cuh"
 
@@ -169,15 +174,42 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
             if ((cut_here && (top_p_cut || min_p_cut))) {
                 sk_cut_here(slot, parts, part, row, temp, base, mp, noisy, col_lo, col_hi, merges);
             }
+            bool min_p_raced = false;
             if (min_p_cut) {
                 top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
+                min_p_raced = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] >= 2u);
             }
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
                         sk_merge_cut(slot, parts, row, pp, mp, kk, base, temp, noisy, reads_before, one_read_done);
                     } else {
-                        sk_row_max(parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, temp, capped, row, noisy, reads_before, one_read_done);
+                        if (min_p_raced) {
+                            {
+                                float m = sk_bitcast<float>(4286578688u);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::row_max
+                                    m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]));
+                                }
+                                float row_m = (0.0f);
+                                row_m = sk_block_max_f32(m);
+                                float s = (0.0f);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::row_estimate
+                                    float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
+                                    if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));
+                                    }
+                                }
+                                float row_s = (0.0f);
+                                row_s = sk_block_sum_f32(s);
+                                if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                                    sk_merge(parts, slot, row_m, mp, row, noisy, base, temp, row_s, col_lo, col_hi, reads_before, one_read_done);
+                                }
+                            }
+                        } else {
+                            sk_row_max(parts, slot, kc, kk, pp, k_first, mp, base, temp, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                        }
                     }
                 }
                 if ((!one_read_done)) {

@@ -85,40 +85,45 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_for_each_quad_2.cuh"
 #include "functions/sk_sweep_set_2.cuh"
 #include "functions/sk_cut_part_3.cuh"
-#include "functions/sk_read_step_8.cuh"
-#include "functions/sk_read_step_9.cuh"
-#include "functions/sk_select_in_range_2.cuh"
-#include "functions/sk_read_step_10.cuh"
 #include "functions/sk_read_step_11.cuh"
+#include "functions/sk_read_step_12.cuh"
+#include "functions/sk_select_in_range_3.cuh"
+#include "functions/sk_read_step_13.cuh"
+#include "functions/sk_read_step_14.cuh"
 #include "functions/sk_race_sweep_4.cuh"
-#include "functions/sk_race_one_3.cuh"
+#include "functions/sk_read_step_15.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
 #include "functions/sk_gather.cuh"
 #include "functions/sk_select_step_4.cuh"
 #include "functions/sk_choose_bin_2.cuh"
-#include "functions/sk_read_step_12.cuh"
+#include "functions/sk_read_step_16.cuh"
 #include "functions/sk_within.cuh"
-#include "functions/sk_write_results_as_2.cuh"
 #include "functions/sk_within_2.cuh"
-#include "functions/sk_race_one_4.cuh"
-#include "functions/sk_read_step_30.cuh"
+#include "functions/sk_merge_row_2.cuh"
+#include "functions/sk_read_step_40.cuh"
 #include "functions/sk_digit_counts.cuh"
-#include "functions/sk_read_step_13.cuh"
-#include "functions/sk_read_step_14.cuh"
-#include "functions/sk_read_step_31.cuh"
+#include "functions/sk_read_step_17.cuh"
+#include "functions/sk_read_step_41.cuh"
+#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_read_step_42.cuh"
+#include "functions/sk_read_step_43.cuh"
+#include "functions/sk_race_one_3.cuh"
+#include "functions/sk_select_in_range_4.cuh"
+#include "functions/sk_tied_range.cuh"
+#include "functions/sk_write_results_as_2.cuh"
+#include "functions/sk_merge_2.cuh"
 #include "functions/sk_cut_row_4.cuh"
 #include "functions/sk_cut_row_5.cuh"
 #include "functions/sk_digit_counts_7.cuh"
 #include "functions/sk_race_4.cuh"
+#include "functions/sk_for_each_read_4.cuh"
 #include "functions/sk_cut_row_6.cuh"
 #include "functions/sk_merge_cut_2.cuh"
-#include "functions/sk_for_each_read_4.cuh"
 #include "functions/sk_find_set_5.cuh"
 #include "functions/sk_sweep_2.cuh"
 #include "functions/sk_cut_part_4.cuh"
 #include "functions/sk_cut_here_2.cuh"
-#include "functions/sk_left_out_kept_2.cuh"
 #include "functions/sk_write_results_as_3.cuh"
 #include "functions/sk_row_max_2.cuh"
 
@@ -162,15 +167,42 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (1 < SK_FULL_BLOCKS ? 1 :
             if ((cut_here && (top_p_cut || min_p_cut))) {
                 sk_cut_here_2(slot, parts, part, row, base, mp, noisy, col_lo, col_hi, merges);
             }
+            bool min_p_raced = false;
             if (min_p_cut) {
                 top_p_cut = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] == 1u);
+                min_p_raced = (partials[((((slot * parts) + 0u) * 1317u) + 1285u)] >= 2u);
             }
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
                         sk_merge_cut_2(slot, parts, row, pp, mp, kk, base, noisy, reads_before, one_read_done);
                     } else {
-                        sk_row_max_2(parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, capped, row, noisy, reads_before, one_read_done);
+                        if (min_p_raced) {
+                            {
+                                float m = sk_bitcast<float>(4286578688u);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::row_max
+                                    m = fmaxf(m, sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]));
+                                }
+                                float row_m = (0.0f);
+                                row_m = sk_block_max_f32(m);
+                                float s = (0.0f);
+                                for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                                    // built by kernels::filter_top_k::row_estimate
+                                    float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
+                                    if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                        s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));
+                                    }
+                                }
+                                float row_s = (0.0f);
+                                row_s = sk_block_sum_f32(s);
+                                if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                                    sk_merge_2(parts, slot, row_m, mp, row, noisy, base, col_lo, col_hi, reads_before, one_read_done);
+                                }
+                            }
+                        } else {
+                            sk_row_max_2(parts, slot, kc, kk, pp, k_first, mp, base, capped, row, noisy, col_hi, col_lo, reads_before, one_read_done);
+                        }
                     }
                 }
                 if ((!one_read_done)) {

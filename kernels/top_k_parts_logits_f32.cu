@@ -41,6 +41,8 @@ __device__ __forceinline__ float sk_fast_exp(float x) {
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_am_f32[33];
+__shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
 __shared__ __align__(16) unsigned int part_hist[2048];
@@ -50,12 +52,20 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
+#include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_exp.cuh"
-#include "functions/sk_read_step_26.cuh"
+#include "functions/sk_log.cuh"
+#include "functions/sk_philox.cuh"
+#include "functions/sk_uniform.cuh"
+#include "functions/sk_exponential.cuh"
+#include "functions/sk_gumbel.cuh"
+#include "functions/sk_race_part.cuh"
 #include "functions/sk_histogram_part.cuh"
+#include "functions/sk_read_step_32.cuh"
 #include "functions/sk_for_each_read.cuh"
 #include "functions/sk_place_cut.cuh"
 #include "functions/sk_last_part_on_2.cuh"
+#include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_logits_f32(
@@ -107,15 +117,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 16u)) {
-                    sk_for_each_read(i0, base, col_lo, n_cols, temp, m);
+                    sk_for_each_read(i0, n_cols, base, col_lo, temp, m);
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
                 float grid_r = (-floorf(((-part_m) * (16.0f))));
                 float grid_rf = (-floorf(((-part_m) * (32768.0f))));
-                const float sk_e18 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
-                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e18) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e18) >> 31u)) | 2147483648u));
+                const float sk_e50 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
+                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e50) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e50) >> 31u)) | 2147483648u));
                 for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
@@ -168,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     sk_last_part_on_2(parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear(col_hi, col_lo, base, temp, kc, slot);
+                sk_clear(col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
             }
             if (min_p_cut) {
                 __threadfence();
@@ -198,23 +208,32 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         bool mp_finite = ((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)));
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filter_top_k::left_out_kept
-                            const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
-                            const float sk_e48 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e46 = ((sk_e48 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e47 = (sk_e48 - mp_mx);
-                            const bool sk_e49 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e50 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e50 ? sk_e46 : (sk_e49 ? (0.0f) : sk_exp(sk_e47))) > (0.0f)) && ((sk_e50 ? sk_e46 : (sk_e49 ? (0.0f) : sk_exp(sk_e47))) >= mp)))) {
+                            // built by kernels::filter_min_p::left_out_kept
+                            const unsigned int sk_e141 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e141 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e141 + 4u)]));
+                            const float sk_e144 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e142 = ((sk_e144 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e143 = (sk_e144 - mp_mx);
+                            const bool sk_e145 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e146 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) > (0.0f)) && ((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }
                         unsigned int mo_uncovered = 0u;
                         mo_uncovered = sk_block_max_u32(mo_left);
+                        unsigned int mr_any = 0u;
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_min_p::any_raced
+                            if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
+                                mr_any = 1u;
+                            }
+                        }
+                        unsigned int mr_any_part = 0u;
+                        mr_any_part = sk_block_max_u32(mr_any);
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_top_p::write_state
-                            partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : 0u);
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : ((mp_finite && (mr_any_part != 0u)) ? 2u : 0u));
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = 512u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = 511u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)] = sk_bitcast<unsigned int>((-floorf(((-mp_mx) * (16.0f)))));

@@ -35,6 +35,8 @@ __device__ __forceinline__ unsigned int sk_high_bit(unsigned int x) {
 
 __shared__ float sk_red_f32[33];
 __shared__ unsigned int sk_red_u32[33];
+__shared__ float sk_am_f32[33];
+__shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
 __shared__ __align__(16) unsigned int part_hist[2064];
@@ -44,11 +46,18 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_block_sum_f32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_scan.cuh"
-#include "functions/sk_read_step_27.cuh"
+#include "functions/sk_block_argmax_f32.cuh"
+#include "functions/sk_log.cuh"
+#include "functions/sk_philox.cuh"
+#include "functions/sk_uniform.cuh"
+#include "functions/sk_exponential.cuh"
+#include "functions/sk_race_part_2.cuh"
 #include "functions/sk_histogram_part_2.cuh"
+#include "functions/sk_read_step_33.cuh"
 #include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
 #include "functions/sk_last_part_on_3.cuh"
+#include "functions/sk_read_part_2.cuh"
 #include "functions/sk_clear_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_probs(
@@ -104,15 +113,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                    sk_for_each_read_2(i0, base, col_lo, n_cols, m);
+                    sk_for_each_read_2(i0, n_cols, base, col_lo, m);
                 }
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
                 float grid_r = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 4u)));
                 float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 14u)));
-                const float sk_e2 = sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u)));
-                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e2) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e2) >> 31u)) | 2147483648u));
+                const float sk_e6 = sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u)));
+                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e6) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u));
                 unsigned int grid_ru = ((unsigned int)grid_r);
                 unsigned int grid_rfu = ((unsigned int)grid_rf);
                 for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
@@ -167,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                     sk_last_part_on_3(parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear_2(col_hi, col_lo, base, kc, slot);
+                sk_clear_2(col_hi, col_lo, min_p_cut, row, base, mp, slot, kc);
             }
             if (min_p_cut) {
                 __threadfence();
@@ -197,20 +206,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 :
                         bool mp_finite = ((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)));
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filter_top_k::left_out_kept
-                            const unsigned int sk_e13 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e13 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e13 + 4u)]));
-                            const float sk_e15 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e14 = ((sk_e15 == mp_mx) ? (1.0f) : (sk_e15 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e14 > (0.0f)) && (sk_e14 >= mp)))) {
+                            // built by kernels::filter_min_p::left_out_kept
+                            const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
+                            const float sk_e47 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e46 = ((sk_e47 == mp_mx) ? (1.0f) : (sk_e47 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }
                         unsigned int mo_uncovered = 0u;
                         mo_uncovered = sk_block_max_u32(mo_left);
+                        unsigned int mr_any = 0u;
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_min_p::any_raced
+                            if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
+                                mr_any = 1u;
+                            }
+                        }
+                        unsigned int mr_any_part = 0u;
+                        mr_any_part = sk_block_max_u32(mr_any);
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_top_p::write_state
-                            partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : 0u);
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : ((mp_finite && (mr_any_part != 0u)) ? 2u : 0u));
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = 512u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = 511u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)] = sk_bitcast<unsigned int>(((float)(sk_bitcast<unsigned int>(mp_mx) >> (23u - 4u))));

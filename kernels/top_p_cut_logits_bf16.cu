@@ -60,7 +60,7 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part.cuh"
 #include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_cut_part_5.cuh"
-#include "functions/sk_read_step_32.cuh"
+#include "functions/sk_read_step_44.cuh"
 #include "functions/sk_cut_part_6.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS)) top_p_cut_logits_bf16(
@@ -139,33 +139,51 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 :
                         // built by kernels::filter_top_p::cut_part
                         for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
                             // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u));
-                            const unsigned int sk_e3 = (col_hi - col_lo);
-                            const float sk_e2 = sk_load_x((base + (col_lo + ((li0 < sk_e3) ? li0 : (sk_e3 - 1u)))));
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                            unsigned int li0 = i0;
+                            float zx0 = (0.0f);
                             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            const unsigned int sk_e5 = (col_hi - col_lo);
-                            const float sk_e4 = sk_load_x((base + (col_lo + ((li1 < sk_e5) ? li1 : (sk_e5 - 1u)))));
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                            float zx1 = (0.0f);
                             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            const unsigned int sk_e7 = (col_hi - col_lo);
-                            const float sk_e6 = sk_load_x((base + (col_lo + ((li2 < sk_e7) ? li2 : (sk_e7 - 1u)))));
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                            float zx2 = (0.0f);
                             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            const unsigned int sk_e9 = (col_hi - col_lo);
-                            const float sk_e8 = sk_load_x((base + (col_lo + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u)))));
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                            float zx3 = (0.0f);
+                            if ((li3 < (col_hi - col_lo))) {
+                                // built by kernels::filter_values::read_step
+                                unsigned int zx_at = ((base + col_lo) + i0);
+                                const float sk_e2 = sk_load_x(zx_at);
+                                zx0 = (((sk_bitcast<unsigned int>(sk_e2) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e2);
+                                const float sk_e3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                                zx1 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                                const float sk_e4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                                zx2 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                                const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                                zx3 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                            } else {
+                                // built by kernels::filter_values::read_step
+                                const unsigned int sk_e7 = (col_hi - col_lo);
+                                const float sk_e6 = sk_load_x(((base + col_lo) + ((li0 < sk_e7) ? li0 : (sk_e7 - 1u))));
+                                zx0 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
+                                const unsigned int sk_e9 = (col_hi - col_lo);
+                                const float sk_e8 = sk_load_x(((base + col_lo) + ((li1 < sk_e9) ? li1 : (sk_e9 - 1u))));
+                                zx1 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
+                                const unsigned int sk_e11 = (col_hi - col_lo);
+                                const float sk_e10 = sk_load_x(((base + col_lo) + ((li2 < sk_e11) ? li2 : (sk_e11 - 1u))));
+                                zx2 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                                const unsigned int sk_e13 = (col_hi - col_lo);
+                                const float sk_e12 = sk_load_x(((base + col_lo) + ((li3 < sk_e13) ? li3 : (sk_e13 - 1u))));
+                                zx3 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
+                            }
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_32(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_44(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_32(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_44(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_32(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_44(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_32(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_44(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
                             }
                         }
                     } else {

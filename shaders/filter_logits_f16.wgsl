@@ -75,13 +75,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_read_step_3.wgsl
-// shaders/functions/sk_race_sweep.wgsl
 // shaders/functions/sk_read_step_4.wgsl
-// shaders/functions/sk_gather.wgsl
-// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_race_sweep.wgsl
 // shaders/functions/sk_read_step_6.wgsl
+// shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_8.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_10.wgsl
 // shaders/functions/sk_digit_counts_2.wgsl
 // shaders/functions/sk_race.wgsl
 // shaders/functions/sk_find_set.wgsl
@@ -116,18 +119,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweep_n: u32 = (col_hi - col_lo);
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
                         var col: u32 = (col_lo + li0);
@@ -178,8 +182,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e22: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e22)) + 1lu), tn64, sk_e22)));
+                let sk_e38: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e38)) + 1lu), tn64, sk_e38)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -202,29 +206,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    let sk_e23: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                                    var li0: u32 = c0;
+                                    var zx0: f32 = (0.0f);
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e24: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                    var zx1: f32 = (0.0f);
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e25: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                                    var zx2: f32 = (0.0f);
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e26: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
+                                    var zx3: f32 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                    } else {
+                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -238,8 +243,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var rank_done: bool = false;
             var rank_over: bool = false;
             var rank_col: u32 = 4294967295u;
-            let sk_e27: u32 = (row * 12u);
-            if ((((rows[(sk_e27 + 1u)] == 1u) && (rows[(sk_e27 + 6u)] == 1u)) && filtered)) {
+            let sk_e47: u32 = (row * 12u);
+            if ((((rows[(sk_e47 + 1u)] == 1u) && (rows[(sk_e47 + 6u)] == 1u)) && filtered)) {
                 sk_race(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
             }
             var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -259,29 +264,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            let sk_e42: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            let sk_e43: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            let sk_e44: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            let sk_e45: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_7(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_10(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_7(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_10(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_7(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_10(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_7(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_10(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                         }
                     }
@@ -302,18 +308,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            let sk_e50: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e50, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e50) & 2147483647u) > 2139095040u));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            let sk_e51: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e51, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e51) & 2147483647u) > 2139095040u));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            let sk_e52: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e52, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e52) & 2147483647u) > 2139095040u));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            let sk_e53: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e53, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e53) & 2147483647u) > 2139095040u));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -333,8 +340,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e54: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e54), sk_e54, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e94: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e94), sk_e94, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -357,8 +364,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e55: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e55), sk_e55, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e95: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e95), sk_e95, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -381,8 +388,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e56: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e56), sk_e56, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e96: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e96), sk_e96, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -405,8 +412,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e57: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e57), sk_e57, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e97: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e97), sk_e97, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -440,8 +447,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e58: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e58, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e58) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e98: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e98, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e98) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -114,11 +114,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_exponential.words.wgsl
 // shaders/functions/sk_gumbel.words.wgsl
 // shaders/functions/sk_select_step_2.wgsl
-// shaders/functions/sk_read_step_19.wgsl
-// shaders/functions/sk_read_step_20.wgsl
+// shaders/functions/sk_read_step_23.wgsl
+// shaders/functions/sk_read_step_24.wgsl
+// shaders/functions/sk_read_step.wgsl
 // shaders/functions/sk_sweep_set_3.wgsl
+// shaders/functions/sk_read_step_7.wgsl
+// shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts_4.wgsl
-// shaders/functions/sk_read_step_21.wgsl
+// shaders/functions/sk_read_step_25.wgsl
 // shaders/functions/sk_digit_counts_5.wgsl
 // shaders/functions/sk_find_set_3.wgsl
 
@@ -152,18 +155,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweep_n: u32 = (col_hi - col_lo);
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
                         var col: u32 = (col_lo + li0);
@@ -214,8 +218,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: vec2<u32> = vec2<u32>(sel_tn, 0u);
                 var tie_v: vec2<u32> = sk_div64(sel_tm, select(tn64, vec2<u32>(1u, 0u), all(tn64 == vec2<u32>(0u, 0u))));
-                let sk_e22: bool = all(tie_v == vec2<u32>(0u, 0u));
-                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e22)), vec2<u32>(1u, 0u)), tn64, sk_e22), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e22)), vec2<u32>(1u, 0u)), tn64, sk_e22)))).x;
+                let sk_e38: bool = all(tie_v == vec2<u32>(0u, 0u));
+                var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e38)), vec2<u32>(1u, 0u)), tn64, sk_e38), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e38)), vec2<u32>(1u, 0u)), tn64, sk_e38)))).x;
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -238,29 +242,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    let sk_e23: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                                    var li0: u32 = c0;
+                                    var zx0: f32 = (0.0f);
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e24: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                    var zx1: f32 = (0.0f);
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e25: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                                    var zx2: f32 = (0.0f);
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e26: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
+                                    var zx3: f32 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                    } else {
+                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_20(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_24(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_20(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_24(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_20(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_24(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_20(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_24(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -289,18 +294,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            let sk_e27: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -320,8 +326,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e31: f32 = sk_gumbel(w[0]);
-                                    var score: f32 = select(zv, select((zv + sk_e31), sk_e31, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e55: f32 = sk_gumbel(w[0]);
+                                    var score: f32 = select(zv, select((zv + sk_e55), sk_e55, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -344,8 +350,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e32: f32 = sk_gumbel(w[1]);
-                                    var score: f32 = select(zv, select((zv + sk_e32), sk_e32, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e56: f32 = sk_gumbel(w[1]);
+                                    var score: f32 = select(zv, select((zv + sk_e56), sk_e56, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -368,8 +374,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e33: f32 = sk_gumbel(w[2]);
-                                    var score: f32 = select(zv, select((zv + sk_e33), sk_e33, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e57: f32 = sk_gumbel(w[2]);
+                                    var score: f32 = select(zv, select((zv + sk_e57), sk_e57, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -392,8 +398,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 }
                                 if (kept) {
                                     // built by kernels::filters::race_sweep
-                                    let sk_e34: f32 = sk_gumbel(w[3]);
-                                    var score: f32 = select(zv, select((zv + sk_e34), sk_e34, (zv == bitcast<f32>(2139095040u))), noisy);
+                                    let sk_e58: f32 = sk_gumbel(w[3]);
+                                    var score: f32 = select(zv, select((zv + sk_e58), sk_e58, (zv == bitcast<f32>(2139095040u))), noisy);
                                     if (((score > best) || (best_i == 4294967295u))) {
                                         // built by kernels::filters::keep_best
                                         best = score;
@@ -424,8 +430,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::abi::write_results_as
                 var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
                 if ((sk_lid == 0u)) {
-                    let sk_e35: f32 = sk_load_x((base + tok_at));
-                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+                    let sk_e59: f32 = sk_load_x((base + tok_at));
+                    logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e59, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e59) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
                 }
             }
             if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -68,17 +68,18 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_8.wgsl
-// shaders/functions/sk_read_step_9.wgsl
-// shaders/functions/sk_read_step_10.wgsl
 // shaders/functions/sk_read_step_11.wgsl
-// shaders/functions/sk_race_sweep_2.wgsl
-// shaders/functions/sk_gather.wgsl
 // shaders/functions/sk_read_step_12.wgsl
-// shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_read_step_14.wgsl
+// shaders/functions/sk_race_sweep_2.wgsl
 // shaders/functions/sk_read_step_15.wgsl
+// shaders/functions/sk_gather.wgsl
+// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_digit_counts.wgsl
+// shaders/functions/sk_read_step_17.wgsl
+// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_read_step_19.wgsl
 // shaders/functions/sk_digit_counts_3.wgsl
 // shaders/functions/sk_race_2.wgsl
 // shaders/functions/sk_find_set_2.wgsl
@@ -113,25 +114,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweep_n: u32 = (col_hi - col_lo);
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var zx_at: u32 = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                        zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                        zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_12(col_lo, li0, zx0, &m);
+                        sk_read_step_16(col_lo, li0, zx0, &m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_12(col_lo, li1, zx1, &m);
+                        sk_read_step_16(col_lo, li1, zx1, &m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_12(col_lo, li2, zx2, &m);
+                        sk_read_step_16(col_lo, li2, zx2, &m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_12(col_lo, li3, zx3, &m);
+                        sk_read_step_16(col_lo, li3, zx3, &m);
                     }
                 }
             }
@@ -187,25 +202,34 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var li0: u32 = c0;
+                                    var zx0: f32 = (0.0f);
                                     var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = (0.0f);
                                     var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = (0.0f);
                                     var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                    } else {
+                                        // built by kernels::filter_values::read_step
+                                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, &mine);
                                     }
                                 }
                             }
@@ -240,25 +264,34 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                // built by kernels::filter_values::read_step
+                                zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                                zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                                zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                                zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_15(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_19(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_15(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_19(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_15(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_19(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_15(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                                sk_read_step_19(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                             }
                         }
                     }
@@ -279,14 +312,23 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                // built by kernels::filter_values::read_step
+                                zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                                zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                                zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                                zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                            }
                             if (noisy) {
                                 // built by kernels::filters::race_sweep
                                 w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);

@@ -65,11 +65,13 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_22.wgsl
+// shaders/functions/sk_read_step_26.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_2.wgsl
+// shaders/functions/sk_read_step_4.wgsl
+// shaders/functions/sk_read_step_27.wgsl
+// shaders/functions/sk_read_step_28.wgsl
 // shaders/functions/sk_sweep_set.wgsl
-// shaders/functions/sk_read_step_23.wgsl
+// shaders/functions/sk_read_step_29.wgsl
 // shaders/functions/sk_set_bounds.wgsl
 // shaders/functions/sk_decide.wgsl
 // shaders/functions/sk_stage.wgsl
@@ -141,18 +143,28 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var sweep_n: u32 = (col_hi - col_lo);
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
-                        var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e4: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                        var zx0: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        var li0: u32 = i0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e5: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                        var zx1: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e6: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                        var zx2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e7: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                        var zx3: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var zx_at: u32 = ((base + col_lo) + i0);
+                            let sk_e4: f32 = sk_load_x(zx_at);
+                            zx0 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                            let sk_e5: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
+                            zx1 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                            let sk_e6: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
+                            zx2 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                            let sk_e7: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
+                            zx3 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                        } else {
+                            sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        }
                         if ((li0 < sweep_n)) {
                             // built by kernels::filter_values::read_step
                             var col: u32 = (col_lo + li0);

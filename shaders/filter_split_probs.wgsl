@@ -61,14 +61,15 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_read_step_24.wgsl
+// shaders/functions/sk_read_step_30.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_read_step_12.wgsl
+// shaders/functions/sk_read_step_16.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_25.wgsl
+// shaders/functions/sk_read_step_31.wgsl
 // shaders/functions/sk_set_bounds_2.wgsl
 // shaders/functions/sk_decide_2.wgsl
+// shaders/functions/sk_stage_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -137,25 +138,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var sweep_n: u32 = (col_hi - col_lo);
                     for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
-                        var li0: u32 = (i0 + (BLOCK * 0u));
-                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var li0: u32 = i0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            // built by kernels::filter_values::read_step
+                            var zx_at: u32 = ((base + col_lo) + i0);
+                            zx0 = sk_load_x(zx_at);
+                            zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                            zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                            zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                            zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                            zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                            zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_12(col_lo, li0, zx0, &m);
+                            sk_read_step_16(col_lo, li0, zx0, &m);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_12(col_lo, li1, zx1, &m);
+                            sk_read_step_16(col_lo, li1, zx1, &m);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_12(col_lo, li2, zx2, &m);
+                            sk_read_step_16(col_lo, li2, zx2, &m);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_12(col_lo, li3, zx3, &m);
+                            sk_read_step_16(col_lo, li3, zx3, &m);
                         }
                     }
                 }
@@ -166,143 +181,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = bitcast<u32>(part_max);
                 }
             } else {
-                // built by kernels::filter_split::stage
-                if (((stage - 1u) == 0u)) {
-                    var m: f32 = bitcast<f32>(4286578688u);
-                    for (var pp_i: u32 = sk_lid; pp_i < parts; pp_i = pp_i + BLOCK) {
-                        m = max(m, bitcast<f32>(partials[(((((slot0 + pp_i) * 110u) + 14u) + ((0u & 1u) * 48u)) + 0u)]));
-                    }
-                    var row_max: f32 = (0.0f);
-                    row_max = sk_block_max_f32(sk_lid, m);
-                    mx = row_max;
-                }
-                let sk_e4: u32 = (stage - 1u);
-                if (((sk_e4 > 0u) && (sk_e4 < (digits + 1u)))) {
-                    sk_decide_2(sk_lid, stage, sel_a, parts, slot0, k_first, pp, kk, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask);
-                }
-                if ((stage < (digits + 1u))) {
-                    var in_a: bool = (stage <= sel_a);
-                    let sk_e23: u32 = (stage - 1u);
-                    var digit_pass: u32 = select((sk_e23 - sel_a), sk_e23, in_a);
-                    var shift: u32 = (28u - (digit_pass * 4u));
-                    var cnt: array<u32, 16>;
-                    var mas: array<u64, 16>;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        var sweep_n: u32 = (col_hi - col_lo);
-                        for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            var li0: u32 = (i0 + (BLOCK * 0u));
-                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_24(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_24(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_24(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_24(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
-                            }
-                        }
-                    }
-                    var cnt_s0: u32 = 0u;
-                    var cnt_s1: u32 = 0u;
-                    var cnt_s2: u32 = 0u;
-                    var cnt_s3: u32 = 0u;
-                    var cnt_s4: u32 = 0u;
-                    var cnt_s5: u32 = 0u;
-                    var cnt_s6: u32 = 0u;
-                    var cnt_s7: u32 = 0u;
-                    var cnt_s8: u32 = 0u;
-                    var cnt_s9: u32 = 0u;
-                    var cnt_s10: u32 = 0u;
-                    var cnt_s11: u32 = 0u;
-                    var cnt_s12: u32 = 0u;
-                    var cnt_s13: u32 = 0u;
-                    var cnt_s14: u32 = 0u;
-                    var cnt_s15: u32 = 0u;
-                    sk_block_sums_u32_16(sk_lid, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], cnt[5], cnt[6], cnt[7], cnt[8], cnt[9], cnt[10], cnt[11], cnt[12], cnt[13], cnt[14], cnt[15], &cnt_s0, &cnt_s1, &cnt_s2, &cnt_s3, &cnt_s4, &cnt_s5, &cnt_s6, &cnt_s7, &cnt_s8, &cnt_s9, &cnt_s10, &cnt_s11, &cnt_s12, &cnt_s13, &cnt_s14, &cnt_s15);
-                    var mas_s0: u64 = 0lu;
-                    var mas_s1: u64 = 0lu;
-                    var mas_s2: u64 = 0lu;
-                    var mas_s3: u64 = 0lu;
-                    var mas_s4: u64 = 0lu;
-                    var mas_s5: u64 = 0lu;
-                    var mas_s6: u64 = 0lu;
-                    var mas_s7: u64 = 0lu;
-                    var mas_s8: u64 = 0lu;
-                    var mas_s9: u64 = 0lu;
-                    var mas_s10: u64 = 0lu;
-                    var mas_s11: u64 = 0lu;
-                    var mas_s12: u64 = 0lu;
-                    var mas_s13: u64 = 0lu;
-                    var mas_s14: u64 = 0lu;
-                    var mas_s15: u64 = 0lu;
-                    sk_block_sums_u64_16(sk_lid, mas[0], mas[1], mas[2], mas[3], mas[4], mas[5], mas[6], mas[7], mas[8], mas[9], mas[10], mas[11], mas[12], mas[13], mas[14], mas[15], &mas_s0, &mas_s1, &mas_s2, &mas_s3, &mas_s4, &mas_s5, &mas_s6, &mas_s7, &mas_s8, &mas_s9, &mas_s10, &mas_s11, &mas_s12, &mas_s13, &mas_s14, &mas_s15);
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::filter_split::publish
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 0u)] = cnt_s0;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u)] = u32((mas_s0 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 16u) + 1u)] = u32((mas_s0 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 1u)] = cnt_s1;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u)] = u32((mas_s1 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 18u) + 1u)] = u32((mas_s1 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 2u)] = cnt_s2;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u)] = u32((mas_s2 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 20u) + 1u)] = u32((mas_s2 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 3u)] = cnt_s3;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u)] = u32((mas_s3 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 22u) + 1u)] = u32((mas_s3 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 4u)] = cnt_s4;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u)] = u32((mas_s4 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 24u) + 1u)] = u32((mas_s4 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 5u)] = cnt_s5;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u)] = u32((mas_s5 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 26u) + 1u)] = u32((mas_s5 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 6u)] = cnt_s6;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u)] = u32((mas_s6 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 28u) + 1u)] = u32((mas_s6 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 7u)] = cnt_s7;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u)] = u32((mas_s7 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 30u) + 1u)] = u32((mas_s7 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 8u)] = cnt_s8;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u)] = u32((mas_s8 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 32u) + 1u)] = u32((mas_s8 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 9u)] = cnt_s9;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u)] = u32((mas_s9 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 34u) + 1u)] = u32((mas_s9 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 10u)] = cnt_s10;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u)] = u32((mas_s10 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 36u) + 1u)] = u32((mas_s10 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 11u)] = cnt_s11;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u)] = u32((mas_s11 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 38u) + 1u)] = u32((mas_s11 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 12u)] = cnt_s12;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u)] = u32((mas_s12 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 40u) + 1u)] = u32((mas_s12 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 13u)] = cnt_s13;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u)] = u32((mas_s13 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 42u) + 1u)] = u32((mas_s13 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 14u)] = cnt_s14;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u)] = u32((mas_s14 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 44u) + 1u)] = u32((mas_s14 >> 32u));
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 15u)] = cnt_s15;
-                        partials[(((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u)] = u32((mas_s15 & 4294967295lu));
-                        partials[((((((slot0 + part) * 110u) + 14u) + ((stage & 1u) * 48u)) + 46u) + 1u)] = u32((mas_s15 >> 32u));
-                    }
-                } else {
-                    sk_set_bounds_2(sk_lid, stage, digits, sel_key, searched, sel_tn, sel_tm, kk, sel_n, lim, sel_m, part, slot0, col_hi, col_lo, base, mx, row, mp, tie_col, noisy, parts, &sweeps);
-                }
+                sk_stage_2(sk_lid, stage, parts, slot0, digits, sel_a, k_first, pp, kk, col_hi, col_lo, base, part, searched, row, mp, tie_col, noisy, &mx, &row_mass, &lim, &sel_n, &sel_m, &sel_key, &sel_tn, &sel_tm, &sel_mask, &sweeps);
             }
             if ((sk_lid == 0u)) {
                 // built by kernels::filter_split::store_state

@@ -41,11 +41,14 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_read_step_20.wgsl
+// shaders/functions/sk_read_step_3.wgsl
+// shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_read_step.wgsl
+// shaders/functions/sk_read_step_7.wgsl
 // shaders/functions/sk_read_step_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_read_step_8.wgsl
 // shaders/functions/sk_digit_counts_2.wgsl
 
 @compute @workgroup_size(256)
@@ -78,18 +81,19 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweep_n: u32 = (col_hi - col_lo);
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e0, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e0) & 2147483647u) > 2139095040u));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e1, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e1) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
                         // built by kernels::filter_values::read_step
                         var col: u32 = (col_lo + li0);
@@ -133,8 +137,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
                 // built by kernels::filters::find_set
                 var in_a: bool = (stage <= sel_a);
-                let sk_e4: u32 = (stage - 1u);
-                var digit_pass: u32 = select((sk_e4 - sel_a), sk_e4, in_a);
+                let sk_e8: u32 = (stage - 1u);
+                var digit_pass: u32 = select((sk_e8 - sel_a), sk_e8, in_a);
                 var shift: u32 = (28u - (digit_pass * 4u));
                 if ((digit_pass == 0u)) {
                     listed = false;
@@ -149,29 +153,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var sweep_n: u32 = (col_hi - col_lo);
                         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                             // built by kernels::filter_values::for_each_read
-                            var li0: u32 = (i0 + (BLOCK * 0u));
-                            let sk_e5: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
+                            var li0: u32 = i0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (i0 + (BLOCK * 1u));
-                            let sk_e6: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (i0 + (BLOCK * 2u));
-                            let sk_e7: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (i0 + (BLOCK * 3u));
-                            let sk_e8: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
+                                sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
                             }
                         }
                     }
@@ -184,8 +189,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e9: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
+                        let sk_e17: f32 = sk_load_x((base + col));
+                        var lx: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -209,8 +214,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
                         // built by kernels::filters::sweep_list
                         var col: u32 = listed_cols[at];
-                        let sk_e10: f32 = sk_load_x((base + col));
-                        var lx: f32 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                        let sk_e18: f32 = sk_load_x((base + col));
+                        var lx: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
                         var zv: f32 = (lx / temp);
                         var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
                         var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -250,8 +255,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 mass_before = (mass_before + bucket_masses[v]);
                             }
                         }
-                        let sk_e11: u32 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e11 == (sel_n + min(sel_tn, 64u))) || (!((sk_e11 < kk) && ((mass_before + mt) <= lim)))))) {
+                        let sk_e19: u32 = (before + 1u);
+                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && ((mass_before + mt) <= lim)))))) {
                             found_key = kt;
                             found_col = ct;
                         }
@@ -274,8 +279,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 // built by kernels::filters::set_bounds
                 var tn64: u64 = u64(sel_tn);
                 var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-                let sk_e22: bool = (tie_v == 0lu);
-                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e22)) + 1lu), tn64, sk_e22)));
+                let sk_e38: bool = (tie_v == 0lu);
+                var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e38)) + 1lu), tn64, sk_e38)));
                 s_ties = ties;
             }
             var tie_rank: u32 = 0u;
@@ -298,29 +303,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    let sk_e23: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                                    var zx0: f32 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+                                    var li0: u32 = c0;
+                                    var zx0: f32 = (0.0f);
                                     var li1: u32 = (c0 + 1u);
-                                    let sk_e24: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                                    var zx1: f32 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+                                    var zx1: f32 = (0.0f);
                                     var li2: u32 = (c0 + 2u);
-                                    let sk_e25: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                                    var zx2: f32 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+                                    var zx2: f32 = (0.0f);
                                     var li3: u32 = (c0 + 3u);
-                                    let sk_e26: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                                    var zx3: f32 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
+                                    var zx3: f32 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                    } else {
+                                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                                     }
                                 }
                             }
@@ -340,29 +346,30 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = ((sweep_n + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = (c0 + 0u);
-                        let sk_e27: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                        var zx0: f32 = select(sk_e27, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e27) & 2147483647u) > 2139095040u));
+                        var li0: u32 = c0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (c0 + 1u);
-                        let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                        var zx1: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (c0 + 2u);
-                        let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                        var zx2: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (c0 + 3u);
-                        let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                        var zx3: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_16(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_20(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_16(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_20(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_16(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_20(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_16(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
+                            sk_read_step_20(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, base, &all_mass, &tie_rank);
                         }
                     }
                 }

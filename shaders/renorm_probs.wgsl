@@ -43,14 +43,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_8.wgsl
-// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_11.wgsl
 // shaders/functions/sk_read_step_12.wgsl
+// shaders/functions/sk_read_step_16.wgsl
+// shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_read_step_17.wgsl
-// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_read_step_21.wgsl
+// shaders/functions/sk_read_step_22.wgsl
 // shaders/functions/sk_digit_counts_3.wgsl
+// shaders/functions/sk_find_set_2.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -82,25 +84,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var sweep_n: u32 = (col_hi - col_lo);
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var zx_at: u32 = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                        zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                        zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_12(col_lo, li0, zx0, &m);
+                        sk_read_step_16(col_lo, li0, zx0, &m);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_12(col_lo, li1, zx1, &m);
+                        sk_read_step_16(col_lo, li1, zx1, &m);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_12(col_lo, li2, zx2, &m);
+                        sk_read_step_16(col_lo, li2, zx2, &m);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_12(col_lo, li3, zx3, &m);
+                        sk_read_step_16(col_lo, li3, zx3, &m);
                     }
                 }
             }
@@ -123,135 +139,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var sel_a: u32 = select(0u, 8u, k_first);
             var digits: u32 = (sel_a + select(0u, 8u, searched));
             for (var stage: u32 = 1u; stage < (digits + 1u); stage = stage + 1u) {
-                // built by kernels::filters::find_set
-                var in_a: bool = (stage <= sel_a);
-                let sk_e0: u32 = (stage - 1u);
-                var digit_pass: u32 = select((sk_e0 - sel_a), sk_e0, in_a);
-                var shift: u32 = (28u - (digit_pass * 4u));
-                if ((digit_pass == 0u)) {
-                    listed = false;
-                }
-                if ((((!listed) && (digit_pass >= 1u)) && (sel_tn <= 4096u))) {
-                    var list_from: u32 = 0u;
-                    list_from = sk_block_scan(sk_lid, mine);
-                    var list_at: u32 = list_from;
-                    sweeps = (sweeps + 1u);
-                    {
-                        // built by kernels::filters::sweep
-                        var sweep_n: u32 = (col_hi - col_lo);
-                        for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            var li0: u32 = (i0 + (BLOCK * 0u));
-                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            if ((li0 < sweep_n)) {
-                                sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
-                            }
-                            if ((li1 < sweep_n)) {
-                                sk_read_step_8(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
-                            }
-                            if ((li2 < sweep_n)) {
-                                sk_read_step_8(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
-                            }
-                            if ((li3 < sweep_n)) {
-                                sk_read_step_8(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
-                            }
-                        }
-                    }
-                    workgroupBarrier();
-                    listed = true;
-                    n_list = sel_tn;
-                }
-                if ((((listed && (!in_a)) && (sel_tn <= 64u)) && (!done))) {
-                    mine = 0u;
-                    for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
-                        // built by kernels::filters::sweep_list
-                        var col: u32 = listed_cols[at];
-                        var lx: f32 = sk_load_x((base + col));
-                        var zv: f32 = lx;
-                        var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                        var wv: f32 = (0.0f);
-                        var ok: bool = false;
-                        var mv: u64 = 0lu;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            mine = (mine + 1u);
-                        }
-                    }
-                    var bucket_from: u32 = 0u;
-                    bucket_from = sk_block_scan(sk_lid, mine);
-                    var bucket_at: u32 = bucket_from;
-                    for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
-                        // built by kernels::filters::sweep_list
-                        var col: u32 = listed_cols[at];
-                        var lx: f32 = sk_load_x((base + col));
-                        var zv: f32 = lx;
-                        var ov: f32 = zv;
-                        var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
-                        var wv: f32 = (0.0f);
-                        var ok: bool = false;
-                        var mv: u64 = 0lu;
-                        if (((key & sel_mask) == sel_key)) {
-                            // built by kernels::filters::candidate
-                            wv = select((0.0f), select((zv / mx), (1.0f), (zv == mx)), ((zv > (0.0f)) && (zv < bitcast<f32>(2139095040u))));
-                            ok = (wv > (0.0f));
-                            mv = sk_fixed(wv);
-                        }
-                        if (ok) {
-                            // built by kernels::filters::select_in_bucket
-                            if ((bucket_at < 64u)) {
-                                bucket_cols[bucket_at] = col;
-                                bucket_keys[bucket_at] = key;
-                                bucket_masses[bucket_at] = mv;
-                            }
-                            bucket_at = (bucket_at + 1u);
-                        }
-                    }
-                    workgroupBarrier();
-                    var found_key: u32 = 0u;
-                    var found_col: u32 = 0u;
-                    for (var t: u32 = sk_lid; t < min(sel_tn, 64u); t = t + BLOCK) {
-                        // built by kernels::filters::select_in_bucket
-                        var kt: u32 = bucket_keys[t];
-                        var ct: u32 = bucket_cols[t];
-                        var mt: u64 = bucket_masses[t];
-                        var before: u32 = sel_n;
-                        var mass_before: u64 = sel_m;
-                        for (var v: u32 = 0u; v < min(sel_tn, 64u); v = v + 1u) {
-                            var kv: u32 = bucket_keys[v];
-                            if (((kv > kt) || ((kv == kt) && (bucket_cols[v] < ct)))) {
-                                before = (before + 1u);
-                                mass_before = (mass_before + bucket_masses[v]);
-                            }
-                        }
-                        let sk_e1: u32 = (before + 1u);
-                        if ((((before < kk) && (mass_before <= lim)) && ((sk_e1 == (sel_n + min(sel_tn, 64u))) || (!((sk_e1 < kk) && ((mass_before + mt) <= lim)))))) {
-                            found_key = kt;
-                            found_col = ct;
-                        }
-                    }
-                    var last_key: u32 = 0u;
-                    var last_col: u32 = 0u;
-                    sk_block_sums_u32_2(sk_lid, found_key, found_col, &last_key, &last_col);
-                    sel_key = last_key;
-                    tie_col = last_col;
-                    done = true;
-                }
-                if ((!done)) {
-                    sk_digit_counts_3(sk_lid, listed, n_list, base, mx, shift, col_hi, col_lo, digit_pass, in_a, k_first, pp, kk, &sel_mask, &sel_key, &sweeps, &row_mass, &lim, &sel_n, &sel_m, &sel_tn, &sel_tm, &mine);
-                }
+                sk_find_set_2(sk_lid, stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, &listed, &sel_tn, &mine, &sweeps, &sel_mask, &sel_key, &n_list, &done, &sel_n, &sel_m, &lim, &tie_col, &row_mass, &sel_tm);
             }
             var s_key: u32 = sel_key;
             var s_ties: u32 = 0u;
@@ -284,25 +172,34 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                                    var li0: u32 = (c0 + 0u);
-                                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                                    var li0: u32 = c0;
+                                    var zx0: f32 = (0.0f);
                                     var li1: u32 = (c0 + 1u);
-                                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                                    var zx1: f32 = (0.0f);
                                     var li2: u32 = (c0 + 2u);
-                                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                                    var zx2: f32 = (0.0f);
                                     var li3: u32 = (c0 + 3u);
-                                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                                    var zx3: f32 = (0.0f);
+                                    if ((li3 < sweep_n)) {
+                                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                                    } else {
+                                        // built by kernels::filter_values::read_step
+                                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                                    }
                                     if ((li0 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li0, zx0, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li0, zx0, s_key, mx, &mine);
                                     }
                                     if ((li1 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li1, zx1, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li1, zx1, s_key, mx, &mine);
                                     }
                                     if ((li2 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li2, zx2, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li2, zx2, s_key, mx, &mine);
                                     }
                                     if ((li3 < sweep_n)) {
-                                        sk_read_step_9(col_lo, li3, zx3, s_key, mx, &mine);
+                                        sk_read_step_12(col_lo, li3, zx3, s_key, mx, &mine);
                                     }
                                 }
                             }
@@ -323,25 +220,34 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = ((sweep_n + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = (c0 + 0u);
-                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var li0: u32 = c0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                            zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                            zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                            zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_17(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_21(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_17(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_21(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_17(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_21(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_17(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
+                            sk_read_step_21(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank, &km);
                         }
                     }
                 }
@@ -358,25 +264,34 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var quads: u32 = ((sweep_n + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = (c0 + 0u);
-                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var li0: u32 = c0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                            zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                            zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                            zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_22(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_22(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_22(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
+                            sk_read_step_22(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, base, kept_w, &all_mass, &tie_rank);
                         }
                     }
                 }

@@ -82,40 +82,45 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_for_each_quad.wgsl
 // shaders/functions/sk_sweep_set.wgsl
 // shaders/functions/sk_cut_part.wgsl
-// shaders/functions/sk_read_step.wgsl
-// shaders/functions/sk_read_step_2.wgsl
-// shaders/functions/sk_select_in_range.wgsl
+// shaders/functions/sk_read_step_34.wgsl
+// shaders/functions/sk_read_step_35.wgsl
 // shaders/functions/sk_read_step_3.wgsl
-// shaders/functions/sk_race_sweep_3.wgsl
 // shaders/functions/sk_read_step_4.wgsl
-// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_select_in_range.wgsl
+// shaders/functions/sk_read_step_5.wgsl
+// shaders/functions/sk_race_sweep_3.wgsl
+// shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
 // shaders/functions/sk_gather.wgsl
-// shaders/functions/sk_merge_row.wgsl
 // shaders/functions/sk_select_step_3.wgsl
 // shaders/functions/sk_choose_bin.wgsl
 // shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
-// shaders/functions/sk_race_one_2.wgsl
-// shaders/functions/sk_read_step_28.wgsl
 // shaders/functions/sk_digit_counts.wgsl
-// shaders/functions/sk_read_step_5.wgsl
-// shaders/functions/sk_read_step_6.wgsl
-// shaders/functions/sk_read_step_29.wgsl
+// shaders/functions/sk_read_step_8.wgsl
+// shaders/functions/sk_read_step_36.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_37.wgsl
+// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_read_step_38.wgsl
+// shaders/functions/sk_read_step_39.wgsl
+// shaders/functions/sk_race_one_2.wgsl
+// shaders/functions/sk_select_in_range_2.wgsl
+// shaders/functions/sk_merge_row.wgsl
+// shaders/functions/sk_merge.wgsl
 // shaders/functions/sk_cut_row.wgsl
 // shaders/functions/sk_cut_row_2.wgsl
 // shaders/functions/sk_digit_counts_6.wgsl
 // shaders/functions/sk_race_3.wgsl
+// shaders/functions/sk_for_each_read_3.wgsl
 // shaders/functions/sk_cut_row_3.wgsl
 // shaders/functions/sk_merge_cut.wgsl
-// shaders/functions/sk_for_each_read_3.wgsl
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_here.wgsl
-// shaders/functions/sk_left_out_kept.wgsl
 // shaders/functions/sk_write_results_as.wgsl
 // shaders/functions/sk_row_max.wgsl
 
@@ -159,15 +164,42 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if ((cut_here && (top_p_cut || min_p_cut))) {
                 sk_cut_here(sk_lid, slot, parts, part, row, temp, base, mp, noisy, &col_lo, &col_hi, &merges);
             }
+            var min_p_raced: bool = false;
             if (min_p_cut) {
                 top_p_cut = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) == 1u);
+                min_p_raced = (atomicLoad(&partials[((((slot * parts) + 0u) * 1317u) + 1285u)]) >= 2u);
             }
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
                         sk_merge_cut(sk_lid, slot, parts, row, pp, mp, kk, base, temp, noisy, &reads_before, &one_read_done);
                     } else {
-                        sk_row_max(sk_lid, parts, slot, kc, kk, pp, k_first, mp, col_hi, col_lo, base, temp, capped, row, noisy, &reads_before, &one_read_done);
+                        if (min_p_raced) {
+                            {
+                                var m: f32 = bitcast<f32>(4286578688u);
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_k::row_max
+                                    m = max(m, bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)])));
+                                }
+                                var row_m: f32 = (0.0f);
+                                row_m = sk_block_max_f32(sk_lid, m);
+                                var s: f32 = (0.0f);
+                                for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                                    // built by kernels::filter_top_k::row_estimate
+                                    var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)]));
+                                    if ((mp_p > bitcast<f32>(4286578688u))) {
+                                        s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+                                    }
+                                }
+                                var row_s: f32 = (0.0f);
+                                row_s = sk_block_sum_f32(sk_lid, s);
+                                if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
+                                    sk_merge(sk_lid, parts, slot, row_m, mp, row, noisy, base, temp, row_s, &col_lo, &col_hi, &reads_before, &one_read_done);
+                                }
+                            }
+                        } else {
+                            sk_row_max(sk_lid, parts, slot, kc, kk, pp, k_first, mp, base, temp, capped, row, noisy, &col_hi, &col_lo, &reads_before, &one_read_done);
+                        }
                     }
                 }
                 if ((!one_read_done)) {

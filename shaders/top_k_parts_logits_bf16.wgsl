@@ -21,10 +21,20 @@ struct Params {
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
+var<workgroup> sk_am_f32: array<f32, BLOCK>;
+var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
 var<workgroup> part_hist: array<atomic<u32>, 2048>;
 
+fn sk_mulhi(a: u32, b: u32) -> u32 {
+    let ll = (a & 0xffffu) * (b & 0xffffu);
+    let lh = (a & 0xffffu) * (b >> 16u);
+    let hl = (a >> 16u) * (b & 0xffffu);
+    let hh = (a >> 16u) * (b >> 16u);
+    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+    return hh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u);
+}
 fn sk_load_x(i: u32) -> f32 {
     let w = x[i >> 1u];
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u));
@@ -35,12 +45,20 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_block_sum_f32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_scan.wgsl
+// shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_exp.wgsl
-// shaders/functions/sk_read_step_26.wgsl
+// shaders/functions/sk_log.wgsl
+// shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_uniform.wgsl
+// shaders/functions/sk_exponential.wgsl
+// shaders/functions/sk_gumbel.wgsl
+// shaders/functions/sk_race_part.wgsl
 // shaders/functions/sk_histogram_part.wgsl
+// shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_place_cut.wgsl
 // shaders/functions/sk_last_part_on_2.wgsl
+// shaders/functions/sk_read_part.wgsl
 // shaders/functions/sk_clear.wgsl
 
 @compute @workgroup_size(256)
@@ -92,15 +110,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 16u)) {
-                    sk_for_each_read(i0, base, col_lo, n_cols, temp, &m);
+                    sk_for_each_read(i0, n_cols, base, col_lo, temp, &m);
                 }
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
                 var grid_r: f32 = (-floor(((-part_m) * (16.0f))));
                 var grid_rf: f32 = (-floor(((-part_m) * (32768.0f))));
-                let sk_e18: f32 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
-                var grid_f_low: u32 = (bitcast<u32>(sk_e18) ^ (bitcast<u32>((bitcast<i32>(sk_e18) >> 31u)) | 2147483648u));
+                let sk_e50: f32 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
+                var grid_f_low: u32 = (bitcast<u32>(sk_e50) ^ (bitcast<u32>((bitcast<i32>(sk_e50) >> 31u)) | 2147483648u));
                 for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
@@ -153,7 +171,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     sk_last_part_on_2(sk_lid, parts, row_slot, pp, kk);
                 }
             } else {
-                sk_clear(sk_lid, col_hi, col_lo, base, temp, kc, slot);
+                sk_clear(sk_lid, col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
             }
             if (min_p_cut) {
                 storageBarrier();
@@ -183,23 +201,32 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mp_finite: bool = ((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)));
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_top_k::left_out_kept
-                            let sk_e45: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e45 + 3u)]), atomicLoad(&partials[(sk_e45 + 4u)]));
-                            let sk_e48: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e46: f32 = select((0.0f), (1.0f), (sk_e48 == bitcast<f32>(2139095040u)));
-                            let sk_e47: f32 = (sk_e48 - mp_mx);
-                            let sk_e49: bool = (mp_mx == bitcast<f32>(4286578688u));
-                            let sk_e50: bool = (mp_mx == bitcast<f32>(2139095040u));
-                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e47), (0.0f), sk_e49), sk_e46, sk_e50) > (0.0f)) && (select(select(sk_exp(sk_e47), (0.0f), sk_e49), sk_e46, sk_e50) >= mp)))) {
+                            // built by kernels::filter_min_p::left_out_kept
+                            let sk_e141: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e141 + 3u)]), atomicLoad(&partials[(sk_e141 + 4u)]));
+                            let sk_e144: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e142: f32 = select((0.0f), (1.0f), (sk_e144 == bitcast<f32>(2139095040u)));
+                            let sk_e143: f32 = (sk_e144 - mp_mx);
+                            let sk_e145: bool = (mp_mx == bitcast<f32>(4286578688u));
+                            let sk_e146: bool = (mp_mx == bitcast<f32>(2139095040u));
+                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) > (0.0f)) && (select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }
                         var mo_uncovered: u32 = 0u;
                         mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
+                        var mr_any: u32 = 0u;
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_min_p::any_raced
+                            if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 2u)]) == 4294967295u)) {
+                                mr_any = 1u;
+                            }
+                        }
+                        var mr_any_part: u32 = 0u;
+                        mr_any_part = sk_block_max_u32(sk_lid, mr_any);
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_top_p::write_state
-                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(0u, 1u, (mp_finite && (mo_uncovered != 0u))));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(select(0u, 2u, (mp_finite && (mr_any_part != 0u))), 1u, (mp_finite && (mo_uncovered != 0u))));
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)], bitcast<u32>((-floor(((-mp_mx) * (16.0f))))));

@@ -223,8 +223,11 @@ impl RowParams {
     /// seeded, whose top-k is below the vocabulary and at most [`ONE_READ_TOP_K`], or one of
     /// top-p, min-p or a larger top-k without such a top-k (top-p joint with a larger top-k, or
     /// with none). The first reads once where its `k + 1` largest tokens decide it; a min-p row
-    /// alone reads once where its parts' `ONE_READ_TOP_K + 1` largest each hold its set, else
-    /// twice (the cut's second read: [`may_take_cut`](Self::may_take_cut)), and a row of top-p
+    /// alone reads once where its parts' `ONE_READ_TOP_K + 1` largest each hold its set or,
+    /// unseeded, where its parts race it on chip (a flat row's: every key of a part within
+    /// `ln(min_p)` of its largest), plus one part read again where such a part's winner lies
+    /// outside the set; else twice (the cut's second read:
+    /// [`may_take_cut`](Self::may_take_cut)), and a row of top-p
     /// or of the larger top-k twice ([`takes_top_p_cut`](Self::takes_top_p_cut)), unless it
     /// [hashes ranks](Self::hashes_ranks), which the cut cannot give.
     /// Otherwise the row reads once or twice more than the filter kernel's passes (the path's
@@ -240,7 +243,8 @@ impl RowParams {
     }
     /// Whether the row may take the top-p cut's launch: a row that
     /// [takes it](Self::takes_top_p_cut), or min-p alone unranked, which takes it where its
-    /// parts find its set longer than their lists (a flat row's: min-p 0.05 keeps all of it).
+    /// parts find its set longer than their lists (a seeded flat row's: min-p 0.05 keeps all of
+    /// it; an unseeded one's parts race it instead).
     /// A batch without such a row needs no cut launch.
     pub fn may_take_cut(&self, vocab: usize) -> bool {
         self.is_sampled() && self.capped(vocab) && !self.hashes_ranks()

@@ -49,29 +49,38 @@
                     /* built by kernels::filter_top_p::cut_part */ \
                     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                         /* built by kernels::filter_values::for_each_read */ \
-                        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                        const unsigned int sk_e2 = (col_hi - col_lo); \
-                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))))); \
+                        unsigned int li0 = i0; \
+                        float zx0 = (0.0f); \
                         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                        const unsigned int sk_e3 = (col_hi - col_lo); \
-                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))))); \
+                        float zx1 = (0.0f); \
                         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                        const unsigned int sk_e4 = (col_hi - col_lo); \
-                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))))); \
+                        float zx2 = (0.0f); \
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                        const unsigned int sk_e5 = (col_hi - col_lo); \
-                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))))); \
+                        float zx3 = (0.0f); \
+                        if ((li3 < (col_hi - col_lo))) { \
+                            sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                        } else { \
+                            /* built by kernels::filter_values::read_step */ \
+                            const unsigned int sk_e2 = (col_hi - col_lo); \
+                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u)))); \
+                            const unsigned int sk_e3 = (col_hi - col_lo); \
+                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u)))); \
+                            const unsigned int sk_e4 = (col_hi - col_lo); \
+                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u)))); \
+                            const unsigned int sk_e5 = (col_hi - col_lo); \
+                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u)))); \
+                        } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_30(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_40(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_30(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_40(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_30(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_40(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_30(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_40(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
                         } \
                     } \
                 } else { \

@@ -13,17 +13,17 @@
         float zx2 = sk_bitcast<float>(4286578688u); \
         float zx3 = sk_bitcast<float>(4286578688u); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e18 = (col_lo + i0); \
-        if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) { \
+        const unsigned int sk_e22 = (col_lo + i0); \
+        if (((sk_e22 < col_hi) && ((col_hi - sk_e22) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
-            const float sk_e19 = sk_load_x((size_t)(zx_at) + 0u); \
-            zx0 = (((sk_bitcast<unsigned int>(sk_e19) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e19); \
-            const float sk_e20 = sk_load_x((size_t)(zx_at) + 1u); \
-            zx1 = (((sk_bitcast<unsigned int>(sk_e20) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e20); \
-            const float sk_e21 = sk_load_x((size_t)(zx_at) + 2u); \
-            zx2 = (((sk_bitcast<unsigned int>(sk_e21) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e21); \
-            const float sk_e22 = sk_load_x((size_t)(zx_at) + 3u); \
-            zx3 = (((sk_bitcast<unsigned int>(sk_e22) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e22); \
+            const float sk_e23 = sk_load_x((size_t)(zx_at) + 0u); \
+            zx0 = (((sk_bitcast<unsigned int>(sk_e23) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e23); \
+            const float sk_e24 = sk_load_x((size_t)(zx_at) + 1u); \
+            zx1 = (((sk_bitcast<unsigned int>(sk_e24) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e24); \
+            const float sk_e25 = sk_load_x((size_t)(zx_at) + 2u); \
+            zx2 = (((sk_bitcast<unsigned int>(sk_e25) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e25); \
+            const float sk_e26 = sk_load_x((size_t)(zx_at) + 3u); \
+            zx3 = (((sk_bitcast<unsigned int>(sk_e26) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e26); \
         } else { \
             sk_load_quad_as_10(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
         } \
@@ -82,17 +82,17 @@
         float zx2 = sk_bitcast<float>(4286578688u); \
         float zx3 = sk_bitcast<float>(4286578688u); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e39 = (col_lo + i0); \
-        if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) { \
+        const unsigned int sk_e43 = (col_lo + i0); \
+        if (((sk_e43 < col_hi) && ((col_hi - sk_e43) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
-            const float sk_e40 = sk_load_x((size_t)(zx_at) + 0u); \
-            zx0 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40); \
-            const float sk_e41 = sk_load_x((size_t)(zx_at) + 1u); \
-            zx1 = (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41); \
-            const float sk_e42 = sk_load_x((size_t)(zx_at) + 2u); \
-            zx2 = (((sk_bitcast<unsigned int>(sk_e42) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e42); \
-            const float sk_e43 = sk_load_x((size_t)(zx_at) + 3u); \
-            zx3 = (((sk_bitcast<unsigned int>(sk_e43) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e43); \
+            const float sk_e44 = sk_load_x((size_t)(zx_at) + 0u); \
+            zx0 = (((sk_bitcast<unsigned int>(sk_e44) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e44); \
+            const float sk_e45 = sk_load_x((size_t)(zx_at) + 1u); \
+            zx1 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45); \
+            const float sk_e46 = sk_load_x((size_t)(zx_at) + 2u); \
+            zx2 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46); \
+            const float sk_e47 = sk_load_x((size_t)(zx_at) + 3u); \
+            zx3 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47); \
         } else { \
             sk_load_quad_as_10(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3); \
         } \

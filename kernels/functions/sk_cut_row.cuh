@@ -170,8 +170,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e69 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e69 ? tn64 : (((lim - sel_m) / (sk_e69 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e73 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e73 ? tn64 : (((lim - sel_m) / (sk_e73 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -224,8 +224,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e70 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e70 < 464u) ? (select_scratch[min(sk_e70, 463u)]) : 0u)); \
+                const unsigned int sk_e74 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e74 < 464u) ? (select_scratch[min(sk_e74, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -279,14 +279,7 @@
         unsigned int rcol = listed_cols[(i + 2048u)]; \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) { \
-            const float sk_e72 = sk_load_x((base + rcol)); \
-            float rz_x = (((sk_bitcast<unsigned int>(sk_e72) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e72); \
-            float rz = (rz_x / temp); \
-            if (cut_seeded) { \
-                sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \
-            } else { \
-                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
-            } \
+            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
         } \
     } \
 }

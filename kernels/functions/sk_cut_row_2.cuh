@@ -49,8 +49,8 @@
             unsigned int ri_p = (i / 640u); \
             unsigned int ri_key = 0u; \
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-                const unsigned int sk_e75 = (i / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e75) * 1317u) + (5u + ((i - (sk_e75 * 640u)) * 2u)))]); \
+                const unsigned int sk_e79 = (i / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e79) * 1317u) + (5u + ((i - (sk_e79 * 640u)) * 2u)))]); \
             } \
             unsigned int dk = ri_key; \
             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) { \
@@ -159,8 +159,8 @@
     } \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e77 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e77 ? tn64 : (((lim - sel_m) / (sk_e77 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e81 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e81 ? tn64 : (((lim - sel_m) / (sk_e81 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_top = 4294967295u; \
     for (unsigned int i = threadIdx.x; i < 512u; i += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::select::clear */ \
@@ -173,12 +173,12 @@
         unsigned int ri_key = 0u; \
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
             /* built by kernels::filter_top_p::select_in_range */ \
-            const unsigned int sk_e78 = (ti / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e78) * 1317u) + (5u + ((ti - (sk_e78 * 640u)) * 2u)))]); \
+            const unsigned int sk_e82 = (ti / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e82) * 1317u) + (5u + ((ti - (sk_e82 * 640u)) * 2u)))]); \
         } \
         unsigned int tk_key = ri_key; \
-        const unsigned int sk_e79 = (ti / 640u); \
-        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e79) * 1317u) + (6u + ((ti - (sk_e79 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+        const unsigned int sk_e83 = (ti / 640u); \
+        unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e83) * 1317u) + (6u + ((ti - (sk_e83 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
         if ((tk != 0u)) { \
             unsigned int t_in = (t_top - tk); \
             unsigned int t_d = t_in; \
@@ -212,12 +212,12 @@
                     unsigned int ri_key = 0u; \
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                         /* built by kernels::filter_top_p::select_in_range */ \
-                        const unsigned int sk_e80 = (ti / 640u); \
-                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e80) * 1317u) + (5u + ((ti - (sk_e80 * 640u)) * 2u)))]); \
+                        const unsigned int sk_e84 = (ti / 640u); \
+                        ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e84) * 1317u) + (5u + ((ti - (sk_e84 * 640u)) * 2u)))]); \
                     } \
                     unsigned int tk_key = ri_key; \
-                    const unsigned int sk_e81 = (ti / 640u); \
-                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e81) * 1317u) + (6u + ((ti - (sk_e81 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+                    const unsigned int sk_e85 = (ti / 640u); \
+                    unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e85) * 1317u) + (6u + ((ti - (sk_e85 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
                     if ((tk != 0u)) { \
                         sk_within(t_top, t_from, tk, t_span); \
                     } \
@@ -229,8 +229,8 @@
             unsigned int t_run = 0u; \
             for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                 /* built by kernels::select::choose_bin */ \
-                const unsigned int sk_e82 = (t_lo + tj); \
-                t_run = (t_run + ((sk_e82 < 464u) ? (select_scratch[min(sk_e82, 463u)]) : 0u)); \
+                const unsigned int sk_e86 = (t_lo + tj); \
+                t_run = (t_run + ((sk_e86 < 464u) ? (select_scratch[min(sk_e86, 463u)]) : 0u)); \
             } \
             unsigned int t_start = 0u; \
             t_start = sk_block_scan(t_run); \
@@ -264,12 +264,12 @@
             unsigned int ri_key = 0u; \
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) { \
                 /* built by kernels::filter_top_p::select_in_range */ \
-                const unsigned int sk_e84 = (ti / 640u); \
-                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e84) * 1317u) + (5u + ((ti - (sk_e84 * 640u)) * 2u)))]); \
+                const unsigned int sk_e88 = (ti / 640u); \
+                ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e88) * 1317u) + (5u + ((ti - (sk_e88 * 640u)) * 2u)))]); \
             } \
             unsigned int tk_key = ri_key; \
-            const unsigned int sk_e85 = (ti / 640u); \
-            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e85) * 1317u) + (6u + ((ti - (sk_e85 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
+            const unsigned int sk_e89 = (ti / 640u); \
+            unsigned int tk = ((tk_key == sel_key) ? ((*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e89) * 1317u) + (6u + ((ti - (sk_e89 * 640u)) * 2u)))]) ^ 4294967295u) : 0u); \
             if ((tk != 0u)) { \
                 sk_within_2(t_top, t_list_lo, tk, t_list_width); \
             } \
@@ -291,22 +291,15 @@
         unsigned int ri_p = (i / 640u); \
         unsigned int ri_key = 0u; \
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) { \
-            const unsigned int sk_e86 = (i / 640u); \
-            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e86) * 1317u) + (5u + ((i - (sk_e86 * 640u)) * 2u)))]); \
+            const unsigned int sk_e90 = (i / 640u); \
+            ri_key = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e90) * 1317u) + (5u + ((i - (sk_e90 * 640u)) * 2u)))]); \
         } \
         unsigned int rk = ri_key; \
-        const unsigned int sk_e87 = (i / 640u); \
-        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]); \
+        const unsigned int sk_e91 = (i / 640u); \
+        unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e91) * 1317u) + (6u + ((i - (sk_e91 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) { \
-            const float sk_e88 = sk_load_x((base + rcol)); \
-            float rz_x = (((sk_bitcast<unsigned int>(sk_e88) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e88); \
-            float rz = (rz_x / temp); \
-            if (cut_seeded) { \
-                sk_race_one_2(rov, noisy, row, rcol, best64, best64_i); \
-            } else { \
-                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
-            } \
+            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
         } \
     } \
 }

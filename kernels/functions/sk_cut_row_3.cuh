@@ -7,8 +7,8 @@
     sel_tm = m_range_all; \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e91 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e91 ? tn64 : (((lim - sel_m) / (sk_e91 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e95 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e95 ? tn64 : (((lim - sel_m) / (sk_e95 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_kept = ((sk_exp_nonpositive(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp) ? ties : 0u); \
     unsigned int t_part = 0u; \
     unsigned int t_left = 0u; \
@@ -31,8 +31,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e92 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
-                    if (((sk_e92 > best) || ((sk_e92 == best) && (w_i < best_i)))) { \
+                    const float sk_e96 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
+                    if (((sk_e96 > best) || ((sk_e96 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
@@ -41,12 +41,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e94 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                    const double sk_e93 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e94 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e94 + 0u)])))); \
-                    if (((sk_e93 > best64) || ((sk_e93 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e98 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                    const double sk_e97 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e98 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e98 + 0u)])))); \
+                    if (((sk_e97 > best64) || ((sk_e97 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e95 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e95 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e95 + 0u)])))); \
+                        const unsigned int sk_e99 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e99 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e99 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -72,8 +72,8 @@
         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols)); \
         unsigned int t_mine = 0u; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e96 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e96) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e96); \
+            const float sk_e100 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
@@ -84,16 +84,16 @@
         t_rank0 = sk_block_scan(t_mine); \
         unsigned int t_rank = t_rank0; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e97 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e97) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e97); \
+            const float sk_e101 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e101) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e101); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (cut_seeded) { \
-                        sk_race_one_2(tov, noisy, row, col, best64, best64_i); \
+                        sk_race_one(tov, noisy, row, col, best64, best64_i); \
                     } else { \
-                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
+                        sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
                     } \
                 } \
                 t_rank = (t_rank + 1u); \

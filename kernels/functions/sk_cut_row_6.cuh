@@ -89,11 +89,7 @@
             float tov = tz; \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) { \
                 if ((t_rank < t_cut_left)) { \
-                    if (cut_seeded) { \
-                        sk_race_one_4(tz, noisy, row, col, best64, best64_i); \
-                    } else { \
-                        sk_race_one_3(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best, best_i); \
-                    } \
+                    sk_tied_range(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
                 } \
                 t_rank = (t_rank + 1u); \
             } \

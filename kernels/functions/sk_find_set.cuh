@@ -4,8 +4,8 @@
 #define sk_find_set(stage, sel_a, col_hi, col_lo, base, temp, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e4 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e4 : (sk_e4 - sel_a)); \
+    const unsigned int sk_e8 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e8 : (sk_e8 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -20,29 +20,30 @@
             unsigned int sweep_n = (col_hi - col_lo); \
             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                 /* built by kernels::filter_values::for_each_read */ \
-                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                const float sk_e5 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                float zx0 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5); \
+                unsigned int li0 = i0; \
+                float zx0 = (0.0f); \
                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                const float sk_e6 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                float zx1 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6); \
+                float zx1 = (0.0f); \
                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                const float sk_e7 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                float zx2 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
+                float zx2 = (0.0f); \
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                const float sk_e8 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                float zx3 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8); \
+                float zx3 = (0.0f); \
+                if ((li3 < sweep_n)) { \
+                    sk_read_step_7(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                } else { \
+                    sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at); \
+                    sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at); \
+                    sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at); \
+                    sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at); \
+                    sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, list_at); \
                 } \
             } \
         } \
@@ -55,8 +56,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e9 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
+            const float sk_e17 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -80,8 +81,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e10 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10); \
+            const float sk_e18 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e18) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e18); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -121,8 +122,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e11 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e11 == (sel_n + min(sel_tn, 64u))) || (!((sk_e11 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e19 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e19 == (sel_n + min(sel_tn, 64u))) || (!((sk_e19 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

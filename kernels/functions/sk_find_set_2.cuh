@@ -20,25 +20,39 @@
             unsigned int sweep_n = (col_hi - col_lo); \
             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                 /* built by kernels::filter_values::for_each_read */ \
-                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                unsigned int li0 = i0; \
+                float zx0 = (0.0f); \
                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                float zx1 = (0.0f); \
                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                float zx2 = (0.0f); \
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                float zx3 = (0.0f); \
+                if ((li3 < sweep_n)) { \
+                    /* built by kernels::filter_values::read_step */ \
+                    unsigned int zx_at = ((base + col_lo) + i0); \
+                    zx0 = sk_load_x(zx_at); \
+                    zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+                    zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+                    zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+                } else { \
+                    /* built by kernels::filter_values::read_step */ \
+                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at); \
                 } \
             } \
         } \

@@ -4,8 +4,8 @@
 #define sk_find_set_5(stage, sel_a, col_hi, col_lo, base, mx, kk, k_first, pp, listed, sel_tn, mine, sweeps, sel_mask, sel_key, n_list, done, sel_n, sel_m, lim, tie_col, row_mass, sel_tm) { \
     /* built by kernels::filters::find_set */ \
     bool in_a = (stage <= sel_a); \
-    const unsigned int sk_e126 = (stage - 1u); \
-    unsigned int digit_pass = (in_a ? sk_e126 : (sk_e126 - sel_a)); \
+    const unsigned int sk_e174 = (stage - 1u); \
+    unsigned int digit_pass = (in_a ? sk_e174 : (sk_e174 - sel_a)); \
     unsigned int shift = (28u - (digit_pass * 4u)); \
     if ((digit_pass == 0u)) { \
         listed = false; \
@@ -20,25 +20,34 @@
             unsigned int sweep_n = (col_hi - col_lo); \
             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                 /* built by kernels::filter_values::for_each_read */ \
-                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                unsigned int li0 = i0; \
+                float zx0 = (0.0f); \
                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                float zx1 = (0.0f); \
                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                float zx2 = (0.0f); \
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                float zx3 = (0.0f); \
+                if ((li3 < sweep_n)) { \
+                    sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                } else { \
+                    /* built by kernels::filter_values::read_step */ \
+                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li0, zx0, sel_mask, sel_key, mx, list_at); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li1, zx1, sel_mask, sel_key, mx, list_at); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li2, zx2, sel_mask, sel_key, mx, list_at); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_8(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at); \
+                    sk_read_step_11(col_lo, li3, zx3, sel_mask, sel_key, mx, list_at); \
                 } \
             } \
         } \
@@ -115,8 +124,8 @@
                     mass_before = (mass_before + bucket_masses[v]); \
                 } \
             } \
-            const unsigned int sk_e127 = (before + 1u); \
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e127 == (sel_n + min(sel_tn, 64u))) || (!((sk_e127 < kk) && ((mass_before + mt) <= lim)))))) { \
+            const unsigned int sk_e175 = (before + 1u); \
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e175 == (sel_n + min(sel_tn, 64u))) || (!((sk_e175 < kk) && ((mass_before + mt) <= lim)))))) { \
                 found_key = kt; \
                 found_col = ct; \
             } \

@@ -6,149 +6,203 @@
     unsigned long long rm_own = 0ull; \
     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
         /* built by kernels::filter_values::for_each_read */ \
-        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-        const unsigned int sk_e108 = (col_hi - col_lo); \
-        const float sk_e107 = sk_load_x((base + (col_lo + ((li0 < sk_e108) ? li0 : (sk_e108 - 1u))))); \
-        float zx0 = (((sk_bitcast<unsigned int>(sk_e107) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e107); \
+        unsigned int li0 = i0; \
+        float zx0 = (0.0f); \
         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-        const unsigned int sk_e110 = (col_hi - col_lo); \
-        const float sk_e109 = sk_load_x((base + (col_lo + ((li1 < sk_e110) ? li1 : (sk_e110 - 1u))))); \
-        float zx1 = (((sk_bitcast<unsigned int>(sk_e109) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e109); \
+        float zx1 = (0.0f); \
         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-        const unsigned int sk_e112 = (col_hi - col_lo); \
-        const float sk_e111 = sk_load_x((base + (col_lo + ((li2 < sk_e112) ? li2 : (sk_e112 - 1u))))); \
-        float zx2 = (((sk_bitcast<unsigned int>(sk_e111) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e111); \
+        float zx2 = (0.0f); \
         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-        const unsigned int sk_e114 = (col_hi - col_lo); \
-        const float sk_e113 = sk_load_x((base + (col_lo + ((li3 < sk_e114) ? li3 : (sk_e114 - 1u))))); \
-        float zx3 = (((sk_bitcast<unsigned int>(sk_e113) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e113); \
+        float zx3 = (0.0f); \
         unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u)); \
-        const unsigned int sk_e116 = (col_hi - col_lo); \
-        const float sk_e115 = sk_load_x((base + (col_lo + ((li4 < sk_e116) ? li4 : (sk_e116 - 1u))))); \
-        float zx4 = (((sk_bitcast<unsigned int>(sk_e115) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e115); \
+        float zx4 = (0.0f); \
         unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u)); \
-        const unsigned int sk_e118 = (col_hi - col_lo); \
-        const float sk_e117 = sk_load_x((base + (col_lo + ((li5 < sk_e118) ? li5 : (sk_e118 - 1u))))); \
-        float zx5 = (((sk_bitcast<unsigned int>(sk_e117) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e117); \
+        float zx5 = (0.0f); \
         unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u)); \
-        const unsigned int sk_e120 = (col_hi - col_lo); \
-        const float sk_e119 = sk_load_x((base + (col_lo + ((li6 < sk_e120) ? li6 : (sk_e120 - 1u))))); \
-        float zx6 = (((sk_bitcast<unsigned int>(sk_e119) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e119); \
+        float zx6 = (0.0f); \
         unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u)); \
-        const unsigned int sk_e122 = (col_hi - col_lo); \
-        const float sk_e121 = sk_load_x((base + (col_lo + ((li7 < sk_e122) ? li7 : (sk_e122 - 1u))))); \
-        float zx7 = (((sk_bitcast<unsigned int>(sk_e121) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e121); \
+        float zx7 = (0.0f); \
         unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u)); \
-        const unsigned int sk_e124 = (col_hi - col_lo); \
-        const float sk_e123 = sk_load_x((base + (col_lo + ((li8 < sk_e124) ? li8 : (sk_e124 - 1u))))); \
-        float zx8 = (((sk_bitcast<unsigned int>(sk_e123) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e123); \
+        float zx8 = (0.0f); \
         unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u)); \
-        const unsigned int sk_e126 = (col_hi - col_lo); \
-        const float sk_e125 = sk_load_x((base + (col_lo + ((li9 < sk_e126) ? li9 : (sk_e126 - 1u))))); \
-        float zx9 = (((sk_bitcast<unsigned int>(sk_e125) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e125); \
+        float zx9 = (0.0f); \
         unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u)); \
-        const unsigned int sk_e128 = (col_hi - col_lo); \
-        const float sk_e127 = sk_load_x((base + (col_lo + ((li10 < sk_e128) ? li10 : (sk_e128 - 1u))))); \
-        float zx10 = (((sk_bitcast<unsigned int>(sk_e127) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e127); \
+        float zx10 = (0.0f); \
         unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u)); \
-        const unsigned int sk_e130 = (col_hi - col_lo); \
-        const float sk_e129 = sk_load_x((base + (col_lo + ((li11 < sk_e130) ? li11 : (sk_e130 - 1u))))); \
-        float zx11 = (((sk_bitcast<unsigned int>(sk_e129) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e129); \
+        float zx11 = (0.0f); \
         unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u)); \
-        const unsigned int sk_e132 = (col_hi - col_lo); \
-        const float sk_e131 = sk_load_x((base + (col_lo + ((li12 < sk_e132) ? li12 : (sk_e132 - 1u))))); \
-        float zx12 = (((sk_bitcast<unsigned int>(sk_e131) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e131); \
+        float zx12 = (0.0f); \
         unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u)); \
-        const unsigned int sk_e134 = (col_hi - col_lo); \
-        const float sk_e133 = sk_load_x((base + (col_lo + ((li13 < sk_e134) ? li13 : (sk_e134 - 1u))))); \
-        float zx13 = (((sk_bitcast<unsigned int>(sk_e133) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e133); \
+        float zx13 = (0.0f); \
         unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u)); \
-        const unsigned int sk_e136 = (col_hi - col_lo); \
-        const float sk_e135 = sk_load_x((base + (col_lo + ((li14 < sk_e136) ? li14 : (sk_e136 - 1u))))); \
-        float zx14 = (((sk_bitcast<unsigned int>(sk_e135) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e135); \
+        float zx14 = (0.0f); \
         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
-        const unsigned int sk_e138 = (col_hi - col_lo); \
-        const float sk_e137 = sk_load_x((base + (col_lo + ((li15 < sk_e138) ? li15 : (sk_e138 - 1u))))); \
-        float zx15 = (((sk_bitcast<unsigned int>(sk_e137) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e137); \
+        float zx15 = (0.0f); \
+        if ((li15 < (col_hi - col_lo))) { \
+            /* built by kernels::filter_values::read_step */ \
+            unsigned int zx_at = ((base + col_lo) + i0); \
+            const float sk_e155 = sk_load_x(zx_at); \
+            zx0 = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155); \
+            const float sk_e156 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+            zx1 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156); \
+            const float sk_e157 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+            zx2 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157); \
+            const float sk_e158 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+            zx3 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158); \
+            const float sk_e159 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 4u); \
+            zx4 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159); \
+            const float sk_e160 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 5u); \
+            zx5 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160); \
+            const float sk_e161 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 6u); \
+            zx6 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161); \
+            const float sk_e162 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 7u); \
+            zx7 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162); \
+            const float sk_e163 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 8u); \
+            zx8 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163); \
+            const float sk_e164 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 9u); \
+            zx9 = (((sk_bitcast<unsigned int>(sk_e164) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e164); \
+            const float sk_e165 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 10u); \
+            zx10 = (((sk_bitcast<unsigned int>(sk_e165) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e165); \
+            const float sk_e166 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 11u); \
+            zx11 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166); \
+            const float sk_e167 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 12u); \
+            zx12 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167); \
+            const float sk_e168 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 13u); \
+            zx13 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168); \
+            const float sk_e169 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 14u); \
+            zx14 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169); \
+            const float sk_e170 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
+            zx15 = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170); \
+        } else { \
+            /* built by kernels::filter_values::read_step */ \
+            const unsigned int sk_e172 = (col_hi - col_lo); \
+            const float sk_e171 = sk_load_x(((base + col_lo) + ((li0 < sk_e172) ? li0 : (sk_e172 - 1u)))); \
+            zx0 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171); \
+            const unsigned int sk_e174 = (col_hi - col_lo); \
+            const float sk_e173 = sk_load_x(((base + col_lo) + ((li1 < sk_e174) ? li1 : (sk_e174 - 1u)))); \
+            zx1 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173); \
+            const unsigned int sk_e176 = (col_hi - col_lo); \
+            const float sk_e175 = sk_load_x(((base + col_lo) + ((li2 < sk_e176) ? li2 : (sk_e176 - 1u)))); \
+            zx2 = (((sk_bitcast<unsigned int>(sk_e175) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e175); \
+            const unsigned int sk_e178 = (col_hi - col_lo); \
+            const float sk_e177 = sk_load_x(((base + col_lo) + ((li3 < sk_e178) ? li3 : (sk_e178 - 1u)))); \
+            zx3 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177); \
+            const unsigned int sk_e180 = (col_hi - col_lo); \
+            const float sk_e179 = sk_load_x(((base + col_lo) + ((li4 < sk_e180) ? li4 : (sk_e180 - 1u)))); \
+            zx4 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179); \
+            const unsigned int sk_e182 = (col_hi - col_lo); \
+            const float sk_e181 = sk_load_x(((base + col_lo) + ((li5 < sk_e182) ? li5 : (sk_e182 - 1u)))); \
+            zx5 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181); \
+            const unsigned int sk_e184 = (col_hi - col_lo); \
+            const float sk_e183 = sk_load_x(((base + col_lo) + ((li6 < sk_e184) ? li6 : (sk_e184 - 1u)))); \
+            zx6 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183); \
+            const unsigned int sk_e186 = (col_hi - col_lo); \
+            const float sk_e185 = sk_load_x(((base + col_lo) + ((li7 < sk_e186) ? li7 : (sk_e186 - 1u)))); \
+            zx7 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185); \
+            const unsigned int sk_e188 = (col_hi - col_lo); \
+            const float sk_e187 = sk_load_x(((base + col_lo) + ((li8 < sk_e188) ? li8 : (sk_e188 - 1u)))); \
+            zx8 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187); \
+            const unsigned int sk_e190 = (col_hi - col_lo); \
+            const float sk_e189 = sk_load_x(((base + col_lo) + ((li9 < sk_e190) ? li9 : (sk_e190 - 1u)))); \
+            zx9 = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189); \
+            const unsigned int sk_e192 = (col_hi - col_lo); \
+            const float sk_e191 = sk_load_x(((base + col_lo) + ((li10 < sk_e192) ? li10 : (sk_e192 - 1u)))); \
+            zx10 = (((sk_bitcast<unsigned int>(sk_e191) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e191); \
+            const unsigned int sk_e194 = (col_hi - col_lo); \
+            const float sk_e193 = sk_load_x(((base + col_lo) + ((li11 < sk_e194) ? li11 : (sk_e194 - 1u)))); \
+            zx11 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193); \
+            const unsigned int sk_e196 = (col_hi - col_lo); \
+            const float sk_e195 = sk_load_x(((base + col_lo) + ((li12 < sk_e196) ? li12 : (sk_e196 - 1u)))); \
+            zx12 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195); \
+            const unsigned int sk_e198 = (col_hi - col_lo); \
+            const float sk_e197 = sk_load_x(((base + col_lo) + ((li13 < sk_e198) ? li13 : (sk_e198 - 1u)))); \
+            zx13 = (((sk_bitcast<unsigned int>(sk_e197) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e197); \
+            const unsigned int sk_e200 = (col_hi - col_lo); \
+            const float sk_e199 = sk_load_x(((base + col_lo) + ((li14 < sk_e200) ? li14 : (sk_e200 - 1u)))); \
+            zx14 = (((sk_bitcast<unsigned int>(sk_e199) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e199); \
+            const unsigned int sk_e202 = (col_hi - col_lo); \
+            const float sk_e201 = sk_load_x(((base + col_lo) + ((li15 < sk_e202) ? li15 : (sk_e202 - 1u)))); \
+            zx15 = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201); \
+        } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e139 = (zx0 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e139 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e139 - row_m)))))); \
+            const float sk_e203 = (zx0 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e203 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e203 - row_m)))))); \
         } \
         if ((li1 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e140 = (zx1 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e140 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e140 - row_m)))))); \
+            const float sk_e204 = (zx1 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e204 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e204 - row_m)))))); \
         } \
         if ((li2 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e141 = (zx2 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e141 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e141 - row_m)))))); \
+            const float sk_e205 = (zx2 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e205 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e205 - row_m)))))); \
         } \
         if ((li3 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e142 = (zx3 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e142 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e142 - row_m)))))); \
+            const float sk_e206 = (zx3 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e206 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e206 - row_m)))))); \
         } \
         if ((li4 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e143 = (zx4 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e143 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e143 - row_m)))))); \
+            const float sk_e207 = (zx4 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e207 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e207 - row_m)))))); \
         } \
         if ((li5 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e144 = (zx5 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e144 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e144 - row_m)))))); \
+            const float sk_e208 = (zx5 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e208 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e208 - row_m)))))); \
         } \
         if ((li6 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e145 = (zx6 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e145 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e145 - row_m)))))); \
+            const float sk_e209 = (zx6 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e209 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e209 - row_m)))))); \
         } \
         if ((li7 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e146 = (zx7 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e146 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e146 - row_m)))))); \
+            const float sk_e210 = (zx7 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e210 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e210 - row_m)))))); \
         } \
         if ((li8 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e147 = (zx8 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e147 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e147 - row_m)))))); \
+            const float sk_e211 = (zx8 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e211 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e211 - row_m)))))); \
         } \
         if ((li9 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e148 = (zx9 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e148 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e148 - row_m)))))); \
+            const float sk_e212 = (zx9 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e212 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e212 - row_m)))))); \
         } \
         if ((li10 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e149 = (zx10 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e149 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e149 - row_m)))))); \
+            const float sk_e213 = (zx10 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e213 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e213 - row_m)))))); \
         } \
         if ((li11 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e150 = (zx11 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e150 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e150 - row_m)))))); \
+            const float sk_e214 = (zx11 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e214 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e214 - row_m)))))); \
         } \
         if ((li12 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e151 = (zx12 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e151 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e151 - row_m)))))); \
+            const float sk_e215 = (zx12 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e215 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e215 - row_m)))))); \
         } \
         if ((li13 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e152 = (zx13 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e152 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e152 - row_m)))))); \
+            const float sk_e216 = (zx13 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e216 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e216 - row_m)))))); \
         } \
         if ((li14 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e153 = (zx14 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e153 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e153 - row_m)))))); \
+            const float sk_e217 = (zx14 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e217 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e217 - row_m)))))); \
         } \
         if ((li15 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e154 = (zx15 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e154 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e154 - row_m)))))); \
+            const float sk_e218 = (zx15 / temp); \
+            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e218 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e218 - row_m)))))); \
         } \
     } \
     unsigned long long rm_row = 0ull; \
@@ -156,9 +210,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e156 = listed_cols[(1285u + r)]; \
-        const float sk_e155 = sk_bitcast<float>((sk_e156 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e156) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e155 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e155 - row_m)))); \
+        const unsigned int sk_e220 = listed_cols[(1285u + r)]; \
+        const float sk_e219 = sk_bitcast<float>((sk_e220 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e219 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e219 - row_m)))); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

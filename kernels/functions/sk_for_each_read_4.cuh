@@ -6,133 +6,171 @@
     unsigned long long rm_own = 0ull; \
     for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
         /* built by kernels::filter_values::for_each_read */ \
-        unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-        const unsigned int sk_e77 = (col_hi - col_lo); \
-        float zx0 = sk_load_x((base + (col_lo + ((li0 < sk_e77) ? li0 : (sk_e77 - 1u))))); \
+        unsigned int li0 = i0; \
+        float zx0 = (0.0f); \
         unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-        const unsigned int sk_e78 = (col_hi - col_lo); \
-        float zx1 = sk_load_x((base + (col_lo + ((li1 < sk_e78) ? li1 : (sk_e78 - 1u))))); \
+        float zx1 = (0.0f); \
         unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-        const unsigned int sk_e79 = (col_hi - col_lo); \
-        float zx2 = sk_load_x((base + (col_lo + ((li2 < sk_e79) ? li2 : (sk_e79 - 1u))))); \
+        float zx2 = (0.0f); \
         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-        const unsigned int sk_e80 = (col_hi - col_lo); \
-        float zx3 = sk_load_x((base + (col_lo + ((li3 < sk_e80) ? li3 : (sk_e80 - 1u))))); \
+        float zx3 = (0.0f); \
         unsigned int li4 = (i0 + (((unsigned int)SK_BLOCK) * 4u)); \
-        const unsigned int sk_e81 = (col_hi - col_lo); \
-        float zx4 = sk_load_x((base + (col_lo + ((li4 < sk_e81) ? li4 : (sk_e81 - 1u))))); \
+        float zx4 = (0.0f); \
         unsigned int li5 = (i0 + (((unsigned int)SK_BLOCK) * 5u)); \
-        const unsigned int sk_e82 = (col_hi - col_lo); \
-        float zx5 = sk_load_x((base + (col_lo + ((li5 < sk_e82) ? li5 : (sk_e82 - 1u))))); \
+        float zx5 = (0.0f); \
         unsigned int li6 = (i0 + (((unsigned int)SK_BLOCK) * 6u)); \
-        const unsigned int sk_e83 = (col_hi - col_lo); \
-        float zx6 = sk_load_x((base + (col_lo + ((li6 < sk_e83) ? li6 : (sk_e83 - 1u))))); \
+        float zx6 = (0.0f); \
         unsigned int li7 = (i0 + (((unsigned int)SK_BLOCK) * 7u)); \
-        const unsigned int sk_e84 = (col_hi - col_lo); \
-        float zx7 = sk_load_x((base + (col_lo + ((li7 < sk_e84) ? li7 : (sk_e84 - 1u))))); \
+        float zx7 = (0.0f); \
         unsigned int li8 = (i0 + (((unsigned int)SK_BLOCK) * 8u)); \
-        const unsigned int sk_e85 = (col_hi - col_lo); \
-        float zx8 = sk_load_x((base + (col_lo + ((li8 < sk_e85) ? li8 : (sk_e85 - 1u))))); \
+        float zx8 = (0.0f); \
         unsigned int li9 = (i0 + (((unsigned int)SK_BLOCK) * 9u)); \
-        const unsigned int sk_e86 = (col_hi - col_lo); \
-        float zx9 = sk_load_x((base + (col_lo + ((li9 < sk_e86) ? li9 : (sk_e86 - 1u))))); \
+        float zx9 = (0.0f); \
         unsigned int li10 = (i0 + (((unsigned int)SK_BLOCK) * 10u)); \
-        const unsigned int sk_e87 = (col_hi - col_lo); \
-        float zx10 = sk_load_x((base + (col_lo + ((li10 < sk_e87) ? li10 : (sk_e87 - 1u))))); \
+        float zx10 = (0.0f); \
         unsigned int li11 = (i0 + (((unsigned int)SK_BLOCK) * 11u)); \
-        const unsigned int sk_e88 = (col_hi - col_lo); \
-        float zx11 = sk_load_x((base + (col_lo + ((li11 < sk_e88) ? li11 : (sk_e88 - 1u))))); \
+        float zx11 = (0.0f); \
         unsigned int li12 = (i0 + (((unsigned int)SK_BLOCK) * 12u)); \
-        const unsigned int sk_e89 = (col_hi - col_lo); \
-        float zx12 = sk_load_x((base + (col_lo + ((li12 < sk_e89) ? li12 : (sk_e89 - 1u))))); \
+        float zx12 = (0.0f); \
         unsigned int li13 = (i0 + (((unsigned int)SK_BLOCK) * 13u)); \
-        const unsigned int sk_e90 = (col_hi - col_lo); \
-        float zx13 = sk_load_x((base + (col_lo + ((li13 < sk_e90) ? li13 : (sk_e90 - 1u))))); \
+        float zx13 = (0.0f); \
         unsigned int li14 = (i0 + (((unsigned int)SK_BLOCK) * 14u)); \
-        const unsigned int sk_e91 = (col_hi - col_lo); \
-        float zx14 = sk_load_x((base + (col_lo + ((li14 < sk_e91) ? li14 : (sk_e91 - 1u))))); \
+        float zx14 = (0.0f); \
         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
-        const unsigned int sk_e92 = (col_hi - col_lo); \
-        float zx15 = sk_load_x((base + (col_lo + ((li15 < sk_e92) ? li15 : (sk_e92 - 1u))))); \
+        float zx15 = (0.0f); \
+        if ((li15 < (col_hi - col_lo))) { \
+            /* built by kernels::filter_values::read_step */ \
+            unsigned int zx_at = ((base + col_lo) + i0); \
+            zx0 = sk_load_x(zx_at); \
+            zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+            zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+            zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+            zx4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 4u); \
+            zx5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 5u); \
+            zx6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 6u); \
+            zx7 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 7u); \
+            zx8 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 8u); \
+            zx9 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 9u); \
+            zx10 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 10u); \
+            zx11 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 11u); \
+            zx12 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 12u); \
+            zx13 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 13u); \
+            zx14 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 14u); \
+            zx15 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
+        } else { \
+            /* built by kernels::filter_values::read_step */ \
+            const unsigned int sk_e105 = (col_hi - col_lo); \
+            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e105) ? li0 : (sk_e105 - 1u)))); \
+            const unsigned int sk_e106 = (col_hi - col_lo); \
+            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e106) ? li1 : (sk_e106 - 1u)))); \
+            const unsigned int sk_e107 = (col_hi - col_lo); \
+            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e107) ? li2 : (sk_e107 - 1u)))); \
+            const unsigned int sk_e108 = (col_hi - col_lo); \
+            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e108) ? li3 : (sk_e108 - 1u)))); \
+            const unsigned int sk_e109 = (col_hi - col_lo); \
+            zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e109) ? li4 : (sk_e109 - 1u)))); \
+            const unsigned int sk_e110 = (col_hi - col_lo); \
+            zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e110) ? li5 : (sk_e110 - 1u)))); \
+            const unsigned int sk_e111 = (col_hi - col_lo); \
+            zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e111) ? li6 : (sk_e111 - 1u)))); \
+            const unsigned int sk_e112 = (col_hi - col_lo); \
+            zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e112) ? li7 : (sk_e112 - 1u)))); \
+            const unsigned int sk_e113 = (col_hi - col_lo); \
+            zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e113) ? li8 : (sk_e113 - 1u)))); \
+            const unsigned int sk_e114 = (col_hi - col_lo); \
+            zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e114) ? li9 : (sk_e114 - 1u)))); \
+            const unsigned int sk_e115 = (col_hi - col_lo); \
+            zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e115) ? li10 : (sk_e115 - 1u)))); \
+            const unsigned int sk_e116 = (col_hi - col_lo); \
+            zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e116) ? li11 : (sk_e116 - 1u)))); \
+            const unsigned int sk_e117 = (col_hi - col_lo); \
+            zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e117) ? li12 : (sk_e117 - 1u)))); \
+            const unsigned int sk_e118 = (col_hi - col_lo); \
+            zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e118) ? li13 : (sk_e118 - 1u)))); \
+            const unsigned int sk_e119 = (col_hi - col_lo); \
+            zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e119) ? li14 : (sk_e119 - 1u)))); \
+            const unsigned int sk_e120 = (col_hi - col_lo); \
+            zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e120) ? li15 : (sk_e120 - 1u)))); \
+        } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e93 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e93 == row_m) ? (1.0f) : (sk_e93 / row_m)))); \
+            const float sk_e121 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e121 == row_m) ? (1.0f) : (sk_e121 / row_m)))); \
         } \
         if ((li1 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e94 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e94 == row_m) ? (1.0f) : (sk_e94 / row_m)))); \
+            const float sk_e122 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e122 == row_m) ? (1.0f) : (sk_e122 / row_m)))); \
         } \
         if ((li2 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e95 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e95 == row_m) ? (1.0f) : (sk_e95 / row_m)))); \
+            const float sk_e123 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e123 == row_m) ? (1.0f) : (sk_e123 / row_m)))); \
         } \
         if ((li3 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e96 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m)))); \
+            const float sk_e124 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e124 == row_m) ? (1.0f) : (sk_e124 / row_m)))); \
         } \
         if ((li4 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e97 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e97 == row_m) ? (1.0f) : (sk_e97 / row_m)))); \
+            const float sk_e125 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e125 == row_m) ? (1.0f) : (sk_e125 / row_m)))); \
         } \
         if ((li5 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e98 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e98 == row_m) ? (1.0f) : (sk_e98 / row_m)))); \
+            const float sk_e126 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e126 == row_m) ? (1.0f) : (sk_e126 / row_m)))); \
         } \
         if ((li6 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e99 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e99 == row_m) ? (1.0f) : (sk_e99 / row_m)))); \
+            const float sk_e127 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e127 == row_m) ? (1.0f) : (sk_e127 / row_m)))); \
         } \
         if ((li7 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e100 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e100 == row_m) ? (1.0f) : (sk_e100 / row_m)))); \
+            const float sk_e128 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e128 == row_m) ? (1.0f) : (sk_e128 / row_m)))); \
         } \
         if ((li8 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e101 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e101 == row_m) ? (1.0f) : (sk_e101 / row_m)))); \
+            const float sk_e129 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e129 == row_m) ? (1.0f) : (sk_e129 / row_m)))); \
         } \
         if ((li9 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e102 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e102 == row_m) ? (1.0f) : (sk_e102 / row_m)))); \
+            const float sk_e130 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e130 == row_m) ? (1.0f) : (sk_e130 / row_m)))); \
         } \
         if ((li10 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e103 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e103 == row_m) ? (1.0f) : (sk_e103 / row_m)))); \
+            const float sk_e131 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e131 == row_m) ? (1.0f) : (sk_e131 / row_m)))); \
         } \
         if ((li11 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e104 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e104 == row_m) ? (1.0f) : (sk_e104 / row_m)))); \
+            const float sk_e132 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e132 == row_m) ? (1.0f) : (sk_e132 / row_m)))); \
         } \
         if ((li12 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e105 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e105 == row_m) ? (1.0f) : (sk_e105 / row_m)))); \
+            const float sk_e133 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e133 == row_m) ? (1.0f) : (sk_e133 / row_m)))); \
         } \
         if ((li13 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e106 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e106 == row_m) ? (1.0f) : (sk_e106 / row_m)))); \
+            const float sk_e134 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e134 == row_m) ? (1.0f) : (sk_e134 / row_m)))); \
         } \
         if ((li14 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e107 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e107 == row_m) ? (1.0f) : (sk_e107 / row_m)))); \
+            const float sk_e135 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e135 == row_m) ? (1.0f) : (sk_e135 / row_m)))); \
         } \
         if ((li15 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e108 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e108 == row_m) ? (1.0f) : (sk_e108 / row_m)))); \
+            const float sk_e136 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f)); \
+            rm_own = (rm_own + sk_fixed(((sk_e136 == row_m) ? (1.0f) : (sk_e136 / row_m)))); \
         } \
     } \
     unsigned long long rm_row = 0ull; \
@@ -140,9 +178,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e110 = listed_cols[(1285u + r)]; \
-        const float sk_e109 = sk_bitcast<float>((sk_e110 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e110) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((sk_e109 == row_m) ? (1.0f) : (sk_e109 / row_m)); \
+        const unsigned int sk_e138 = listed_cols[(1285u + r)]; \
+        const float sk_e137 = sk_bitcast<float>((sk_e138 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e138) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((sk_e137 == row_m) ? (1.0f) : (sk_e137 / row_m)); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

@@ -37,10 +37,10 @@
                             unsigned int ec_atu = ((unsigned int)ec_at); \
                             unsigned int ec_n = (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u); \
                             part_keys[g] = (part_keys[g] + ec_n); \
-                            const unsigned int sk_e3 = (512u + g); \
-                            part_keys[sk_e3] = max(part_keys[sk_e3], ec_n); \
-                            const unsigned int sk_e4 = (1024u + g); \
-                            part_keys[sk_e4] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e4]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))])))); \
+                            const unsigned int sk_e7 = (512u + g); \
+                            part_keys[sk_e7] = max(part_keys[sk_e7], ec_n); \
+                            const unsigned int sk_e8 = (1024u + g); \
+                            part_keys[sk_e8] = sk_bitcast<unsigned int>((sk_bitcast<float>(part_keys[sk_e8]) + ((float)(*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))])))); \
                         } \
                     } \
                 } \
@@ -59,8 +59,8 @@
             float ec_unit = ((3500000000.0f) / ec_total); \
             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
                 /* built by kernels::filter_top_p::place_cut */ \
-                const unsigned int sk_e5 = (1024u + g); \
-                part_keys[sk_e5] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e5]) * ec_unit)); \
+                const unsigned int sk_e9 = (1024u + g); \
+                part_keys[sk_e9] = ((unsigned int)(sk_bitcast<float>(part_keys[sk_e9]) * ec_unit)); \
             } \
             unsigned int ec_m_own = 0u; \
             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
@@ -108,8 +108,8 @@
             for (unsigned int g = ec_g0; g < ec_g1; g += 1u) { \
                 /* built by kernels::filter_top_p::crossing */ \
                 unsigned int ec_n_x = part_keys[(0u + g)]; \
-                const unsigned int sk_e6 = (kk - 1u); \
-                if ((((kk < vocab) && (ec_n_cum <= sk_e6)) && ((ec_n_cum + ec_n_x) > sk_e6))) { \
+                const unsigned int sk_e10 = (kk - 1u); \
+                if ((((kk < vocab) && (ec_n_cum <= sk_e10)) && ((ec_n_cum + ec_n_x) > sk_e10))) { \
                     ec_n_first = max(ec_n_first, (512u - g)); \
                     ec_n_near_start = ((((kk - 1u) - ec_n_cum) <= 0u) ? 1u : 0u); \
                     ec_n_near_end = ((((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u) ? 1u : 0u); \

@@ -33,12 +33,12 @@
                 if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) { \
                     r_short = 1u; \
                 } \
-                const unsigned int sk_e60 = ((((row_slot * parts) + p) * 1317u) + 1292u); \
-                r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e60 + 0u)])))); \
-                const unsigned int sk_e61 = ((((row_slot * parts) + p) * 1317u) + 1294u); \
-                r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e61 + 0u)])))); \
-                const unsigned int sk_e62 = ((((row_slot * parts) + p) * 1317u) + 1296u); \
-                r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e62 + 0u)])))); \
+                const unsigned int sk_e64 = ((((row_slot * parts) + p) * 1317u) + 1292u); \
+                r_m_above = (r_m_above + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e64 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e64 + 0u)])))); \
+                const unsigned int sk_e65 = ((((row_slot * parts) + p) * 1317u) + 1294u); \
+                r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e65 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e65 + 0u)])))); \
+                const unsigned int sk_e66 = ((((row_slot * parts) + p) * 1317u) + 1296u); \
+                r_m_below = (r_m_below + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e66 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e66 + 0u)])))); \
                 r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)])); \
                 r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)])); \
                 r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)])); \
@@ -47,8 +47,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e63 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                    if (((sk_e63 > best) || ((sk_e63 == best) && (w_i < best_i)))) { \
+                    const float sk_e67 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
+                    if (((sk_e67 > best) || ((sk_e67 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
                         best_i = w_i; \
@@ -57,12 +57,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e65 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                    const double sk_e64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e65 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e65 + 0u)])))); \
-                    if (((sk_e64 > best64) || ((sk_e64 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e69 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                    const double sk_e68 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e69 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e69 + 0u)])))); \
+                    if (((sk_e68 > best64) || ((sk_e68 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e66 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e66 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e66 + 0u)])))); \
+                        const unsigned int sk_e70 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e70 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e70 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -90,8 +90,8 @@
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
             bool cut_below_ends = ((max_below_all == 0u) || (w_below_all < mp)); \
-            const unsigned int sk_e67 = (min_above_not_all ^ 4294967295u); \
-            bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e67 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e67 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
+            const unsigned int sk_e71 = (min_above_not_all ^ 4294967295u); \
+            bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : (((((sk_e71 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e71 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             bool cut_sorted = (cut_sound && cut_fits); \
             bool cut_one_value = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u)); \
             bool cut_tied = ((cut_sound && (!cut_fits)) && cut_one_value); \
@@ -141,8 +141,8 @@
                 } \
                 if (((flags & 1u) != 0u)) { \
                     /* built by kernels::abi::write_results_as */ \
-                    const float sk_e100 = sk_load_x((base + ow_at)); \
-                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e100) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e100); \
+                    const float sk_e104 = sk_load_x((base + ow_at)); \
+                    float ow_v_x = (((sk_bitcast<unsigned int>(sk_e104) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e104); \
                     float ow_v = (ow_v_x / temp); \
                     if ((threadIdx.x == 0u)) { \
                         logprobs[row] = (ow_valid ? ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))) : sk_bitcast<float>(4286578688u)); \

@@ -17,29 +17,30 @@
             unsigned int quads = ((sweep_n + 3u) >> 2u); \
             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                unsigned int li0 = (c0 + 0u); \
-                const float sk_e205 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                float zx0 = (((sk_bitcast<unsigned int>(sk_e205) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e205); \
+                unsigned int li0 = c0; \
+                float zx0 = (0.0f); \
                 unsigned int li1 = (c0 + 1u); \
-                const float sk_e206 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                float zx1 = (((sk_bitcast<unsigned int>(sk_e206) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e206); \
+                float zx1 = (0.0f); \
                 unsigned int li2 = (c0 + 2u); \
-                const float sk_e207 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                float zx2 = (((sk_bitcast<unsigned int>(sk_e207) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e207); \
+                float zx2 = (0.0f); \
                 unsigned int li3 = (c0 + 3u); \
-                const float sk_e208 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                float zx3 = (((sk_bitcast<unsigned int>(sk_e208) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e208); \
+                float zx3 = (0.0f); \
+                if ((li3 < sweep_n)) { \
+                    sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                } else { \
+                    sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_6(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_9(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_6(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_9(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_6(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_9(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
             } \
         } \
@@ -84,13 +85,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e209 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e209 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e329 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e329 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e329) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e210 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e210 + 8u)], rows[(sk_e210 + 9u)], rows[(sk_e210 + 10u)], r))); \
+                const unsigned int sk_e330 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e330 + 8u)], rows[(sk_e330 + 9u)], rows[(sk_e330 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -130,29 +131,30 @@
                     unsigned int quads = ((sweep_n + 3u) >> 2u); \
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                        unsigned int li0 = (c0 + 0u); \
-                        const float sk_e211 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                        float zx0 = (((sk_bitcast<unsigned int>(sk_e211) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e211); \
+                        unsigned int li0 = c0; \
+                        float zx0 = (0.0f); \
                         unsigned int li1 = (c0 + 1u); \
-                        const float sk_e212 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                        float zx1 = (((sk_bitcast<unsigned int>(sk_e212) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e212); \
+                        float zx1 = (0.0f); \
                         unsigned int li2 = (c0 + 2u); \
-                        const float sk_e213 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                        float zx2 = (((sk_bitcast<unsigned int>(sk_e213) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e213); \
+                        float zx2 = (0.0f); \
                         unsigned int li3 = (c0 + 3u); \
-                        const float sk_e214 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                        float zx3 = (((sk_bitcast<unsigned int>(sk_e214) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e214); \
+                        float zx3 = (0.0f); \
+                        if ((li3 < sweep_n)) { \
+                            sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        } else { \
+                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, rk_mine); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, rk_mine); \
+                            sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, rk_mine); \
                         } \
                     } \
                 } \
@@ -171,29 +173,30 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    const float sk_e215 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e215) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e215); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e216 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e216) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e216); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e217 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e217) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e217); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e218 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e218) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e218); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li1, zx1, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li2, zx2, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_3(col_lo, li3, zx3, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \

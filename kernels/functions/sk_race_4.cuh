@@ -17,25 +17,34 @@
             unsigned int quads = ((sweep_n + 3u) >> 2u); \
             unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
             for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                unsigned int li0 = (c0 + 0u); \
-                float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                unsigned int li0 = c0; \
+                float zx0 = (0.0f); \
                 unsigned int li1 = (c0 + 1u); \
-                float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                float zx1 = (0.0f); \
                 unsigned int li2 = (c0 + 2u); \
-                float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                float zx2 = (0.0f); \
                 unsigned int li3 = (c0 + 3u); \
-                float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                float zx3 = (0.0f); \
+                if ((li3 < sweep_n)) { \
+                    sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                } else { \
+                    /* built by kernels::filter_values::read_step */ \
+                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_14(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_14(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_14(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_14(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
+                    sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, all_mass, tie_rank); \
                 } \
             } \
         } \
@@ -80,13 +89,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e131 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e131 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e131) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e179 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e179 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e179) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = sk_log64(((double)rk_v)); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e132 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e132 + 8u)], rows[(sk_e132 + 9u)], rows[(sk_e132 + 10u)], r))); \
+                const unsigned int sk_e180 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e180 + 8u)], rows[(sk_e180 + 9u)], rows[(sk_e180 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -126,25 +135,34 @@
                     unsigned int quads = ((sweep_n + 3u) >> 2u); \
                     unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                     for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                        unsigned int li0 = (c0 + 0u); \
-                        float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                        unsigned int li0 = c0; \
+                        float zx0 = (0.0f); \
                         unsigned int li1 = (c0 + 1u); \
-                        float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                        float zx1 = (0.0f); \
                         unsigned int li2 = (c0 + 2u); \
-                        float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                        float zx2 = (0.0f); \
                         unsigned int li3 = (c0 + 3u); \
-                        float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                        float zx3 = (0.0f); \
+                        if ((li3 < sweep_n)) { \
+                            sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        } else { \
+                            /* built by kernels::filter_values::read_step */ \
+                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                        } \
                         if ((li0 < sweep_n)) { \
-                            sk_read_step_11(col_lo, li0, zx0, rk_key, rk_mine); \
+                            sk_read_step_14(col_lo, li0, zx0, rk_key, rk_mine); \
                         } \
                         if ((li1 < sweep_n)) { \
-                            sk_read_step_11(col_lo, li1, zx1, rk_key, rk_mine); \
+                            sk_read_step_14(col_lo, li1, zx1, rk_key, rk_mine); \
                         } \
                         if ((li2 < sweep_n)) { \
-                            sk_read_step_11(col_lo, li2, zx2, rk_key, rk_mine); \
+                            sk_read_step_14(col_lo, li2, zx2, rk_key, rk_mine); \
                         } \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_11(col_lo, li3, zx3, rk_key, rk_mine); \
+                            sk_read_step_14(col_lo, li3, zx3, rk_key, rk_mine); \
                         } \
                     } \
                 } \
@@ -163,25 +181,34 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        /* built by kernels::filter_values::read_step */ \
+                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                    } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_10(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_10(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_10(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_10(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found); \
+                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_t, rk_seen, rk_found); \
                     } \
                 } \
             } \

@@ -15,6 +15,17 @@
         sk_sweep_set(mx, zv, key, s_key, mp, searched, s_ties, col, tie_col, wv, ok, mv, all_mass, tie_rank, kept); \
     } \
     if (kept) { \
-        sk_race_sweep_3(ov, noisy, row, col, best64, best64_i); \
+        /* built by kernels::filters::race_sweep */ \
+        double s64 = ((double)ov); \
+        if (noisy) { \
+            /* built by kernels::seeded::score64 */ \
+            const unsigned int sk_e57 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], col))); \
+        } \
+        if (((s64 > best64) || (best64_i == 4294967295u))) { \
+            /* built by kernels::filters::keep_best */ \
+            best64 = s64; \
+            best64_i = col; \
+        } \
     } \
 }

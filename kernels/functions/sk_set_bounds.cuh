@@ -10,8 +10,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e32 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e32 ? tn64 : (((lim - sel_m) / (sk_e32 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e40 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e40 ? tn64 : (((lim - sel_m) / (sk_e40 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -34,29 +34,30 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    const float sk_e33 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e34 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e35 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e36 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e36) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e36); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine); \
+                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, mine); \
+                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, mine); \
+                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, mine); \
+                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine); \
                     } \
                 } \
             } \
@@ -82,29 +83,30 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    const float sk_e37 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e37) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e37); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e38 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e39 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e39) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e39); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e40 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e40) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e40); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_23(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_23(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_23(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_23(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -125,18 +127,19 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    const float sk_e45 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e45) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e45); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e46 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e46) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e46); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e47 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e47) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e47); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e48 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e48) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e48); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_28(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
@@ -156,8 +159,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e49 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e49 : (zv + sk_e49)) : zv); \
+                            const float sk_e69 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e69 : (zv + sk_e69)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -180,8 +183,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e50 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e50 : (zv + sk_e50)) : zv); \
+                            const float sk_e70 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e70 : (zv + sk_e70)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -204,8 +207,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e51 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e51 : (zv + sk_e51)) : zv); \
+                            const float sk_e71 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e71 : (zv + sk_e71)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -228,8 +231,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e52 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e52 : (zv + sk_e52)) : zv); \
+                            const float sk_e72 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e72 : (zv + sk_e72)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \

@@ -12,14 +12,14 @@
         row_max = sk_block_max_f32(m); \
         mx = row_max; \
     } \
-    const unsigned int sk_e8 = (stage - 1u); \
-    if (((sk_e8 > 0u) && (sk_e8 < (digits + 1u)))) { \
+    const unsigned int sk_e12 = (stage - 1u); \
+    if (((sk_e12 > 0u) && (sk_e12 < (digits + 1u)))) { \
         sk_decide(stage, sel_a, parts, slot0, k_first, pp, kk, row_mass, lim, sel_n, sel_m, sel_key, sel_tn, sel_tm, sel_mask); \
     } \
     if ((stage < (digits + 1u))) { \
         bool in_a = (stage <= sel_a); \
-        const unsigned int sk_e27 = (stage - 1u); \
-        unsigned int digit_pass = (in_a ? sk_e27 : (sk_e27 - sel_a)); \
+        const unsigned int sk_e31 = (stage - 1u); \
+        unsigned int digit_pass = (in_a ? sk_e31 : (sk_e31 - sel_a)); \
         unsigned int shift = (28u - (digit_pass * 4u)); \
         unsigned int cnt_0 = 0; \
         unsigned int cnt_1 = 0; \
@@ -59,29 +59,39 @@
             unsigned int sweep_n = (col_hi - col_lo); \
             for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
                 /* built by kernels::filter_values::for_each_read */ \
-                unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-                const float sk_e28 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                float zx0 = (((sk_bitcast<unsigned int>(sk_e28) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e28); \
+                unsigned int li0 = i0; \
+                float zx0 = (0.0f); \
                 unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-                const float sk_e29 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                float zx1 = (((sk_bitcast<unsigned int>(sk_e29) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e29); \
+                float zx1 = (0.0f); \
                 unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-                const float sk_e30 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                float zx2 = (((sk_bitcast<unsigned int>(sk_e30) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e30); \
+                float zx2 = (0.0f); \
                 unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-                const float sk_e31 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                float zx3 = (((sk_bitcast<unsigned int>(sk_e31) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e31); \
+                float zx3 = (0.0f); \
+                if ((li3 < sweep_n)) { \
+                    /* built by kernels::filter_values::read_step */ \
+                    unsigned int zx_at = ((base + col_lo) + i0); \
+                    const float sk_e32 = sk_load_x(zx_at); \
+                    zx0 = (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32); \
+                    const float sk_e33 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
+                    zx1 = (((sk_bitcast<unsigned int>(sk_e33) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e33); \
+                    const float sk_e34 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
+                    zx2 = (((sk_bitcast<unsigned int>(sk_e34) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e34); \
+                    const float sk_e35 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
+                    zx3 = (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35); \
+                } else { \
+                    sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                } \
                 if ((li0 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_26(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li1 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_26(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li2 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_26(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_22(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
+                    sk_read_step_26(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, cnt_0, cnt_1, cnt_2, cnt_3, cnt_4, cnt_5, cnt_6, cnt_7, cnt_8, cnt_9, cnt_10, cnt_11, cnt_12, cnt_13, cnt_14, cnt_15, mas_0, mas_1, mas_2, mas_3, mas_4, mas_5, mas_6, mas_7, mas_8, mas_9, mas_10, mas_11, mas_12, mas_13, mas_14, mas_15); \
                 } \
             } \
         } \
@@ -192,16 +202,16 @@
                     } \
                     unsigned int pi64 = partials[(((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 4u)]; \
                     if ((pi64 != 4294967295u)) { \
-                        const unsigned int sk_e53 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e53 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e53 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
+                        const unsigned int sk_e73 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                        if (((sk_bitcast<double>(((((unsigned long long)(partials[(sk_e73 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e73 + 0u)])))) > best64) || (best64_i == 4294967295u))) { \
                             /* built by kernels::filters::keep_best */ \
-                            const unsigned int sk_e54 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
-                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e54 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e54 + 0u)])))); \
+                            const unsigned int sk_e74 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 2u); \
+                            best64 = sk_bitcast<double>(((((unsigned long long)(partials[(sk_e74 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e74 + 0u)])))); \
                             best64_i = pi64; \
                         } \
                     } \
-                    const unsigned int sk_e55 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
-                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e55 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e55 + 0u)])))); \
+                    const unsigned int sk_e75 = (((((slot0 + pp_i) * 110u) + 14u) + (((stage - 1u) & 1u) * 48u)) + 5u); \
+                    all_mass = (all_mass + ((((unsigned long long)(partials[(sk_e75 + 1u)])) << 32u) | ((unsigned long long)(partials[(sk_e75 + 0u)])))); \
                 } \
                 float win = (0.0f); \
                 unsigned int tok32 = 0u; \
@@ -225,8 +235,8 @@
                     /* built by kernels::abi::write_results_as */ \
                     float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
                     if ((threadIdx.x == 0u)) { \
-                        const float sk_e56 = sk_load_x((base + tok_at)); \
-                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e56) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e56) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+                        const float sk_e76 = sk_load_x((base + tok_at)); \
+                        logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e76) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e76) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
                     } \
                 } \
                 if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -12,18 +12,19 @@
         unsigned int sweep_n = (col_hi - col_lo); \
         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
             /* built by kernels::filter_values::for_each_read */ \
-            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-            const float sk_e177 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-            float zx0 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177); \
+            unsigned int li0 = i0; \
+            float zx0 = (0.0f); \
             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-            const float sk_e178 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-            float zx1 = (((sk_bitcast<unsigned int>(sk_e178) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e178); \
+            float zx1 = (0.0f); \
             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-            const float sk_e179 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-            float zx2 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179); \
+            float zx2 = (0.0f); \
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-            const float sk_e180 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-            float zx3 = (((sk_bitcast<unsigned int>(sk_e180) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e180); \
+            float zx3 = (0.0f); \
+            if ((li3 < sweep_n)) { \
+                sk_read_step_37(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+            } else { \
+                sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+            } \
             if ((li0 < sweep_n)) { \
                 /* built by kernels::filter_values::read_step */ \
                 unsigned int col = (col_lo + li0); \
@@ -74,8 +75,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e199 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e199 ? tn64 : (((lim - sel_m) / (sk_e199 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e311 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e311 ? tn64 : (((lim - sel_m) / (sk_e311 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -98,29 +99,30 @@
                         unsigned int quads = ((sweep_n + 3u) >> 2u); \
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                            unsigned int li0 = (c0 + 0u); \
-                            const float sk_e200 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                            float zx0 = (((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e200); \
+                            unsigned int li0 = c0; \
+                            float zx0 = (0.0f); \
                             unsigned int li1 = (c0 + 1u); \
-                            const float sk_e201 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                            float zx1 = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201); \
+                            float zx1 = (0.0f); \
                             unsigned int li2 = (c0 + 2u); \
-                            const float sk_e202 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                            float zx2 = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202); \
+                            float zx2 = (0.0f); \
                             unsigned int li3 = (c0 + 3u); \
-                            const float sk_e203 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                            float zx3 = (((sk_bitcast<unsigned int>(sk_e203) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e203); \
+                            float zx3 = (0.0f); \
+                            if ((li3 < sweep_n)) { \
+                                sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            } else { \
+                                sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, mine); \
+                                sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, mine); \
+                                sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, mine); \
+                                sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, mine); \
+                                sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, mine); \
                             } \
                         } \
                     } \
@@ -134,8 +136,8 @@
     bool rank_done = false; \
     bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e204 = (row * 12u); \
-    if ((((rows[(sk_e204 + 1u)] == 1u) && (rows[(sk_e204 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e320 = (row * 12u); \
+    if ((((rows[(sk_e320 + 1u)] == 1u) && (rows[(sk_e320 + 6u)] == 1u)) && filtered)) { \
         sk_race_3(tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -155,29 +157,30 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    const float sk_e219 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e219) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e219); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e220 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e220) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e220); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e221 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e221) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e221); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e222 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e222) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e222); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_39(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -198,18 +201,19 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    const float sk_e227 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
-                    float zx0 = (((sk_bitcast<unsigned int>(sk_e227) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e227); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    const float sk_e228 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
-                    float zx1 = (((sk_bitcast<unsigned int>(sk_e228) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e228); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    const float sk_e229 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
-                    float zx2 = (((sk_bitcast<unsigned int>(sk_e229) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e229); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    const float sk_e230 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
-                    float zx3 = (((sk_bitcast<unsigned int>(sk_e230) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e230); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
@@ -229,8 +233,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e231 = sk_gumbel((w).x); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e231 : (zv + sk_e231)) : zv); \
+                            const float sk_e367 = sk_gumbel((w).x); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e367 : (zv + sk_e367)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -253,8 +257,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e232 = sk_gumbel((w).y); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e232 : (zv + sk_e232)) : zv); \
+                            const float sk_e368 = sk_gumbel((w).y); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e368 : (zv + sk_e368)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -277,8 +281,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e233 = sk_gumbel((w).z); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e233 : (zv + sk_e233)) : zv); \
+                            const float sk_e369 = sk_gumbel((w).z); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e369 : (zv + sk_e369)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -301,8 +305,8 @@
                         } \
                         if (kept) { \
                             /* built by kernels::filters::race_sweep */ \
-                            const float sk_e234 = sk_gumbel((w).w); \
-                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e234 : (zv + sk_e234)) : zv); \
+                            const float sk_e370 = sk_gumbel((w).w); \
+                            float score = (noisy ? ((zv == sk_bitcast<float>(2139095040u)) ? sk_e370 : (zv + sk_e370)) : zv); \
                             if (((score > best) || (best_i == 4294967295u))) { \
                                 /* built by kernels::filters::keep_best */ \
                                 best = score; \
@@ -336,8 +340,8 @@
         /* built by kernels::abi::write_results_as */ \
         float row_w = sk_fixed_f32((searched ? row_mass : summed_mass)); \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e235 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e235) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e235) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e371 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? (((mx == sk_bitcast<float>(2139095040u)) ? (0.0f) : (((((sk_bitcast<unsigned int>(sk_e371) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e371) / temp) - mx)) - sk_log(row_w)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

@@ -12,25 +12,34 @@
         unsigned int sweep_n = (col_hi - col_lo); \
         for (unsigned int i0 = threadIdx.x; i0 < sweep_n; i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
             /* built by kernels::filter_values::for_each_read */ \
-            unsigned int li0 = (i0 + (((unsigned int)SK_BLOCK) * 0u)); \
-            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+            unsigned int li0 = i0; \
+            float zx0 = (0.0f); \
             unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
-            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+            float zx1 = (0.0f); \
             unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
-            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+            float zx2 = (0.0f); \
             unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
-            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+            float zx3 = (0.0f); \
+            if ((li3 < sweep_n)) { \
+                sk_read_step_43(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+            } else { \
+                /* built by kernels::filter_values::read_step */ \
+                zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+            } \
             if ((li0 < sweep_n)) { \
-                sk_read_step_12(col_lo, li0, zx0, m); \
+                sk_read_step_16(col_lo, li0, zx0, m); \
             } \
             if ((li1 < sweep_n)) { \
-                sk_read_step_12(col_lo, li1, zx1, m); \
+                sk_read_step_16(col_lo, li1, zx1, m); \
             } \
             if ((li2 < sweep_n)) { \
-                sk_read_step_12(col_lo, li2, zx2, m); \
+                sk_read_step_16(col_lo, li2, zx2, m); \
             } \
             if ((li3 < sweep_n)) { \
-                sk_read_step_12(col_lo, li3, zx3, m); \
+                sk_read_step_16(col_lo, li3, zx3, m); \
             } \
         } \
     } \
@@ -62,8 +71,8 @@
         /* built by kernels::filters::set_bounds */ \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e129 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e129 ? tn64 : (((lim - sel_m) / (sk_e129 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e177 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e177 ? tn64 : (((lim - sel_m) / (sk_e177 ? 1ull : tie_v)) + 1ull)))); \
         s_ties = ties; \
     } \
     unsigned int tie_rank = 0u; \
@@ -86,25 +95,34 @@
                         unsigned int quads = ((sweep_n + 3u) >> 2u); \
                         unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                         for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                            unsigned int li0 = (c0 + 0u); \
-                            float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                            unsigned int li0 = c0; \
+                            float zx0 = (0.0f); \
                             unsigned int li1 = (c0 + 1u); \
-                            float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                            float zx1 = (0.0f); \
                             unsigned int li2 = (c0 + 2u); \
-                            float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                            float zx2 = (0.0f); \
                             unsigned int li3 = (c0 + 3u); \
-                            float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                            float zx3 = (0.0f); \
+                            if ((li3 < sweep_n)) { \
+                                sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            } else { \
+                                /* built by kernels::filter_values::read_step */ \
+                                zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                                zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                                zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                                zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                            } \
                             if ((li0 < sweep_n)) { \
-                                sk_read_step_9(col_lo, li0, zx0, s_key, mx, mine); \
+                                sk_read_step_12(col_lo, li0, zx0, s_key, mx, mine); \
                             } \
                             if ((li1 < sweep_n)) { \
-                                sk_read_step_9(col_lo, li1, zx1, s_key, mx, mine); \
+                                sk_read_step_12(col_lo, li1, zx1, s_key, mx, mine); \
                             } \
                             if ((li2 < sweep_n)) { \
-                                sk_read_step_9(col_lo, li2, zx2, s_key, mx, mine); \
+                                sk_read_step_12(col_lo, li2, zx2, s_key, mx, mine); \
                             } \
                             if ((li3 < sweep_n)) { \
-                                sk_read_step_9(col_lo, li3, zx3, s_key, mx, mine); \
+                                sk_read_step_12(col_lo, li3, zx3, s_key, mx, mine); \
                             } \
                         } \
                     } \
@@ -118,8 +136,8 @@
     bool rank_done = false; \
     bool rank_over = false; \
     unsigned int rank_col = 4294967295u; \
-    const unsigned int sk_e130 = (row * 12u); \
-    if ((((rows[(sk_e130 + 1u)] == 1u) && (rows[(sk_e130 + 6u)] == 1u)) && filtered)) { \
+    const unsigned int sk_e178 = (row * 12u); \
+    if ((((rows[(sk_e178 + 1u)] == 1u) && (rows[(sk_e178 + 6u)] == 1u)) && filtered)) { \
         sk_race_4(tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, tie_rank, sweeps, all_mass, rank_col, rank_done, rank_over); \
     } \
     bool seeded_row = (rows[((row * 12u) + 1u)] == 1u); \
@@ -139,25 +157,34 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        /* built by kernels::filter_values::read_step */ \
+                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                    } \
                     if ((li0 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_42(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li1 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_42(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li2 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_42(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_31(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
+                        sk_read_step_42(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, all_mass, tie_rank, best64, best64_i); \
                     } \
                 } \
             } \
@@ -178,14 +205,23 @@
                 unsigned int quads = ((sweep_n + 3u) >> 2u); \
                 unsigned int per = (((quads + ((unsigned int)SK_BLOCK)) - 1u) / ((unsigned int)SK_BLOCK)); \
                 for (unsigned int c0 = (min((threadIdx.x * per), quads) * 4u); c0 < (min(((threadIdx.x * per) + per), quads) * 4u); c0 += 4u) { \
-                    unsigned int li0 = (c0 + 0u); \
-                    float zx0 = sk_load_x((base + (col_lo + ((li0 < sweep_n) ? li0 : (sweep_n - 1u))))); \
+                    unsigned int li0 = c0; \
+                    float zx0 = (0.0f); \
                     unsigned int li1 = (c0 + 1u); \
-                    float zx1 = sk_load_x((base + (col_lo + ((li1 < sweep_n) ? li1 : (sweep_n - 1u))))); \
+                    float zx1 = (0.0f); \
                     unsigned int li2 = (c0 + 2u); \
-                    float zx2 = sk_load_x((base + (col_lo + ((li2 < sweep_n) ? li2 : (sweep_n - 1u))))); \
+                    float zx2 = (0.0f); \
                     unsigned int li3 = (c0 + 3u); \
-                    float zx3 = sk_load_x((base + (col_lo + ((li3 < sweep_n) ? li3 : (sweep_n - 1u))))); \
+                    float zx3 = (0.0f); \
+                    if ((li3 < sweep_n)) { \
+                        sk_read_step_15(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    } else { \
+                        /* built by kernels::filter_values::read_step */ \
+                        zx0 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+                        zx1 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+                        zx2 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+                        zx3 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+                    } \
                     if (noisy) { \
                         /* built by kernels::filters::race_sweep */ \
                         w = sk_philox(make_uint4(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
@@ -307,8 +343,8 @@
     if (((flags & 1u) != 0u)) { \
         /* built by kernels::abi::write_results_as */ \
         if ((threadIdx.x == 0u)) { \
-            const float sk_e137 = sk_load_x((base + tok_at)); \
-            logprobs[row] = (valid ? ((sk_e137 > (0.0f)) ? sk_log(sk_e137) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
+            const float sk_e185 = sk_load_x((base + tok_at)); \
+            logprobs[row] = (valid ? ((sk_e185 > (0.0f)) ? sk_log(sk_e185) : sk_bitcast<float>(4286578688u)) : sk_bitcast<float>(4286578688u)); \
         } \
     } \
     if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \

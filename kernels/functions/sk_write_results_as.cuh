@@ -8,23 +8,23 @@
     double best64 = sk_bitcast<double>(18442240474082181120ull); \
     unsigned int best64_i = 4294967295u; \
     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-    const unsigned int sk_e159 = (row * 12u); \
-    bool ow_ranked = ((rows[(sk_e159 + 1u)] == 1u) && (rows[(sk_e159 + 6u)] == 1u)); \
+    const unsigned int sk_e223 = (row * 12u); \
+    bool ow_ranked = ((rows[(sk_e223 + 1u)] == 1u) && (rows[(sk_e223 + 6u)] == 1u)); \
     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
     unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
     unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
         unsigned int rc = listed_cols[(1542u + r)]; \
-        const unsigned int sk_e160 = listed_cols[(1285u + r)]; \
-        float rz = sk_bitcast<float>((sk_e160 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e160) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e224 = listed_cols[(1285u + r)]; \
+        float rz = sk_bitcast<float>((sk_e224 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e224) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if (ow_ranked) { \
             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i); \
         } else { \
             if (ow_seeded) { \
                 sk_merge_row(rz, row_m, noisy, row, rc, best64, best64_i); \
             } else { \
-                sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
+                sk_race_one_2(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
             } \
         } \
     } \
@@ -46,8 +46,8 @@
     } \
     if (((flags & 1u) != 0u)) { \
         /* built by kernels::abi::write_results_as */ \
-        const float sk_e164 = sk_load_x((base + ow_at)); \
-        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e164) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e164); \
+        const float sk_e228 = sk_load_x((base + ow_at)); \
+        float ow_v_x = (((sk_bitcast<unsigned int>(sk_e228) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e228); \
         float ow_v = (ow_v_x / temp); \
         if ((threadIdx.x == 0u)) { \
             logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u)); \

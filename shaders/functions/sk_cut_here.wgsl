@@ -53,33 +53,42 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                     // built by kernels::filter_top_p::cut_part
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
-                        var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e3: u32 = (col_hi - col_lo);
-                        let sk_e2: f32 = sk_load_x((base + (col_lo + select((sk_e3 - 1u), li0, (li0 < sk_e3)))));
-                        var zx0: f32 = select(sk_e2, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e2) & 2147483647u) > 2139095040u));
+                        var li0: u32 = i0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e5: u32 = (col_hi - col_lo);
-                        let sk_e4: f32 = sk_load_x((base + (col_lo + select((sk_e5 - 1u), li1, (li1 < sk_e5)))));
-                        var zx1: f32 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e7: u32 = (col_hi - col_lo);
-                        let sk_e6: f32 = sk_load_x((base + (col_lo + select((sk_e7 - 1u), li2, (li2 < sk_e7)))));
-                        var zx2: f32 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e9: u32 = (col_hi - col_lo);
-                        let sk_e8: f32 = sk_load_x((base + (col_lo + select((sk_e9 - 1u), li3, (li3 < sk_e9)))));
-                        var zx3: f32 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < (col_hi - col_lo))) {
+                            sk_read_step_37(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            let sk_e7: u32 = (col_hi - col_lo);
+                            let sk_e6: f32 = sk_load_x(((base + col_lo) + select((sk_e7 - 1u), li0, (li0 < sk_e7))));
+                            zx0 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
+                            let sk_e9: u32 = (col_hi - col_lo);
+                            let sk_e8: f32 = sk_load_x(((base + col_lo) + select((sk_e9 - 1u), li1, (li1 < sk_e9))));
+                            zx1 = select(sk_e8, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e8) & 2147483647u) > 2139095040u));
+                            let sk_e11: u32 = (col_hi - col_lo);
+                            let sk_e10: f32 = sk_load_x(((base + col_lo) + select((sk_e11 - 1u), li2, (li2 < sk_e11))));
+                            zx2 = select(sk_e10, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e10) & 2147483647u) > 2139095040u));
+                            let sk_e13: u32 = (col_hi - col_lo);
+                            let sk_e12: f32 = sk_load_x(((base + col_lo) + select((sk_e13 - 1u), li3, (li3 < sk_e13))));
+                            zx3 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+                        }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_28(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_38(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_28(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_38(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_28(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_38(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_28(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_38(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                     }
                 } else {

@@ -52,29 +52,38 @@ fn sk_cut_here_2(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, base: 
                     // built by kernels::filter_top_p::cut_part
                     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
                         // built by kernels::filter_values::for_each_read
-                        var li0: u32 = (i0 + (BLOCK * 0u));
-                        let sk_e2: u32 = (col_hi - col_lo);
-                        var zx0: f32 = sk_load_x((base + (col_lo + select((sk_e2 - 1u), li0, (li0 < sk_e2)))));
+                        var li0: u32 = i0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (i0 + (BLOCK * 1u));
-                        let sk_e3: u32 = (col_hi - col_lo);
-                        var zx1: f32 = sk_load_x((base + (col_lo + select((sk_e3 - 1u), li1, (li1 < sk_e3)))));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (i0 + (BLOCK * 2u));
-                        let sk_e4: u32 = (col_hi - col_lo);
-                        var zx2: f32 = sk_load_x((base + (col_lo + select((sk_e4 - 1u), li2, (li2 < sk_e4)))));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (i0 + (BLOCK * 3u));
-                        let sk_e5: u32 = (col_hi - col_lo);
-                        var zx3: f32 = sk_load_x((base + (col_lo + select((sk_e5 - 1u), li3, (li3 < sk_e5)))));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < (col_hi - col_lo))) {
+                            sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            let sk_e2: u32 = (col_hi - col_lo);
+                            zx0 = sk_load_x(((base + col_lo) + select((sk_e2 - 1u), li0, (li0 < sk_e2))));
+                            let sk_e3: u32 = (col_hi - col_lo);
+                            zx1 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li1, (li1 < sk_e3))));
+                            let sk_e4: u32 = (col_hi - col_lo);
+                            zx2 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li2, (li2 < sk_e4))));
+                            let sk_e5: u32 = (col_hi - col_lo);
+                            zx3 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li3, (li3 < sk_e5))));
+                        }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_30(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_40(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_30(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_40(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_30(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_40(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_30(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                            sk_read_step_40(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
                         }
                     }
                 } else {

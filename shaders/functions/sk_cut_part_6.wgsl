@@ -26,17 +26,17 @@ fn sk_cut_part_6(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, temp: f32, cu
         var zx2: f32 = bitcast<f32>(4286578688u);
         var zx3: f32 = bitcast<f32>(4286578688u);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e18: u32 = (col_lo + i0);
-        if (((sk_e18 < col_hi) && ((col_hi - sk_e18) >= 4u))) {
+        let sk_e22: u32 = (col_lo + i0);
+        if (((sk_e22 < col_hi) && ((col_hi - sk_e22) >= 4u))) {
             // built by kernels::abi::load_quad_as
-            let sk_e19: f32 = sk_load_x((zx_at + 0u));
-            zx0 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
-            let sk_e20: f32 = sk_load_x((zx_at + 1u));
-            zx1 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
-            let sk_e21: f32 = sk_load_x((zx_at + 2u));
-            zx2 = select(sk_e21, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e21) & 2147483647u) > 2139095040u));
-            let sk_e22: f32 = sk_load_x((zx_at + 3u));
-            zx3 = select(sk_e22, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e22) & 2147483647u) > 2139095040u));
+            let sk_e23: f32 = sk_load_x((zx_at + 0u));
+            zx0 = select(sk_e23, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e23) & 2147483647u) > 2139095040u));
+            let sk_e24: f32 = sk_load_x((zx_at + 1u));
+            zx1 = select(sk_e24, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e24) & 2147483647u) > 2139095040u));
+            let sk_e25: f32 = sk_load_x((zx_at + 2u));
+            zx2 = select(sk_e25, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e25) & 2147483647u) > 2139095040u));
+            let sk_e26: f32 = sk_load_x((zx_at + 3u));
+            zx3 = select(sk_e26, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e26) & 2147483647u) > 2139095040u));
         } else {
             sk_load_quad_as_10(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
         }
@@ -95,17 +95,17 @@ fn sk_cut_part_6(sk_lid: u32, base: u32, col_lo: u32, col_hi: u32, temp: f32, cu
         var zx2: f32 = bitcast<f32>(4286578688u);
         var zx3: f32 = bitcast<f32>(4286578688u);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e39: u32 = (col_lo + i0);
-        if (((sk_e39 < col_hi) && ((col_hi - sk_e39) >= 4u))) {
+        let sk_e43: u32 = (col_lo + i0);
+        if (((sk_e43 < col_hi) && ((col_hi - sk_e43) >= 4u))) {
             // built by kernels::abi::load_quad_as
-            let sk_e40: f32 = sk_load_x((zx_at + 0u));
-            zx0 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
-            let sk_e41: f32 = sk_load_x((zx_at + 1u));
-            zx1 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
-            let sk_e42: f32 = sk_load_x((zx_at + 2u));
-            zx2 = select(sk_e42, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e42) & 2147483647u) > 2139095040u));
-            let sk_e43: f32 = sk_load_x((zx_at + 3u));
-            zx3 = select(sk_e43, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e43) & 2147483647u) > 2139095040u));
+            let sk_e44: f32 = sk_load_x((zx_at + 0u));
+            zx0 = select(sk_e44, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e44) & 2147483647u) > 2139095040u));
+            let sk_e45: f32 = sk_load_x((zx_at + 1u));
+            zx1 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+            let sk_e46: f32 = sk_load_x((zx_at + 2u));
+            zx2 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+            let sk_e47: f32 = sk_load_x((zx_at + 3u));
+            zx3 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
         } else {
             sk_load_quad_as_10(col_lo, i0, col_hi, base, &zx0, &zx1, &zx2, &zx3);
         }

@@ -151,8 +151,8 @@ fn sk_cut_row(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk: u32,
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e69: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e69)) + 1lu), tn64, sk_e69)));
+    let sk_e73: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e73)) + 1lu), tn64, sk_e73)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -205,8 +205,8 @@ fn sk_cut_row(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk: u32,
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e70: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e70, 463u)]), (sk_e70 < 464u)));
+                let sk_e74: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e74, 463u)]), (sk_e74 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -260,14 +260,7 @@ fn sk_cut_row(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk: u32,
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
-            let sk_e72: f32 = sk_load_x((base + rcol));
-            var rz_x: f32 = select(sk_e72, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e72) & 2147483647u) > 2139095040u));
-            var rz: f32 = (rz_x / temp);
-            if (cut_seeded) {
-                sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
-            } else {
-                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
-            }
+            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
         }
     }
     *sk_io_sel_mask = sel_mask;

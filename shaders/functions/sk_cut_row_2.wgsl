@@ -30,8 +30,8 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
             var ri_p: u32 = (i / 640u);
             var ri_key: u32 = 0u;
             if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-                let sk_e75: u32 = (i / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e75) * 1317u) + (5u + ((i - (sk_e75 * 640u)) * 2u)))]);
+                let sk_e79: u32 = (i / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e79) * 1317u) + (5u + ((i - (sk_e79 * 640u)) * 2u)))]);
             }
             var dk: u32 = ri_key;
             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
@@ -140,8 +140,8 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e77: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e77)) + 1lu), tn64, sk_e77)));
+    let sk_e81: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e81)) + 1lu), tn64, sk_e81)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -154,12 +154,12 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
         var ri_key: u32 = 0u;
         if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
             // built by kernels::filter_top_p::select_in_range
-            let sk_e78: u32 = (ti / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e78) * 1317u) + (5u + ((ti - (sk_e78 * 640u)) * 2u)))]);
+            let sk_e82: u32 = (ti / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e82) * 1317u) + (5u + ((ti - (sk_e82 * 640u)) * 2u)))]);
         }
         var tk_key: u32 = ri_key;
-        let sk_e79: u32 = (ti / 640u);
-        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e79) * 1317u) + (6u + ((ti - (sk_e79 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+        let sk_e83: u32 = (ti / 640u);
+        var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e83) * 1317u) + (6u + ((ti - (sk_e83 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
         if ((tk != 0u)) {
             var t_in: u32 = (t_top - tk);
             var t_d: u32 = t_in;
@@ -193,12 +193,12 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
                     var ri_key: u32 = 0u;
                     if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                         // built by kernels::filter_top_p::select_in_range
-                        let sk_e80: u32 = (ti / 640u);
-                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e80) * 1317u) + (5u + ((ti - (sk_e80 * 640u)) * 2u)))]);
+                        let sk_e84: u32 = (ti / 640u);
+                        ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e84) * 1317u) + (5u + ((ti - (sk_e84 * 640u)) * 2u)))]);
                     }
                     var tk_key: u32 = ri_key;
-                    let sk_e81: u32 = (ti / 640u);
-                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e81) * 1317u) + (6u + ((ti - (sk_e81 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+                    let sk_e85: u32 = (ti / 640u);
+                    var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e85) * 1317u) + (6u + ((ti - (sk_e85 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
                     if ((tk != 0u)) {
                         sk_within(t_top, t_from, tk, t_span);
                     }
@@ -210,8 +210,8 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e82: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e82, 463u)]), (sk_e82 < 464u)));
+                let sk_e86: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e86, 463u)]), (sk_e86 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -245,12 +245,12 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
             var ri_key: u32 = 0u;
             if (((ti - (ri_p * 640u)) < listed_cols[ri_p])) {
                 // built by kernels::filter_top_p::select_in_range
-                let sk_e84: u32 = (ti / 640u);
-                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e84) * 1317u) + (5u + ((ti - (sk_e84 * 640u)) * 2u)))]);
+                let sk_e88: u32 = (ti / 640u);
+                ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e88) * 1317u) + (5u + ((ti - (sk_e88 * 640u)) * 2u)))]);
             }
             var tk_key: u32 = ri_key;
-            let sk_e85: u32 = (ti / 640u);
-            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e85) * 1317u) + (6u + ((ti - (sk_e85 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
+            let sk_e89: u32 = (ti / 640u);
+            var tk: u32 = select(0u, (atomicLoad(&partials[((((row_slot * parts) + sk_e89) * 1317u) + (6u + ((ti - (sk_e89 * 640u)) * 2u)))]) ^ 4294967295u), (tk_key == sel_key));
             if ((tk != 0u)) {
                 sk_within_2(t_top, t_list_lo, tk, t_list_width);
             }
@@ -272,22 +272,15 @@ fn sk_cut_row_2(sk_lid: u32, parts: u32, row_slot: u32, kk: u32, pp: f32, mp: f3
         var ri_p: u32 = (i / 640u);
         var ri_key: u32 = 0u;
         if (((i - (ri_p * 640u)) < listed_cols[ri_p])) {
-            let sk_e86: u32 = (i / 640u);
-            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e86) * 1317u) + (5u + ((i - (sk_e86 * 640u)) * 2u)))]);
+            let sk_e90: u32 = (i / 640u);
+            ri_key = atomicLoad(&partials[((((row_slot * parts) + sk_e90) * 1317u) + (5u + ((i - (sk_e90 * 640u)) * 2u)))]);
         }
         var rk: u32 = ri_key;
-        let sk_e87: u32 = (i / 640u);
-        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e87) * 1317u) + (6u + ((i - (sk_e87 * 640u)) * 2u)))]);
+        let sk_e91: u32 = (i / 640u);
+        var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e91) * 1317u) + (6u + ((i - (sk_e91 * 640u)) * 2u)))]);
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (sk_exp_nonpositive(rov) >= mp))) {
-            let sk_e88: f32 = sk_load_x((base + rcol));
-            var rz_x: f32 = select(sk_e88, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e88) & 2147483647u) > 2139095040u));
-            var rz: f32 = (rz_x / temp);
-            if (cut_seeded) {
-                sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
-            } else {
-                sk_race_one(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
-            }
+            sk_select_in_range_2(base, rcol, temp, cut_seeded, rov, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
         }
     }
     *sk_io_sel_mask = sel_mask;

@@ -13,8 +13,8 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e91: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e91)) + 1lu), tn64, sk_e91)));
+    let sk_e95: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e95)) + 1lu), tn64, sk_e95)));
     var t_kept: u32 = select(0u, ties, (sk_exp_nonpositive(bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp));
     var t_part: u32 = 0u;
     var t_left: u32 = 0u;
@@ -37,8 +37,8 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e92: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e92 > best) || ((sk_e92 == best) && (w_i < best_i)))) {
+                    let sk_e96: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e96 > best) || ((sk_e96 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -47,12 +47,12 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e94: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e93: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e94 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e94 + 0u)]))));
-                    if (((sk_e93 > best64) || ((sk_e93 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e98: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e97: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e98 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e98 + 0u)]))));
+                    if (((sk_e97 > best64) || ((sk_e97 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e95: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e95 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e95 + 0u)]))));
+                        let sk_e99: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e99 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e99 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -78,8 +78,8 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
         var t_mine: u32 = 0u;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e96: f32 = sk_load_x((base + col));
-            var tz_x: f32 = select(sk_e96, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e96) & 2147483647u) > 2139095040u));
+            let sk_e100: f32 = sk_load_x((base + col));
+            var tz_x: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
             if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -90,16 +90,16 @@ fn sk_cut_row_3(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_n:
         t_rank0 = sk_block_scan(sk_lid, t_mine);
         var t_rank: u32 = t_rank0;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e97: f32 = sk_load_x((base + col));
-            var tz_x: f32 = select(sk_e97, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e97) & 2147483647u) > 2139095040u));
+            let sk_e101: f32 = sk_load_x((base + col));
+            var tz_x: f32 = select(sk_e101, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e101) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
             if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 if ((t_rank < t_cut_left)) {
                     if (cut_seeded) {
-                        sk_race_one_2(tov, noisy, row, col, &best64, &best64_i);
+                        sk_race_one(tov, noisy, row, col, &best64, &best64_i);
                     } else {
-                        sk_race_one(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best, &best_i);
+                        sk_race_one_2(col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best, &best_i);
                     }
                 }
                 t_rank = (t_rank + 1u);

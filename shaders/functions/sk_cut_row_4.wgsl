@@ -46,7 +46,7 @@ fn sk_cut_row_4(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, cut_mx
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             var dk: u32 = listed_cols[i];
             if (((dk != 0u) && ((dk & sel_mask) == sel_key))) {
-                sk_select_in_range_2(dk, shift, cut_mx, &cnt, &mas);
+                sk_select_in_range_3(dk, shift, cut_mx, &cnt, &mas);
             }
         }
         var cnt_s0: u32 = 0u;
@@ -260,13 +260,7 @@ fn sk_cut_row_4(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, cut_mx
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
-            var rz_x: f32 = sk_load_x((base + rcol));
-            var rz: f32 = select((0.0f), rz_x, ((rz_x > (0.0f)) && (rz_x < bitcast<f32>(2139095040u))));
-            if (cut_seeded) {
-                sk_race_one_4(rz, noisy, row, rcol, &best64, &best64_i);
-            } else {
-                sk_race_one_3(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
-            }
+            sk_select_in_range_4(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
         }
     }
     *sk_io_sel_mask = sel_mask;

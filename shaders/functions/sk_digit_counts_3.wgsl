@@ -48,49 +48,72 @@ fn sk_digit_counts_3(sk_lid: u32, listed: bool, n_list: u32, base: u32, mx: f32,
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_13(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_13(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_13(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_13(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                 }
             } else {
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        // built by kernels::filter_values::read_step
+                        var zx_at: u32 = ((base + col_lo) + i0);
+                        zx0 = sk_load_x(zx_at);
+                        zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                        zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                        zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_13(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li0, zx0, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_13(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li1, zx1, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_13(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li2, zx2, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_13(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
+                        sk_read_step_17(col_lo, li3, zx3, sel_mask, sel_key, mx, shift, &cnt, &mas);
                     }
                 }
             }

@@ -20,8 +20,8 @@ fn sk_digit_counts_5(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e12: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e12, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e12) & 2147483647u) > 2139095040u));
+            let sk_e20: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -49,57 +49,59 @@ fn sk_digit_counts_5(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e13: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e14: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e14, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e14) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e15: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e16: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e16, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e16) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_21(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_21(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_21(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_21(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                 }
             } else {
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e17: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e18: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e18, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e18) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e19: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e19, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e19) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e20: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e20, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e20) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_7(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_21(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_21(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_21(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_21(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_25(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                 }
             }
@@ -213,8 +215,8 @@ fn sk_digit_counts_5(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         // built by kernels::filters::select_step
         var tn64: vec2<u32> = vec2<u32>(sel_tn, 0u);
         var tie_v: vec2<u32> = sk_div64(sel_tm, select(tn64, vec2<u32>(1u, 0u), all(tn64 == vec2<u32>(0u, 0u))));
-        let sk_e21: bool = all(tie_v == vec2<u32>(0u, 0u));
-        var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e21)), vec2<u32>(1u, 0u)), tn64, sk_e21), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e21)), vec2<u32>(1u, 0u)), tn64, sk_e21)))).x;
+        let sk_e37: bool = all(tie_v == vec2<u32>(0u, 0u));
+        var ties: u32 = (select(select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e37)), vec2<u32>(1u, 0u)), tn64, sk_e37), select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), sk_lt64(select(vec2<u32>((kk - sel_n), 0u), tn64, sk_lt64(tn64, vec2<u32>((kk - sel_n), 0u))), select(sk_add64(sk_div64(sk_sub64(lim, sel_m), select(tie_v, vec2<u32>(1u, 0u), sk_e37)), vec2<u32>(1u, 0u)), tn64, sk_e37)))).x;
         lim = sk_fraction(pp, sk_add64(sel_m, sk_mul64(vec2<u32>(ties, 0u), tie_v)));
         sel_key = 0u;
         sel_mask = 0u;

@@ -20,8 +20,8 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e189: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
+            let sk_e293: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e293, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e293) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -49,57 +49,59 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e190: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e190, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e190) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e191: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e191, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e191) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e192: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e192, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e192) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e193: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_5(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_5(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_5(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_5(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                 }
             } else {
                 for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                     // built by kernels::filter_values::for_each_read
-                    var li0: u32 = (i0 + (BLOCK * 0u));
-                    let sk_e194: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e194, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e194) & 2147483647u) > 2139095040u));
+                    var li0: u32 = i0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (i0 + (BLOCK * 1u));
-                    let sk_e195: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (i0 + (BLOCK * 2u));
-                    let sk_e196: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e196, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e196) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (i0 + (BLOCK * 3u));
-                    let sk_e197: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e197, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e197) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_37(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_5(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_5(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_5(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_5(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
+                        sk_read_step_8(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, shift, &cnt, &mas);
                     }
                 }
             }

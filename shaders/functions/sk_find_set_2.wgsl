@@ -34,25 +34,39 @@ fn sk_find_set_2(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var sweep_n: u32 = (col_hi - col_lo);
             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                 // built by kernels::filter_values::for_each_read
-                var li0: u32 = (i0 + (BLOCK * 0u));
-                var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                var li0: u32 = i0;
+                var zx0: f32 = (0.0f);
                 var li1: u32 = (i0 + (BLOCK * 1u));
-                var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                var zx1: f32 = (0.0f);
                 var li2: u32 = (i0 + (BLOCK * 2u));
-                var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                var zx2: f32 = (0.0f);
                 var li3: u32 = (i0 + (BLOCK * 3u));
-                var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                var zx3: f32 = (0.0f);
+                if ((li3 < sweep_n)) {
+                    // built by kernels::filter_values::read_step
+                    var zx_at: u32 = ((base + col_lo) + i0);
+                    zx0 = sk_load_x(zx_at);
+                    zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                    zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                    zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                } else {
+                    // built by kernels::filter_values::read_step
+                    zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                    zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                    zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                    zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_8(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_8(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_8(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
                 }
             }
         }

@@ -18,8 +18,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e181: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e181 - sel_a), sk_e181, in_a);
+    let sk_e281: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e281 - sel_a), sk_e281, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -34,29 +34,30 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var sweep_n: u32 = (col_hi - col_lo);
             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                 // built by kernels::filter_values::for_each_read
-                var li0: u32 = (i0 + (BLOCK * 0u));
-                let sk_e182: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                var zx0: f32 = select(sk_e182, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e182) & 2147483647u) > 2139095040u));
+                var li0: u32 = i0;
+                var zx0: f32 = (0.0f);
                 var li1: u32 = (i0 + (BLOCK * 1u));
-                let sk_e183: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                var zx1: f32 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
+                var zx1: f32 = (0.0f);
                 var li2: u32 = (i0 + (BLOCK * 2u));
-                let sk_e184: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                var zx2: f32 = select(sk_e184, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e184) & 2147483647u) > 2139095040u));
+                var zx2: f32 = (0.0f);
                 var li3: u32 = (i0 + (BLOCK * 3u));
-                let sk_e185: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                var zx3: f32 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
+                var zx3: f32 = (0.0f);
+                if ((li3 < sweep_n)) {
+                    sk_read_step_37(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                } else {
+                    sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                }
                 if ((li0 < sweep_n)) {
-                    sk_read_step(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
+                    sk_read_step_3(col_lo, li0, zx0, temp, mx, sel_mask, sel_key, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
+                    sk_read_step_3(col_lo, li1, zx1, temp, mx, sel_mask, sel_key, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
+                    sk_read_step_3(col_lo, li2, zx2, temp, mx, sel_mask, sel_key, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
+                    sk_read_step_3(col_lo, li3, zx3, temp, mx, sel_mask, sel_key, &list_at);
                 }
             }
         }
@@ -69,8 +70,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e186: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e186, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e186) & 2147483647u) > 2139095040u));
+            let sk_e290: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e290, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e290) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -94,8 +95,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e187: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
+            let sk_e291: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e291, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e291) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -135,8 +136,8 @@ fn sk_find_set_4(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e188: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e188 == (sel_n + min(sel_tn, 64u))) || (!((sk_e188 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e292: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e292 == (sel_n + min(sel_tn, 64u))) || (!((sk_e292 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

@@ -18,8 +18,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e126: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e126 - sel_a), sk_e126, in_a);
+    let sk_e174: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e174 - sel_a), sk_e174, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -34,25 +34,34 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
             var sweep_n: u32 = (col_hi - col_lo);
             for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
                 // built by kernels::filter_values::for_each_read
-                var li0: u32 = (i0 + (BLOCK * 0u));
-                var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                var li0: u32 = i0;
+                var zx0: f32 = (0.0f);
                 var li1: u32 = (i0 + (BLOCK * 1u));
-                var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                var zx1: f32 = (0.0f);
                 var li2: u32 = (i0 + (BLOCK * 2u));
-                var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                var zx2: f32 = (0.0f);
                 var li3: u32 = (i0 + (BLOCK * 3u));
-                var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                var zx3: f32 = (0.0f);
+                if ((li3 < sweep_n)) {
+                    sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                } else {
+                    // built by kernels::filter_values::read_step
+                    zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                    zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                    zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                    zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_8(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li0, zx0, sel_mask, sel_key, mx, &list_at);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_8(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li1, zx1, sel_mask, sel_key, mx, &list_at);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_8(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li2, zx2, sel_mask, sel_key, mx, &list_at);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_8(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
+                    sk_read_step_11(col_lo, li3, zx3, sel_mask, sel_key, mx, &list_at);
                 }
             }
         }
@@ -129,8 +138,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e127: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e127 == (sel_n + min(sel_tn, 64u))) || (!((sk_e127 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e175: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e175 == (sel_n + min(sel_tn, 64u))) || (!((sk_e175 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

@@ -10,133 +10,171 @@ fn sk_for_each_read_4(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row_m: f
     var rm_own: u64 = 0lu;
     for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
         // built by kernels::filter_values::for_each_read
-        var li0: u32 = (i0 + (BLOCK * 0u));
-        let sk_e77: u32 = (col_hi - col_lo);
-        var zx0: f32 = sk_load_x((base + (col_lo + select((sk_e77 - 1u), li0, (li0 < sk_e77)))));
+        var li0: u32 = i0;
+        var zx0: f32 = (0.0f);
         var li1: u32 = (i0 + (BLOCK * 1u));
-        let sk_e78: u32 = (col_hi - col_lo);
-        var zx1: f32 = sk_load_x((base + (col_lo + select((sk_e78 - 1u), li1, (li1 < sk_e78)))));
+        var zx1: f32 = (0.0f);
         var li2: u32 = (i0 + (BLOCK * 2u));
-        let sk_e79: u32 = (col_hi - col_lo);
-        var zx2: f32 = sk_load_x((base + (col_lo + select((sk_e79 - 1u), li2, (li2 < sk_e79)))));
+        var zx2: f32 = (0.0f);
         var li3: u32 = (i0 + (BLOCK * 3u));
-        let sk_e80: u32 = (col_hi - col_lo);
-        var zx3: f32 = sk_load_x((base + (col_lo + select((sk_e80 - 1u), li3, (li3 < sk_e80)))));
+        var zx3: f32 = (0.0f);
         var li4: u32 = (i0 + (BLOCK * 4u));
-        let sk_e81: u32 = (col_hi - col_lo);
-        var zx4: f32 = sk_load_x((base + (col_lo + select((sk_e81 - 1u), li4, (li4 < sk_e81)))));
+        var zx4: f32 = (0.0f);
         var li5: u32 = (i0 + (BLOCK * 5u));
-        let sk_e82: u32 = (col_hi - col_lo);
-        var zx5: f32 = sk_load_x((base + (col_lo + select((sk_e82 - 1u), li5, (li5 < sk_e82)))));
+        var zx5: f32 = (0.0f);
         var li6: u32 = (i0 + (BLOCK * 6u));
-        let sk_e83: u32 = (col_hi - col_lo);
-        var zx6: f32 = sk_load_x((base + (col_lo + select((sk_e83 - 1u), li6, (li6 < sk_e83)))));
+        var zx6: f32 = (0.0f);
         var li7: u32 = (i0 + (BLOCK * 7u));
-        let sk_e84: u32 = (col_hi - col_lo);
-        var zx7: f32 = sk_load_x((base + (col_lo + select((sk_e84 - 1u), li7, (li7 < sk_e84)))));
+        var zx7: f32 = (0.0f);
         var li8: u32 = (i0 + (BLOCK * 8u));
-        let sk_e85: u32 = (col_hi - col_lo);
-        var zx8: f32 = sk_load_x((base + (col_lo + select((sk_e85 - 1u), li8, (li8 < sk_e85)))));
+        var zx8: f32 = (0.0f);
         var li9: u32 = (i0 + (BLOCK * 9u));
-        let sk_e86: u32 = (col_hi - col_lo);
-        var zx9: f32 = sk_load_x((base + (col_lo + select((sk_e86 - 1u), li9, (li9 < sk_e86)))));
+        var zx9: f32 = (0.0f);
         var li10: u32 = (i0 + (BLOCK * 10u));
-        let sk_e87: u32 = (col_hi - col_lo);
-        var zx10: f32 = sk_load_x((base + (col_lo + select((sk_e87 - 1u), li10, (li10 < sk_e87)))));
+        var zx10: f32 = (0.0f);
         var li11: u32 = (i0 + (BLOCK * 11u));
-        let sk_e88: u32 = (col_hi - col_lo);
-        var zx11: f32 = sk_load_x((base + (col_lo + select((sk_e88 - 1u), li11, (li11 < sk_e88)))));
+        var zx11: f32 = (0.0f);
         var li12: u32 = (i0 + (BLOCK * 12u));
-        let sk_e89: u32 = (col_hi - col_lo);
-        var zx12: f32 = sk_load_x((base + (col_lo + select((sk_e89 - 1u), li12, (li12 < sk_e89)))));
+        var zx12: f32 = (0.0f);
         var li13: u32 = (i0 + (BLOCK * 13u));
-        let sk_e90: u32 = (col_hi - col_lo);
-        var zx13: f32 = sk_load_x((base + (col_lo + select((sk_e90 - 1u), li13, (li13 < sk_e90)))));
+        var zx13: f32 = (0.0f);
         var li14: u32 = (i0 + (BLOCK * 14u));
-        let sk_e91: u32 = (col_hi - col_lo);
-        var zx14: f32 = sk_load_x((base + (col_lo + select((sk_e91 - 1u), li14, (li14 < sk_e91)))));
+        var zx14: f32 = (0.0f);
         var li15: u32 = (i0 + (BLOCK * 15u));
-        let sk_e92: u32 = (col_hi - col_lo);
-        var zx15: f32 = sk_load_x((base + (col_lo + select((sk_e92 - 1u), li15, (li15 < sk_e92)))));
+        var zx15: f32 = (0.0f);
+        if ((li15 < (col_hi - col_lo))) {
+            // built by kernels::filter_values::read_step
+            var zx_at: u32 = ((base + col_lo) + i0);
+            zx0 = sk_load_x(zx_at);
+            zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+            zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+            zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+            zx4 = sk_load_x((zx_at + (BLOCK * 4u)));
+            zx5 = sk_load_x((zx_at + (BLOCK * 5u)));
+            zx6 = sk_load_x((zx_at + (BLOCK * 6u)));
+            zx7 = sk_load_x((zx_at + (BLOCK * 7u)));
+            zx8 = sk_load_x((zx_at + (BLOCK * 8u)));
+            zx9 = sk_load_x((zx_at + (BLOCK * 9u)));
+            zx10 = sk_load_x((zx_at + (BLOCK * 10u)));
+            zx11 = sk_load_x((zx_at + (BLOCK * 11u)));
+            zx12 = sk_load_x((zx_at + (BLOCK * 12u)));
+            zx13 = sk_load_x((zx_at + (BLOCK * 13u)));
+            zx14 = sk_load_x((zx_at + (BLOCK * 14u)));
+            zx15 = sk_load_x((zx_at + (BLOCK * 15u)));
+        } else {
+            // built by kernels::filter_values::read_step
+            let sk_e105: u32 = (col_hi - col_lo);
+            zx0 = sk_load_x(((base + col_lo) + select((sk_e105 - 1u), li0, (li0 < sk_e105))));
+            let sk_e106: u32 = (col_hi - col_lo);
+            zx1 = sk_load_x(((base + col_lo) + select((sk_e106 - 1u), li1, (li1 < sk_e106))));
+            let sk_e107: u32 = (col_hi - col_lo);
+            zx2 = sk_load_x(((base + col_lo) + select((sk_e107 - 1u), li2, (li2 < sk_e107))));
+            let sk_e108: u32 = (col_hi - col_lo);
+            zx3 = sk_load_x(((base + col_lo) + select((sk_e108 - 1u), li3, (li3 < sk_e108))));
+            let sk_e109: u32 = (col_hi - col_lo);
+            zx4 = sk_load_x(((base + col_lo) + select((sk_e109 - 1u), li4, (li4 < sk_e109))));
+            let sk_e110: u32 = (col_hi - col_lo);
+            zx5 = sk_load_x(((base + col_lo) + select((sk_e110 - 1u), li5, (li5 < sk_e110))));
+            let sk_e111: u32 = (col_hi - col_lo);
+            zx6 = sk_load_x(((base + col_lo) + select((sk_e111 - 1u), li6, (li6 < sk_e111))));
+            let sk_e112: u32 = (col_hi - col_lo);
+            zx7 = sk_load_x(((base + col_lo) + select((sk_e112 - 1u), li7, (li7 < sk_e112))));
+            let sk_e113: u32 = (col_hi - col_lo);
+            zx8 = sk_load_x(((base + col_lo) + select((sk_e113 - 1u), li8, (li8 < sk_e113))));
+            let sk_e114: u32 = (col_hi - col_lo);
+            zx9 = sk_load_x(((base + col_lo) + select((sk_e114 - 1u), li9, (li9 < sk_e114))));
+            let sk_e115: u32 = (col_hi - col_lo);
+            zx10 = sk_load_x(((base + col_lo) + select((sk_e115 - 1u), li10, (li10 < sk_e115))));
+            let sk_e116: u32 = (col_hi - col_lo);
+            zx11 = sk_load_x(((base + col_lo) + select((sk_e116 - 1u), li11, (li11 < sk_e116))));
+            let sk_e117: u32 = (col_hi - col_lo);
+            zx12 = sk_load_x(((base + col_lo) + select((sk_e117 - 1u), li12, (li12 < sk_e117))));
+            let sk_e118: u32 = (col_hi - col_lo);
+            zx13 = sk_load_x(((base + col_lo) + select((sk_e118 - 1u), li13, (li13 < sk_e118))));
+            let sk_e119: u32 = (col_hi - col_lo);
+            zx14 = sk_load_x(((base + col_lo) + select((sk_e119 - 1u), li14, (li14 < sk_e119))));
+            let sk_e120: u32 = (col_hi - col_lo);
+            zx15 = sk_load_x(((base + col_lo) + select((sk_e120 - 1u), li15, (li15 < sk_e120))));
+        }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e93: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e93 / row_m), (1.0f), (sk_e93 == row_m))));
+            let sk_e121: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e121 / row_m), (1.0f), (sk_e121 == row_m))));
         }
         if ((li1 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e94: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e94 / row_m), (1.0f), (sk_e94 == row_m))));
+            let sk_e122: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e122 / row_m), (1.0f), (sk_e122 == row_m))));
         }
         if ((li2 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e95: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e95 / row_m), (1.0f), (sk_e95 == row_m))));
+            let sk_e123: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e123 / row_m), (1.0f), (sk_e123 == row_m))));
         }
         if ((li3 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e96: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m))));
+            let sk_e124: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e124 / row_m), (1.0f), (sk_e124 == row_m))));
         }
         if ((li4 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e97: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e97 / row_m), (1.0f), (sk_e97 == row_m))));
+            let sk_e125: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e125 / row_m), (1.0f), (sk_e125 == row_m))));
         }
         if ((li5 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e98: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e98 / row_m), (1.0f), (sk_e98 == row_m))));
+            let sk_e126: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e126 / row_m), (1.0f), (sk_e126 == row_m))));
         }
         if ((li6 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e99: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e99 / row_m), (1.0f), (sk_e99 == row_m))));
+            let sk_e127: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e127 / row_m), (1.0f), (sk_e127 == row_m))));
         }
         if ((li7 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e100: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e100 / row_m), (1.0f), (sk_e100 == row_m))));
+            let sk_e128: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e128 / row_m), (1.0f), (sk_e128 == row_m))));
         }
         if ((li8 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e101: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e101 / row_m), (1.0f), (sk_e101 == row_m))));
+            let sk_e129: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e129 / row_m), (1.0f), (sk_e129 == row_m))));
         }
         if ((li9 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e102: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e102 / row_m), (1.0f), (sk_e102 == row_m))));
+            let sk_e130: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e130 / row_m), (1.0f), (sk_e130 == row_m))));
         }
         if ((li10 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e103: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e103 / row_m), (1.0f), (sk_e103 == row_m))));
+            let sk_e131: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e131 / row_m), (1.0f), (sk_e131 == row_m))));
         }
         if ((li11 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e104: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e104 / row_m), (1.0f), (sk_e104 == row_m))));
+            let sk_e132: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e132 / row_m), (1.0f), (sk_e132 == row_m))));
         }
         if ((li12 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e105: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e105 / row_m), (1.0f), (sk_e105 == row_m))));
+            let sk_e133: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e133 / row_m), (1.0f), (sk_e133 == row_m))));
         }
         if ((li13 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e106: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e106 / row_m), (1.0f), (sk_e106 == row_m))));
+            let sk_e134: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e134 / row_m), (1.0f), (sk_e134 == row_m))));
         }
         if ((li14 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e107: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e107 / row_m), (1.0f), (sk_e107 == row_m))));
+            let sk_e135: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e135 / row_m), (1.0f), (sk_e135 == row_m))));
         }
         if ((li15 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e108: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e108 / row_m), (1.0f), (sk_e108 == row_m))));
+            let sk_e136: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + sk_fixed(select((sk_e136 / row_m), (1.0f), (sk_e136 == row_m))));
         }
     }
     var rm_row: u64 = 0lu;
@@ -144,9 +182,9 @@ fn sk_for_each_read_4(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row_m: f
     var lim_row: u64 = sk_fraction(pp, rm_row);
     n_lo = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e110: u32 = listed_cols[(1285u + r)];
-        let sk_e109: f32 = bitcast<f32>((sk_e110 ^ ((bitcast<u32>((bitcast<i32>(sk_e110) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select((sk_e109 / row_m), (1.0f), (sk_e109 == row_m));
+        let sk_e138: u32 = listed_cols[(1285u + r)];
+        let sk_e137: f32 = bitcast<f32>((sk_e138 ^ ((bitcast<u32>((bitcast<i32>(sk_e138) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select((sk_e137 / row_m), (1.0f), (sk_e137 == row_m));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         if ((base_r && (br <= lim_row))) {

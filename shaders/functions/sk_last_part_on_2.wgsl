@@ -37,10 +37,10 @@ fn sk_last_part_on_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
                             var ec_atu: u32 = u32(ec_at);
                             var ec_n: u32 = ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + (512u + (ec_atu >> 1u))))]) >> ((ec_atu & 1u) * 16u)) & 65535u);
                             part_keys[g] = (part_keys[g] + ec_n);
-                            let sk_e19: u32 = (512u + g);
-                            part_keys[sk_e19] = max(part_keys[sk_e19], ec_n);
-                            let sk_e20: u32 = (1024u + g);
-                            part_keys[sk_e20] = bitcast<u32>((bitcast<f32>(part_keys[sk_e20]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
+                            let sk_e51: u32 = (512u + g);
+                            part_keys[sk_e51] = max(part_keys[sk_e51], ec_n);
+                            let sk_e52: u32 = (1024u + g);
+                            part_keys[sk_e52] = bitcast<u32>((bitcast<f32>(part_keys[sk_e52]) + f32(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + (5u + ec_atu))]))));
                         }
                     }
                 }
@@ -59,8 +59,8 @@ fn sk_last_part_on_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
             var ec_unit: f32 = ((3500000000.0f) / ec_total);
             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                 // built by kernels::filter_top_p::place_cut
-                let sk_e21: u32 = (1024u + g);
-                part_keys[sk_e21] = u32((bitcast<f32>(part_keys[sk_e21]) * ec_unit));
+                let sk_e53: u32 = (1024u + g);
+                part_keys[sk_e53] = u32((bitcast<f32>(part_keys[sk_e53]) * ec_unit));
             }
             var ec_m_own: u32 = 0u;
             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
@@ -108,8 +108,8 @@ fn sk_last_part_on_2(sk_lid: u32, parts: u32, row_slot: u32, pp: f32, kk: u32) {
             for (var g: u32 = ec_g0; g < ec_g1; g = g + 1u) {
                 // built by kernels::filter_top_p::crossing
                 var ec_n_x: u32 = part_keys[(0u + g)];
-                let sk_e22: u32 = (kk - 1u);
-                if ((((kk < params.vocab) && (ec_n_cum <= sk_e22)) && ((ec_n_cum + ec_n_x) > sk_e22))) {
+                let sk_e54: u32 = (kk - 1u);
+                if ((((kk < params.vocab) && (ec_n_cum <= sk_e54)) && ((ec_n_cum + ec_n_x) > sk_e54))) {
                     ec_n_first = max(ec_n_first, (512u - g));
                     ec_n_near_start = select(0u, 1u, (((kk - 1u) - ec_n_cum) <= 0u));
                     ec_n_near_end = select(0u, 1u, (((ec_n_cum + ec_n_x) - (kk - 1u)) <= 0u));

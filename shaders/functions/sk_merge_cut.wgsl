@@ -35,12 +35,12 @@ fn sk_merge_cut(sk_lid: u32, slot: u32, parts: u32, row: u32, pp: f32, mp: f32, 
                 if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                     r_short = 1u;
                 }
-                let sk_e60: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
-                r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e60 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e60 + 0u)]))));
-                let sk_e61: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
-                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e61 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e61 + 0u)]))));
-                let sk_e62: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e62 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e62 + 0u)]))));
+                let sk_e64: u32 = ((((row_slot * parts) + p) * 1317u) + 1292u);
+                r_m_above = (r_m_above + ((u64(atomicLoad(&partials[(sk_e64 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e64 + 0u)]))));
+                let sk_e65: u32 = ((((row_slot * parts) + p) * 1317u) + 1294u);
+                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e65 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e65 + 0u)]))));
+                let sk_e66: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                r_m_below = (r_m_below + ((u64(atomicLoad(&partials[(sk_e66 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e66 + 0u)]))));
                 r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                 r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                 r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
@@ -49,8 +49,8 @@ fn sk_merge_cut(sk_lid: u32, slot: u32, parts: u32, row: u32, pp: f32, mp: f32, 
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e63: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                    if (((sk_e63 > best) || ((sk_e63 == best) && (w_i < best_i)))) {
+                    let sk_e67: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
+                    if (((sk_e67 > best) || ((sk_e67 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
                         best_i = w_i;
@@ -59,12 +59,12 @@ fn sk_merge_cut(sk_lid: u32, slot: u32, parts: u32, row: u32, pp: f32, mp: f32, 
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e65: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                    let sk_e64: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e65 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e65 + 0u)]))));
-                    if (((sk_e64 > best64) || ((sk_e64 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e69: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                    let sk_e68: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e69 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e69 + 0u)]))));
+                    if (((sk_e68 > best64) || ((sk_e68 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e66: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e66 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e66 + 0u)]))));
+                        let sk_e70: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e70 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e70 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -92,8 +92,8 @@ fn sk_merge_cut(sk_lid: u32, slot: u32, parts: u32, row: u32, pp: f32, mp: f32, 
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
             var cut_below_ends: bool = ((max_below_all == 0u) || (w_below_all < mp));
-            let sk_e67: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_sound: bool = select((((((sk_e67 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e67 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
+            let sk_e71: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_sound: bool = select((((((sk_e71 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e71 > max_below_all)) && ((n_above_all < kk) && (m_above_all <= cut_lim))) && ((((m_above_all + m_range_all) > cut_lim) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             var cut_sorted: bool = (cut_sound && cut_fits);
             var cut_one_value: bool = (((min_range_not_all ^ 4294967295u) == max_range_all) && (n_range_all > 0u));
             var cut_tied: bool = ((cut_sound && (!cut_fits)) && cut_one_value);
@@ -143,8 +143,8 @@ fn sk_merge_cut(sk_lid: u32, slot: u32, parts: u32, row: u32, pp: f32, mp: f32, 
                 }
                 if (((params.flags & 1u) != 0u)) {
                     // built by kernels::abi::write_results_as
-                    let sk_e100: f32 = sk_load_x((base + ow_at));
-                    var ow_v_x: f32 = select(sk_e100, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e100) & 2147483647u) > 2139095040u));
+                    let sk_e104: f32 = sk_load_x((base + ow_at));
+                    var ow_v_x: f32 = select(sk_e104, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e104) & 2147483647u) > 2139095040u));
                     var ow_v: f32 = (ow_v_x / temp);
                     if ((sk_lid == 0u)) {
                         logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - cut_mx) - sk_log(sk_fixed_f32(cut_row_mass))), ow_valid);

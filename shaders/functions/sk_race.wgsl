@@ -23,29 +23,30 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
             var quads: u32 = ((sweep_n + 3u) >> 2u);
             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                var li0: u32 = (c0 + 0u);
-                let sk_e28: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                var zx0: f32 = select(sk_e28, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e28) & 2147483647u) > 2139095040u));
+                var li0: u32 = c0;
+                var zx0: f32 = (0.0f);
                 var li1: u32 = (c0 + 1u);
-                let sk_e29: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                var zx1: f32 = select(sk_e29, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e29) & 2147483647u) > 2139095040u));
+                var zx1: f32 = (0.0f);
                 var li2: u32 = (c0 + 2u);
-                let sk_e30: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                var zx2: f32 = select(sk_e30, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e30) & 2147483647u) > 2139095040u));
+                var zx2: f32 = (0.0f);
                 var li3: u32 = (c0 + 3u);
-                let sk_e31: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                var zx3: f32 = select(sk_e31, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e31) & 2147483647u) > 2139095040u));
+                var zx3: f32 = (0.0f);
+                if ((li3 < sweep_n)) {
+                    sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                } else {
+                    sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_6(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_6(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_6(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
             }
         }
@@ -90,13 +91,13 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e32: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e32 ^ ((bitcast<u32>((bitcast<i32>(sk_e32) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e56: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e56 ^ ((bitcast<u32>((bitcast<i32>(sk_e56) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = f64(rk_v);
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e33: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e33 + 8u)], rows[(sk_e33 + 9u)], rows[(sk_e33 + 10u)], r)));
+                let sk_e57: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e57 + 8u)], rows[(sk_e57 + 9u)], rows[(sk_e57 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower
@@ -136,29 +137,30 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
                     var quads: u32 = ((sweep_n + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = (c0 + 0u);
-                        let sk_e34: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                        var zx0: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
+                        var li0: u32 = c0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (c0 + 1u);
-                        let sk_e35: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                        var zx1: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (c0 + 2u);
-                        let sk_e36: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                        var zx2: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (c0 + 3u);
-                        let sk_e37: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                        var zx3: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
                         }
                     }
                 }
@@ -177,29 +179,30 @@ fn sk_race(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, tem
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e38: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e39: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e40: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e41: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e41, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e41) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_2(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_3(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_3(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_3(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_3(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }

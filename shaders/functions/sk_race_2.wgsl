@@ -23,25 +23,34 @@ fn sk_race_2(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
             var quads: u32 = ((sweep_n + 3u) >> 2u);
             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                var li0: u32 = (c0 + 0u);
-                var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                var li0: u32 = c0;
+                var zx0: f32 = (0.0f);
                 var li1: u32 = (c0 + 1u);
-                var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                var zx1: f32 = (0.0f);
                 var li2: u32 = (c0 + 2u);
-                var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                var zx2: f32 = (0.0f);
                 var li3: u32 = (c0 + 3u);
-                var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                var zx3: f32 = (0.0f);
+                if ((li3 < sweep_n)) {
+                    sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                } else {
+                    // built by kernels::filter_values::read_step
+                    zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                    zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                    zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                    zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_14(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_18(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_14(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_18(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_14(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_18(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_14(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_18(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
             }
         }
@@ -132,25 +141,34 @@ fn sk_race_2(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                     var quads: u32 = ((sweep_n + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = (c0 + 0u);
-                        var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                        var li0: u32 = c0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (c0 + 1u);
-                        var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (c0 + 2u);
-                        var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (c0 + 3u);
-                        var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            // built by kernels::filter_values::read_step
+                            zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                            zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                            zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                            zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_11(col_lo, li0, zx0, rk_key, &rk_mine);
+                            sk_read_step_14(col_lo, li0, zx0, rk_key, &rk_mine);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_11(col_lo, li1, zx1, rk_key, &rk_mine);
+                            sk_read_step_14(col_lo, li1, zx1, rk_key, &rk_mine);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_11(col_lo, li2, zx2, rk_key, &rk_mine);
+                            sk_read_step_14(col_lo, li2, zx2, rk_key, &rk_mine);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_11(col_lo, li3, zx3, rk_key, &rk_mine);
+                            sk_read_step_14(col_lo, li3, zx3, rk_key, &rk_mine);
                         }
                     }
                 }
@@ -169,25 +187,34 @@ fn sk_race_2(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_10(col_lo, li0, zx0, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li0, zx0, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_10(col_lo, li1, zx1, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li1, zx1, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_10(col_lo, li2, zx2, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li2, zx2, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_10(col_lo, li3, zx3, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_13(col_lo, li3, zx3, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }

@@ -23,29 +23,30 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
             var quads: u32 = ((sweep_n + 3u) >> 2u);
             var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
             for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                var li0: u32 = (c0 + 0u);
-                let sk_e205: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                var zx0: f32 = select(sk_e205, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e205) & 2147483647u) > 2139095040u));
+                var li0: u32 = c0;
+                var zx0: f32 = (0.0f);
                 var li1: u32 = (c0 + 1u);
-                let sk_e206: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                var zx1: f32 = select(sk_e206, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e206) & 2147483647u) > 2139095040u));
+                var zx1: f32 = (0.0f);
                 var li2: u32 = (c0 + 2u);
-                let sk_e207: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                var zx2: f32 = select(sk_e207, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e207) & 2147483647u) > 2139095040u));
+                var zx2: f32 = (0.0f);
                 var li3: u32 = (c0 + 3u);
-                let sk_e208: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                var zx3: f32 = select(sk_e208, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e208) & 2147483647u) > 2139095040u));
+                var zx3: f32 = (0.0f);
+                if ((li3 < sweep_n)) {
+                    sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                } else {
+                    sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                }
                 if ((li0 < sweep_n)) {
-                    sk_read_step_6(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li1 < sweep_n)) {
-                    sk_read_step_6(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li2 < sweep_n)) {
-                    sk_read_step_6(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
                 if ((li3 < sweep_n)) {
-                    sk_read_step_6(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
+                    sk_read_step_9(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, &all_mass, &tie_rank);
                 }
             }
         }
@@ -90,13 +91,13 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e209: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e209 ^ ((bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e329: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e329 ^ ((bitcast<u32>((bitcast<i32>(sk_e329) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = f64(rk_v);
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e210: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e210 + 8u)], rows[(sk_e210 + 9u)], rows[(sk_e210 + 10u)], r)));
+                let sk_e330: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e330 + 8u)], rows[(sk_e330 + 9u)], rows[(sk_e330 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower
@@ -136,29 +137,30 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                     var quads: u32 = ((sweep_n + 3u) >> 2u);
                     var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                     for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                        var li0: u32 = (c0 + 0u);
-                        let sk_e211: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                        var zx0: f32 = select(sk_e211, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e211) & 2147483647u) > 2139095040u));
+                        var li0: u32 = c0;
+                        var zx0: f32 = (0.0f);
                         var li1: u32 = (c0 + 1u);
-                        let sk_e212: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                        var zx1: f32 = select(sk_e212, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e212) & 2147483647u) > 2139095040u));
+                        var zx1: f32 = (0.0f);
                         var li2: u32 = (c0 + 2u);
-                        let sk_e213: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                        var zx2: f32 = select(sk_e213, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e213) & 2147483647u) > 2139095040u));
+                        var zx2: f32 = (0.0f);
                         var li3: u32 = (c0 + 3u);
-                        let sk_e214: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                        var zx3: f32 = select(sk_e214, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e214) & 2147483647u) > 2139095040u));
+                        var zx3: f32 = (0.0f);
+                        if ((li3 < sweep_n)) {
+                            sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                        } else {
+                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                        }
                         if ((li0 < sweep_n)) {
-                            sk_read_step_4(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li1 < sweep_n)) {
-                            sk_read_step_4(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li1, zx1, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li2 < sweep_n)) {
-                            sk_read_step_4(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li2, zx2, temp, mx, rk_key, &rk_mine);
                         }
                         if ((li3 < sweep_n)) {
-                            sk_read_step_4(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
+                            sk_read_step_6(col_lo, li3, zx3, temp, mx, rk_key, &rk_mine);
                         }
                     }
                 }
@@ -177,29 +179,30 @@ fn sk_race_3(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, t
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e215: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e215, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e215) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e216: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e216, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e216) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e217: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e217, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e217) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e218: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e218, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e218) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_3(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_3(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li1, zx1, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_3(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li2, zx2, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_3(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
+                        sk_read_step_5(col_lo, li3, zx3, temp, mx, rk_key, rk_t, &rk_seen, &rk_found);
                     }
                 }
             }

@@ -19,7 +19,18 @@ fn sk_read_step_31(col_lo: u32, li0: u32, zx0: f32, searched: bool, s_key: u32, 
         sk_sweep_set_2(zv, mx, key, s_key, mp, searched, s_ties, col, tie_col, &wv, &ok, &mv, &all_mass, &tie_rank, &kept);
     }
     if (kept) {
-        sk_race_sweep_4(zv, noisy, row, col, &best64, &best64_i);
+        // built by kernels::filters::race_sweep
+        var s64: f64 = sk_log64(f64(zv));
+        if (noisy) {
+            // built by kernels::seeded::score64
+            let sk_e25: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e25 + 8u)], rows[(sk_e25 + 9u)], rows[(sk_e25 + 10u)], col)));
+        }
+        if (((s64 > best64) || (best64_i == 4294967295u))) {
+            // built by kernels::filters::keep_best
+            best64 = s64;
+            best64_i = col;
+        }
     }
     *sk_io_all_mass = all_mass;
     *sk_io_tie_rank = tie_rank;

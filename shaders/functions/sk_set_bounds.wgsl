@@ -11,8 +11,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e32: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e32)) + 1lu), tn64, sk_e32)));
+        let sk_e40: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e40)) + 1lu), tn64, sk_e40)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -35,29 +35,30 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e33: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e33, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e33) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e34: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e34, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e34) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e35: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e35, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e35) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e36: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e36, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e36) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_28(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                        sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                        sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                        sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                        sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                     }
                 }
             }
@@ -83,29 +84,30 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e37: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e37, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e37) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e38: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e38, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e38) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e39: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e39, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e39) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e40: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e40, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e40) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_28(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_23(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_23(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_23(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_23(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -126,18 +128,19 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e45: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e45, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e45) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e46: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e46, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e46) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e47: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e47, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e47) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e48: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e48, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e48) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_28(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_27(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
                         w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -157,8 +160,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e49: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e49), sk_e49, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e69: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e69), sk_e69, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -181,8 +184,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e50: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e50), sk_e50, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e70: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e70), sk_e70, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -205,8 +208,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e51: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e51), sk_e51, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e71: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e71), sk_e71, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -229,8 +232,8 @@ fn sk_set_bounds(sk_lid: u32, sel_key: u32, searched: bool, sel_tn: u32, sel_tm:
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e52: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e52), sk_e52, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e72: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e72), sk_e72, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;

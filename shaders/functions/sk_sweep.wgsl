@@ -12,18 +12,19 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         var sweep_n: u32 = (col_hi - col_lo);
         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
             // built by kernels::filter_values::for_each_read
-            var li0: u32 = (i0 + (BLOCK * 0u));
-            let sk_e177: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-            var zx0: f32 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
+            var li0: u32 = i0;
+            var zx0: f32 = (0.0f);
             var li1: u32 = (i0 + (BLOCK * 1u));
-            let sk_e178: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-            var zx1: f32 = select(sk_e178, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e178) & 2147483647u) > 2139095040u));
+            var zx1: f32 = (0.0f);
             var li2: u32 = (i0 + (BLOCK * 2u));
-            let sk_e179: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-            var zx2: f32 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
+            var zx2: f32 = (0.0f);
             var li3: u32 = (i0 + (BLOCK * 3u));
-            let sk_e180: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-            var zx3: f32 = select(sk_e180, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e180) & 2147483647u) > 2139095040u));
+            var zx3: f32 = (0.0f);
+            if ((li3 < sweep_n)) {
+                sk_read_step_37(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+            } else {
+                sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+            }
             if ((li0 < sweep_n)) {
                 // built by kernels::filter_values::read_step
                 var col: u32 = (col_lo + li0);
@@ -74,8 +75,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e199: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e199)) + 1lu), tn64, sk_e199)));
+        let sk_e311: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e311)) + 1lu), tn64, sk_e311)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -98,29 +99,30 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            let sk_e200: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                            var zx0: f32 = select(sk_e200, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e200) & 2147483647u) > 2139095040u));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            let sk_e201: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                            var zx1: f32 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            let sk_e202: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                            var zx2: f32 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            let sk_e203: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                            var zx3: f32 = select(sk_e203, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e203) & 2147483647u) > 2139095040u));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_2(col_lo, li0, zx0, temp, mx, s_key, &mine);
+                                sk_read_step_4(col_lo, li0, zx0, temp, mx, s_key, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_2(col_lo, li1, zx1, temp, mx, s_key, &mine);
+                                sk_read_step_4(col_lo, li1, zx1, temp, mx, s_key, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_2(col_lo, li2, zx2, temp, mx, s_key, &mine);
+                                sk_read_step_4(col_lo, li2, zx2, temp, mx, s_key, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_2(col_lo, li3, zx3, temp, mx, s_key, &mine);
+                                sk_read_step_4(col_lo, li3, zx3, temp, mx, s_key, &mine);
                             }
                         }
                     }
@@ -134,8 +136,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
     var rank_done: bool = false;
     var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e204: u32 = (row * 12u);
-    if ((((rows[(sk_e204 + 1u)] == 1u) && (rows[(sk_e204 + 6u)] == 1u)) && filtered)) {
+    let sk_e320: u32 = (row * 12u);
+    if ((((rows[(sk_e320 + 1u)] == 1u) && (rows[(sk_e320 + 6u)] == 1u)) && filtered)) {
         sk_race_3(sk_lid, tie_start, col_hi, col_lo, base, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -155,29 +157,30 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e219: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e219, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e219) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e220: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e220, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e220) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e221: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e221, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e221) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e222: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e222, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e222) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_29(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_29(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li1, zx1, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_29(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li2, zx2, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_29(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_39(col_lo, li3, zx3, temp, mx, searched, s_key, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -198,18 +201,19 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    let sk_e227: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
-                    var zx0: f32 = select(sk_e227, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e227) & 2147483647u) > 2139095040u));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    let sk_e228: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
-                    var zx1: f32 = select(sk_e228, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e228) & 2147483647u) > 2139095040u));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    let sk_e229: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
-                    var zx2: f32 = select(sk_e229, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e229) & 2147483647u) > 2139095040u));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    let sk_e230: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
-                    var zx3: f32 = select(sk_e230, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e230) & 2147483647u) > 2139095040u));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_35(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                    }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
                         w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -229,8 +233,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e231: f32 = sk_gumbel(w[0]);
-                            var score: f32 = select(zv, select((zv + sk_e231), sk_e231, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e367: f32 = sk_gumbel(w[0]);
+                            var score: f32 = select(zv, select((zv + sk_e367), sk_e367, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -253,8 +257,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e232: f32 = sk_gumbel(w[1]);
-                            var score: f32 = select(zv, select((zv + sk_e232), sk_e232, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e368: f32 = sk_gumbel(w[1]);
+                            var score: f32 = select(zv, select((zv + sk_e368), sk_e368, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -277,8 +281,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e233: f32 = sk_gumbel(w[2]);
-                            var score: f32 = select(zv, select((zv + sk_e233), sk_e233, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e369: f32 = sk_gumbel(w[2]);
+                            var score: f32 = select(zv, select((zv + sk_e369), sk_e369, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -301,8 +305,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
                         }
                         if (kept) {
                             // built by kernels::filters::race_sweep
-                            let sk_e234: f32 = sk_gumbel(w[3]);
-                            var score: f32 = select(zv, select((zv + sk_e234), sk_e234, (zv == bitcast<f32>(2139095040u))), noisy);
+                            let sk_e370: f32 = sk_gumbel(w[3]);
+                            var score: f32 = select(zv, select((zv + sk_e370), sk_e370, (zv == bitcast<f32>(2139095040u))), noisy);
                             if (((score > best) || (best_i == 4294967295u))) {
                                 // built by kernels::filters::keep_best
                                 best = score;
@@ -336,8 +340,8 @@ fn sk_sweep(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u32,
         // built by kernels::abi::write_results_as
         var row_w: f32 = sk_fixed_f32(select(summed_mass, row_mass, searched));
         if ((sk_lid == 0u)) {
-            let sk_e235: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e235, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e235) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
+            let sk_e371: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), (select(((select(sk_e371, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e371) & 2147483647u) > 2139095040u)) / temp) - mx), (0.0f), (mx == bitcast<f32>(2139095040u))) - sk_log(row_w)), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

@@ -12,25 +12,34 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
         var sweep_n: u32 = (col_hi - col_lo);
         for (var i0: u32 = sk_lid; i0 < sweep_n; i0 = i0 + (BLOCK * 4u)) {
             // built by kernels::filter_values::for_each_read
-            var li0: u32 = (i0 + (BLOCK * 0u));
-            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+            var li0: u32 = i0;
+            var zx0: f32 = (0.0f);
             var li1: u32 = (i0 + (BLOCK * 1u));
-            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+            var zx1: f32 = (0.0f);
             var li2: u32 = (i0 + (BLOCK * 2u));
-            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+            var zx2: f32 = (0.0f);
             var li3: u32 = (i0 + (BLOCK * 3u));
-            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+            var zx3: f32 = (0.0f);
+            if ((li3 < sweep_n)) {
+                sk_read_step_43(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+            } else {
+                // built by kernels::filter_values::read_step
+                zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+            }
             if ((li0 < sweep_n)) {
-                sk_read_step_12(col_lo, li0, zx0, &m);
+                sk_read_step_16(col_lo, li0, zx0, &m);
             }
             if ((li1 < sweep_n)) {
-                sk_read_step_12(col_lo, li1, zx1, &m);
+                sk_read_step_16(col_lo, li1, zx1, &m);
             }
             if ((li2 < sweep_n)) {
-                sk_read_step_12(col_lo, li2, zx2, &m);
+                sk_read_step_16(col_lo, li2, zx2, &m);
             }
             if ((li3 < sweep_n)) {
-                sk_read_step_12(col_lo, li3, zx3, &m);
+                sk_read_step_16(col_lo, li3, zx3, &m);
             }
         }
     }
@@ -62,8 +71,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
         // built by kernels::filters::set_bounds
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e129: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e129)) + 1lu), tn64, sk_e129)));
+        let sk_e177: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e177)) + 1lu), tn64, sk_e177)));
         s_ties = ties;
     }
     var tie_rank: u32 = 0u;
@@ -86,25 +95,34 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                         var quads: u32 = ((sweep_n + 3u) >> 2u);
                         var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                         for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                            var li0: u32 = (c0 + 0u);
-                            var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                            var li0: u32 = c0;
+                            var zx0: f32 = (0.0f);
                             var li1: u32 = (c0 + 1u);
-                            var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                            var zx1: f32 = (0.0f);
                             var li2: u32 = (c0 + 2u);
-                            var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                            var zx2: f32 = (0.0f);
                             var li3: u32 = (c0 + 3u);
-                            var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < sweep_n)) {
+                                sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                // built by kernels::filter_values::read_step
+                                zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                                zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                                zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                                zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                            }
                             if ((li0 < sweep_n)) {
-                                sk_read_step_9(col_lo, li0, zx0, s_key, mx, &mine);
+                                sk_read_step_12(col_lo, li0, zx0, s_key, mx, &mine);
                             }
                             if ((li1 < sweep_n)) {
-                                sk_read_step_9(col_lo, li1, zx1, s_key, mx, &mine);
+                                sk_read_step_12(col_lo, li1, zx1, s_key, mx, &mine);
                             }
                             if ((li2 < sweep_n)) {
-                                sk_read_step_9(col_lo, li2, zx2, s_key, mx, &mine);
+                                sk_read_step_12(col_lo, li2, zx2, s_key, mx, &mine);
                             }
                             if ((li3 < sweep_n)) {
-                                sk_read_step_9(col_lo, li3, zx3, s_key, mx, &mine);
+                                sk_read_step_12(col_lo, li3, zx3, s_key, mx, &mine);
                             }
                         }
                     }
@@ -118,8 +136,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     var rank_done: bool = false;
     var rank_over: bool = false;
     var rank_col: u32 = 4294967295u;
-    let sk_e130: u32 = (row * 12u);
-    if ((((rows[(sk_e130 + 1u)] == 1u) && (rows[(sk_e130 + 6u)] == 1u)) && filtered)) {
+    let sk_e178: u32 = (row * 12u);
+    if ((((rows[(sk_e178 + 1u)] == 1u) && (rows[(sk_e178 + 6u)] == 1u)) && filtered)) {
         sk_race_4(sk_lid, tie_start, col_hi, col_lo, base, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &tie_rank, &sweeps, &all_mass, &rank_col, &rank_done, &rank_over);
     }
     var seeded_row: bool = (rows[((row * 12u) + 1u)] == 1u);
@@ -139,25 +157,34 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if ((li0 < sweep_n)) {
-                        sk_read_step_31(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_42(col_lo, li0, zx0, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li1 < sweep_n)) {
-                        sk_read_step_31(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_42(col_lo, li1, zx1, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li2 < sweep_n)) {
-                        sk_read_step_31(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_42(col_lo, li2, zx2, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                     if ((li3 < sweep_n)) {
-                        sk_read_step_31(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
+                        sk_read_step_42(col_lo, li3, zx3, searched, s_key, mx, mp, s_ties, tie_col, noisy, row, &all_mass, &tie_rank, &best64, &best64_i);
                     }
                 }
             }
@@ -178,14 +205,23 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
                 var quads: u32 = ((sweep_n + 3u) >> 2u);
                 var per: u32 = (((quads + BLOCK) - 1u) / BLOCK);
                 for (var c0: u32 = (min((sk_lid * per), quads) * 4u); c0 < (min(((sk_lid * per) + per), quads) * 4u); c0 = c0 + 4u) {
-                    var li0: u32 = (c0 + 0u);
-                    var zx0: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li0, (li0 < sweep_n)))));
+                    var li0: u32 = c0;
+                    var zx0: f32 = (0.0f);
                     var li1: u32 = (c0 + 1u);
-                    var zx1: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li1, (li1 < sweep_n)))));
+                    var zx1: f32 = (0.0f);
                     var li2: u32 = (c0 + 2u);
-                    var zx2: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li2, (li2 < sweep_n)))));
+                    var zx2: f32 = (0.0f);
                     var li3: u32 = (c0 + 3u);
-                    var zx3: f32 = sk_load_x((base + (col_lo + select((sweep_n - 1u), li3, (li3 < sweep_n)))));
+                    var zx3: f32 = (0.0f);
+                    if ((li3 < sweep_n)) {
+                        sk_read_step_15(base, col_lo, c0, &zx0, &zx1, &zx2, &zx3);
+                    } else {
+                        // built by kernels::filter_values::read_step
+                        zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
+                        zx1 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li1, (li1 < sweep_n))));
+                        zx2 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li2, (li2 < sweep_n))));
+                        zx3 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li3, (li3 < sweep_n))));
+                    }
                     if (noisy) {
                         // built by kernels::filters::race_sweep
                         w = sk_philox(vec4<u32>(((col_lo + c0) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
@@ -307,8 +343,8 @@ fn sk_sweep_2(sk_lid: u32, reads_before: u32, col_hi: u32, col_lo: u32, base: u3
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results_as
         if ((sk_lid == 0u)) {
-            let sk_e137: f32 = sk_load_x((base + tok_at));
-            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e137), (sk_e137 > (0.0f))), valid);
+            let sk_e185: f32 = sk_load_x((base + tok_at));
+            logprobs[row] = select(bitcast<f32>(4286578688u), select(bitcast<f32>(4286578688u), sk_log(sk_e185), (sk_e185 > (0.0f))), valid);
         }
     }
     if ((((params.flags & 4u) != 0u) && (sk_lid == 0u))) {

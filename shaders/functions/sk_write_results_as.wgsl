@@ -9,23 +9,23 @@ fn sk_write_results_as(sk_lid: u32, row: u32, kept_n: u32, row_m: f32, noisy: bo
     var best64: f64 = bitcast<f64>(18442240474082181120lu);
     var best64_i: u32 = 4294967295u;
     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-    let sk_e159: u32 = (row * 12u);
-    var ow_ranked: bool = ((rows[(sk_e159 + 1u)] == 1u) && (rows[(sk_e159 + 6u)] == 1u));
+    let sk_e223: u32 = (row * 12u);
+    var ow_ranked: bool = ((rows[(sk_e223 + 1u)] == 1u) && (rows[(sk_e223 + 6u)] == 1u));
     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
         var rc: u32 = listed_cols[(1542u + r)];
-        let sk_e160: u32 = listed_cols[(1285u + r)];
-        var rz: f32 = bitcast<f32>((sk_e160 ^ ((bitcast<u32>((bitcast<i32>(sk_e160) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e224: u32 = listed_cols[(1285u + r)];
+        var rz: f32 = bitcast<f32>((sk_e224 ^ ((bitcast<u32>((bitcast<i32>(sk_e224) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if (ow_ranked) {
             sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
         } else {
             if (ow_seeded) {
                 sk_merge_row(rz, row_m, noisy, row, rc, &best64, &best64_i);
             } else {
-                sk_race_one(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                sk_race_one_2(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
             }
         }
     }
@@ -47,8 +47,8 @@ fn sk_write_results_as(sk_lid: u32, row: u32, kept_n: u32, row_m: f32, noisy: bo
     }
     if (((params.flags & 1u) != 0u)) {
         // built by kernels::abi::write_results_as
-        let sk_e164: f32 = sk_load_x((base + ow_at));
-        var ow_v_x: f32 = select(sk_e164, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e164) & 2147483647u) > 2139095040u));
+        let sk_e228: f32 = sk_load_x((base + ow_at));
+        var ow_v_x: f32 = select(sk_e228, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e228) & 2147483647u) > 2139095040u));
         var ow_v: f32 = (ow_v_x / temp);
         if ((sk_lid == 0u)) {
             logprobs[row] = select(bitcast<f32>(4286578688u), ((ow_v - row_m) - sk_log(row_s)), ow_valid);

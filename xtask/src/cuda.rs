@@ -163,8 +163,18 @@ impl Emitter<'_> {
     /// all have 32-bit indices (`Shape::validate`), so an in-range `i + k` never wraps.
     fn index(&self, idx: &Expr, scope: &Scope) -> Result<String, IrError> {
         match idx {
-            Expr::Bin(BinOp::Add, a, k) => match **k {
-                Expr::Lit(Lit::U32(k)) if k < FOLDED_OFFSET => Ok(format!("(size_t)({}) + {k}u", self.expr(a, scope)?)),
+            Expr::Bin(BinOp::Add, a, k) => match &**k {
+                Expr::Lit(Lit::U32(k)) if *k < FOLDED_OFFSET => {
+                    Ok(format!("(size_t)({}) + {k}u", self.expr(a, scope)?))
+                }
+                // `i + bs k`: the block size is a compile-time constant, so a step's columns
+                // `bs` apart share one address too.
+                Expr::Bin(BinOp::Mul, s, k) => match (&**s, &**k) {
+                    (Expr::Builtin(Builtin::BlockSize), Expr::Lit(Lit::U32(k))) if *k < FOLDED_OFFSET / 1024 => {
+                        Ok(format!("(size_t)({}) + (size_t)SK_BLOCK * {k}u", self.expr(a, scope)?))
+                    }
+                    _ => self.expr(idx, scope),
+                },
                 _ => self.expr(idx, scope),
             },
             _ => self.expr(idx, scope),

@@ -127,6 +127,9 @@ fn count_all(dir: &Path, compiler: &compile::Compiler, check: &mut Vec<String>) 
                 if model::after_read(&loops, &onchip, OnChipWork::Histogram).is_empty() {
                     check.push(format!("{name} {}: no histogram loop found after a top-p part's read", sm.arch));
                 }
+                if model::after_read(&loops, &onchip, OnChipWork::Race).is_empty() {
+                    check.push(format!("{name} {}: no race loop found after a min-p part's read", sm.arch));
+                }
             }
             let (resident, occupancy) = ptx_report::occupancy(sm, block, &compiled.usage);
             kernels.push(Kernel {
@@ -160,7 +163,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<(), String> {
     if check {
         let n: usize = counted.iter().map(|c| c.kernels.len()).sum();
         println!(
-            "cost --check: {n} kernel builds parsed, every row kernel's streaming loop, every select's round and histogram found"
+            "cost --check: {n} kernel builds parsed, every row kernel's streaming loop, every select's round, histogram and race found"
         );
         return Ok(());
     }

@@ -190,14 +190,40 @@ pub fn flat_race(kernel: &str) -> Option<(f64, f64, &'static str)> {
     ))
 }
 
+/// On flat rows, the share of a min-p part's band keys (every key of a flat part) that its race
+/// scores exactly, with the reason: each quad draws its block, and each key beyond it is tested
+/// against the best so far or the workgroup's floor, shared as the cut's is.
+pub fn flat_band_race(kernel: &str) -> Option<(f64, &'static str)> {
+    kernel.starts_with("top_k_parts").then_some((
+        0.111,
+        "min-p 0.05 keeps every token of a flat row and each part races its band, which holds every key; its floor \
+         is shared as the top-p cut's (after its first column and its first quad), whose simulation \
+         (docs/cut_scored.py) has warps of 32 score 11.1% of the column slots",
+    ))
+}
+
 impl Kernel {
     /// The kernel as a flat row takes it ([`flat_race`]): each streaming loop with a noised and
     /// a scored path (a quad's block and noise tests; a column's exact score) gains, an
     /// iteration, the block's path over the common one at the raced share, and the exact
     /// score beyond the block's path once for each of its columns at the scored share.
     pub fn of_flat_rows(&self) -> Kernel {
-        // A flat row's keys all lie within the fine grid: its histograms' loop takes every bin.
-        let onchip = self.onchip.iter().map(|l| OnChip { weighed: None, ..l.clone() }).collect();
+        // A flat row's keys all lie within the fine grid: its histograms' loop takes every bin;
+        // and within a min-p part's band: its race draws a block every quad.
+        let band = flat_band_race(&self.name);
+        let onchip = self
+            .onchip
+            .iter()
+            .map(|l| {
+                let common = match (&l.raced, band) {
+                    (Some((noised, scored)), Some((share, _))) => {
+                        noised.plus(&scored.plus(&noised.scaled(-1.0)).scaled(share * l.visits))
+                    }
+                    _ => l.common,
+                };
+                OnChip { weighed: None, common, ..l.clone() }
+            })
+            .collect();
         let Some((raced, scored, _)) = flat_race(&self.name) else { return Kernel { onchip, ..self.clone() } };
         let loops = self
             .loops
@@ -226,6 +252,10 @@ pub enum OnChipWork {
     Select,
     /// A top-p row's histograms (`filter_top_p.rs`, `histogram_part`): each loop once a column.
     Histogram,
+    /// A min-p row's race over its part's band (`filter_min_p.rs`, `race_part`): its loop once a
+    /// column, on its common path (a key outside the band), or on flat rows its raced paths
+    /// ([`flat_band_race`]).
+    Race,
 }
 
 /// A top-p part's copies of its bins out visit bins, not columns: each copy at most the fine
@@ -248,10 +278,13 @@ pub fn after_read<'a>(loops: &[Loop], onchip: &'a [OnChip], work: OnChipWork) ->
     };
     let (first, second) = (region(0), region(1));
     let selects = |r: &[&OnChip]| r.iter().any(|l| l.pass.is_some());
+    // A top-k row's part selects where a min-p row's races: the race's loop draws Philox blocks.
+    let races = |r: Vec<&'a OnChip>, raced: bool| r.into_iter().filter(|l| l.raced.is_some() == raced).collect();
+    let selecting = if selects(&first) || !selects(&second) { first.clone() } else { second.clone() };
     match work {
         OnChipWork::None => vec![],
-        OnChipWork::Select if selects(&first) || !selects(&second) => first,
-        OnChipWork::Select => second,
+        OnChipWork::Select => races(selecting, false),
+        OnChipWork::Race => races(selecting, true),
         OnChipWork::Histogram if selects(&first) => second,
         OnChipWork::Histogram => first,
     }
@@ -358,6 +391,9 @@ impl Kernel {
                 Some((passes, matched, _)) => self.onchip_with(passes, matched, keys),
                 None => Counts::default(),
             },
+            OnChipWork::Race => after_read(&self.loops, &self.onchip, work)
+                .iter()
+                .fold(Counts::default(), |acc, l| acc.plus(&l.common.scaled(1.0 / l.visits))),
             OnChipWork::Histogram => {
                 let (share, _) = fine_share();
                 after_read(&self.loops, &self.onchip, work).iter().fold(Counts::default(), |acc, l| {
@@ -659,6 +695,7 @@ mod tests {
                 longest: int(46.0, 1.0),
                 weighed: None,
                 pass: Some(int(291.0, 0.0)),
+                raced: None,
             },
             OnChip {
                 start: 0x18,
@@ -667,6 +704,7 @@ mod tests {
                 longest: listing,
                 weighed: None,
                 pass: Some(int(291.0, 0.0)),
+                raced: None,
             },
             // A loop of four keys an iteration outside the passes, and one after the second read.
             OnChip {
@@ -676,6 +714,7 @@ mod tests {
                 longest: int(40.0, 4.0),
                 weighed: None,
                 pass: None,
+                raced: None,
             },
             OnChip {
                 start: 0x2000,
@@ -684,6 +723,7 @@ mod tests {
                 longest: int(99.0, 1.0),
                 weighed: None,
                 pass: None,
+                raced: None,
             },
         ];
         let (passes, matched) = (8.0, 2.38 / 8.0);
@@ -701,6 +741,7 @@ mod tests {
             longest: int(0.0, 1.0),
             weighed: None,
             pass: None,
+            raced: None,
         });
         let with = launch(&H200, &k, &parts, 32.0 * 151936.0 * 4.0, Cache::Warm);
         let without = launch(
@@ -728,20 +769,7 @@ mod tests {
         k.loops = [(0x100, 0x110), (0x1000, 0x1010), (0x2000, 0x2010)]
             .map(|(start, end)| Loop { start, end, ..read.clone() })
             .to_vec();
-        let counts = |int: f64, loads: f64, stores: f64| {
-            let mut c = Counts { shared_loads: loads, ..Counts::default() };
-            c.by_pipe[Pipe::Int as usize] = int;
-            c.by_pipe[Pipe::Stg as usize] = stores;
-            c
-        };
-        let plain = |start: u32, c: Counts| OnChip {
-            start,
-            common: c,
-            visits: c.shared_loads.max(1.0),
-            longest: c,
-            weighed: None,
-            pass: None,
-        };
+        let (counts, plain) = (onchip_counts, plain_onchip);
         k.onchip = vec![
             // After the first read: a top-p part's sum (36 a key) and its copy of 16 words.
             plain(0x200, counts(36.0, 1.0, 0.0)),
@@ -779,6 +807,45 @@ mod tests {
         assert!((histogram - want).abs() < 1e-9, "{histogram} {want}");
         let flat = k.of_flat_rows().onchip_per_column(OnChipWork::Histogram, 16.0).total();
         assert!((flat - (36.0 + HISTOGRAM_COPY_SHARE * (64.0 + 16.0) / 16.0)).abs() < 1e-9, "{flat}");
+    }
+
+    /// A min-p part's race over its band, after the select's read, is the race's and not the
+    /// select's: model-like rows take its common path (20 a quad of four keys), flat rows draw
+    /// a block every quad (100) and score each key at the flat rule's share (60 more a key).
+    /// The oracle is the sum written out.
+    #[test]
+    fn a_race_launch_counts_its_band_loop() {
+        let mut k = streaming();
+        k.name = "top_k_parts_logits_f32".into();
+        let read = k.loops[0].clone();
+        k.loops = [(0x100, 0x110), (0x1000, 0x1010)].map(|(start, end)| Loop { start, end, ..read.clone() }).to_vec();
+        let (int, plain) = (|n: f64, loads: f64| onchip_counts(n, loads, 0.0), plain_onchip);
+        k.onchip = vec![
+            OnChip { pass: Some(int(291.0, 0.0)), ..plain(0x200, int(10.0, 1.0)) },
+            OnChip { raced: Some((int(100.0, 4.0), int(160.0, 4.0))), ..plain(0x300, int(20.0, 4.0)) },
+            plain(0x1100, int(36.0, 1.0)),
+        ];
+        let starts = |k: &Kernel, w| after_read(&k.loops, &k.onchip, w).iter().map(|l| l.start).collect::<Vec<_>>();
+        assert_eq!(starts(&k, OnChipWork::Select), [0x200]);
+        assert_eq!(starts(&k, OnChipWork::Race), [0x300]);
+        let race = k.onchip_per_column(OnChipWork::Race, 16.0).total();
+        assert!((race - 20.0 / 4.0).abs() < 1e-9, "{race}");
+        let (share, _) = flat_band_race(&k.name).expect("a parts kernel");
+        let flat = k.of_flat_rows().onchip_per_column(OnChipWork::Race, 16.0).total();
+        assert!((flat - (100.0 + 60.0 * share * 4.0) / 4.0).abs() < 1e-9, "{flat}");
+    }
+
+    /// Integer instructions, words loaded from workgroup memory and words stored to global memory.
+    fn onchip_counts(int: f64, loads: f64, stores: f64) -> Counts {
+        let mut c = Counts { shared_loads: loads, ..Counts::default() };
+        c.by_pipe[Pipe::Int as usize] = int;
+        c.by_pipe[Pipe::Stg as usize] = stores;
+        c
+    }
+
+    /// An on-chip loop at `start` whose every path counts `c`, an item a word it loads.
+    fn plain_onchip(start: u32, c: Counts) -> OnChip {
+        OnChip { start, common: c, visits: c.shared_loads.max(1.0), longest: c, weighed: None, pass: None, raced: None }
     }
 
     /// A cold call's second read of an input that still fits L2 with what the call wrote costs

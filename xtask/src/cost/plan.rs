@@ -65,6 +65,10 @@ pub const ONE_READ: [&str; 4] = ["filter_top_k_50", "filter_min_p_0.05", "filter
 /// ranks (not modelled, as the parts' select is not).
 const TOP_P_CUT: [&str; 1] = ["filter_top_p_0.9"];
 
+/// The settings whose flat rows the parts race on chip (`filter_min_p.rs`: min-p alone keeps
+/// every token of a flat row, and each part races its band): one read, no cut.
+const RACED_WHEN_FLAT: [&str; 1] = ["filter_min_p_0.05"];
+
 /// The settings modelled on flat rows too: those whose flat rows take the top-p cut and race
 /// there (a top-k's rows race in the merge, over k candidates, flat or not; the parts' select
 /// is modelled on flat rows alike, `model::select_rule`), with their names on flat rows.
@@ -290,13 +294,15 @@ pub fn launches(
     // call modelled here plans the cut (`sample_filtered`, `sample` without row lists); where
     // its parts fit `cut_here_groups`, the merge launch does it, over every part.
     // `input` names the kernels' input (`logits_f32`, `probs`), of `row_bytes` a row.
-    // On `flat` rows a setting takes the cut whatever it is (min-p's set outgrows the parts'
-    // lists), and the cut races nearly every column.
+    // On `flat` rows a setting takes the cut, which races nearly every column, but min-p alone,
+    // whose parts race their bands ([`RACED_WHEN_FLAT`]).
     let one_read = |name: &str, passes: u32, idle_rows: bool, input: &str, row_bytes: f64, flat: bool| -> Vec<Launch> {
         let p = vocab.div_ceil(TOP_K_PART_COLS);
         let decided = !idle_rows && ONE_READ.contains(&name);
-        let cut = !idle_rows && (flat || TOP_P_CUT.contains(&name));
+        let races = decided && flat && RACED_WHEN_FLAT.contains(&name);
+        let cut = !idle_rows && !races && (flat || TOP_P_CUT.contains(&name));
         let onchip = match (decided, cut) {
+            _ if races => OnChipWork::Race,
             (true, _) => OnChipWork::Select,
             (_, true) => OnChipWork::Histogram,
             _ => OnChipWork::None,

@@ -190,6 +190,42 @@ struct Instr {
     ret: bool,
     /// A branch, `EXIT` or `RET` without a predicate: nothing falls through.
     ends_flow: bool,
+    /// The registers it writes (a global load's destination; empty for a store or a branch)
+    /// and those it reads, by number.
+    writes: Vec<u16>,
+    reads: Vec<u16>,
+}
+
+/// The general registers (`R12`, not `RZ` or `UR4`) an instruction writes and reads: its first
+/// operand is written (and its next ones, for a load of 8 or 16 bytes), but by a store,
+/// which reads every operand; the rest are read.
+fn registers(base: &str, operands: &str, load_bytes: u32) -> (Vec<u16>, Vec<u16>) {
+    let number = |t: &str| -> Vec<u16> {
+        let mut found = Vec::new();
+        let b = t.as_bytes();
+        for (k, w) in t.char_indices() {
+            let starts = w == 'R' && (k == 0 || !(b[k - 1] as char).is_ascii_alphanumeric());
+            if starts {
+                let digits: String = t[k + 1..].chars().take_while(|c| c.is_ascii_digit()).collect();
+                if let Ok(r) = digits.parse() {
+                    found.push(r);
+                }
+            }
+        }
+        found
+    };
+    let ops: Vec<&str> = operands.split(',').map(str::trim).filter(|o| !o.is_empty()).collect();
+    let stores = matches!(base, "STG" | "STS" | "STL" | "ST" | "RED" | "ATOMS" | "ATOMG" | "ATOM" | "BRA" | "EXIT");
+    match ops.split_first() {
+        Some((first, rest)) if !stores => {
+            let mut writes = number(first);
+            if let Some(&r) = writes.first() {
+                writes.extend((1..(load_bytes / 4).max(1) as u16).map(|k| r + k));
+            }
+            (writes, rest.iter().flat_map(|o| number(o)).collect())
+        }
+        _ => (Vec::new(), ops.iter().flat_map(|o| number(o)).collect()),
+    }
 }
 
 /// A kernel's code.
@@ -239,6 +275,12 @@ fn parse_line(line: &str) -> Option<Instr> {
     // A vector load from workgroup memory reads several keys: a loop's visits count words.
     let shared_words = if base == "LDS" { (load_width(opcode) / 4).max(1) as u8 } else { 0 };
     let shared_store = base == "STS";
+    let operands = text.splitn(if predicated { 3 } else { 2 }, char::is_whitespace).last().unwrap_or("");
+    let (writes, mut reads) = registers(base, operands, load_bytes);
+    // A predicated instruction does not write its destination where the predicate is false.
+    if predicated {
+        reads.extend(writes.iter().copied());
+    }
     Some(Instr {
         addr,
         pipe,
@@ -255,6 +297,8 @@ fn parse_line(line: &str) -> Option<Instr> {
         call,
         ret,
         ends_flow,
+        writes,
+        reads,
     })
 }
 
@@ -334,6 +378,9 @@ pub struct OnChip {
     /// each item weighed into its coarse bin and into no finer one.
     pub weighed: Option<Counts>,
     pub pass: Option<Counts>,
+    /// In a loop that draws Philox blocks (a min-p part's race over its band): its cheapest
+    /// path that draws one, and its cheapest that also scores a key exactly (an exact log).
+    pub raced: Option<(Counts, Counts)>,
 }
 
 /// A path's rank: most loads first, then fewest (or most) instructions.
@@ -416,7 +463,15 @@ impl Function {
                 let sums = any((s, e), &|i| i.pipe == Pipe::Fp32);
                 let cheapest_path = self.path((s, e), &cheapest, ANYTHING)?;
                 let visits = cheapest_path.shared_loads.max(1.0);
-                let common = if sums { longest } else { cheapest_path };
+                // A race's keys mostly lie outside the band (or are ruled out by their noise
+                // bound): its common path is the cheapest, its raced paths apart.
+                let raced = (longest.philox > 0.0)
+                    .then(|| {
+                        let noised = self.path((s, e), &cheapest, &[Through::Philox])?;
+                        Some((noised, self.path((s, e), &cheapest, &[Through::Philox, Through::ExactLog])?))
+                    })
+                    .flatten();
+                let common = if sums && raced.is_none() { longest } else { cheapest_path };
                 let around = edges
                     .iter()
                     .filter(|&&o| {
@@ -429,7 +484,7 @@ impl Function {
                 let weighed = (sums && adds > 0)
                     .then(|| self.path((s, e), &cheapest, &vec![Through::MassAtomic; adds]))
                     .flatten();
-                Some(OnChip { start: self.instrs[s].addr, common, visits, longest, weighed, pass })
+                Some(OnChip { start: self.instrs[s].addr, common, visits, longest, weighed, pass, raced })
             })
             .collect()
     }
@@ -529,19 +584,27 @@ impl Function {
         }
         let path: Vec<usize> = path.into_iter().rev().map(|(k, _)| k).collect();
         let mut counts = Counts::default();
-        let mut new_block = true;
-        for (at, &k) in path.iter().enumerate() {
+        // The registers loaded in the current round trip, and whether the path has used one
+        // since it began: a load issued after such a use waits for the round trip before it.
+        let mut loaded: Vec<u16> = Vec::new();
+        let mut waited = true;
+        for &k in &path {
             if skipped(s + k) {
                 continue;
             }
             let i = &self.instrs[s + k];
-            // A jump, or a conditional branch passed, starts a block.
-            if at > 0 && (path[at - 1] + 1 != k || self.instrs[s + path[at - 1]].target.is_some()) {
-                new_block = true;
+            if i.reads.iter().any(|r| loaded.contains(r)) {
+                waited = true;
             }
-            if i.pipe == Pipe::Ldg && new_block {
-                counts.round_trips += 1.0;
-                new_block = false;
+            if i.pipe == Pipe::Ldg {
+                if waited {
+                    counts.round_trips += 1.0;
+                    waited = false;
+                    loaded.clear();
+                }
+                loaded.extend(i.writes.iter().copied());
+            } else {
+                loaded.retain(|r| !i.writes.contains(r));
             }
             counts.add(i);
             counts = counts.plus(&callee(i));
@@ -766,5 +829,33 @@ mod tests {
         let l = &parse(listing)[0].onchip_loops()[0];
         assert_eq!((l.common.total(), l.common.shared_loads), (6.0, 2.0), "the costliest path: it sums floats");
         assert_eq!(l.visits, 1.0);
+    }
+
+    /// A load waits for a round trip where the path used a value loaded since the last one began,
+    /// not where it passes a branch: nvcc hoists a step's first load above its test of the step
+    /// (every load of the step in flight together, one round trip), and a software-pipelined
+    /// loop that uses a value before its next load makes two.
+    #[test]
+    fn a_round_trip_ends_where_a_loaded_value_is_used() {
+        let listing = |between: &str| {
+            format!(
+                "\
+            Function : k
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+            /*0010*/                   LDG.E R4, desc[UR6][R2.64] ;
+            /*0020*/                   {between} ;
+            /*0030*/               @P0 BRA 0x40 ;
+            /*0040*/                   LDG.E R5, desc[UR6][R2.64+0x400] ;
+            /*0050*/                   FADD R6, R4, R5 ;
+            /*0060*/                   IADD3 R2, R2, 0x800, RZ ;
+            /*0070*/               @P1 BRA 0x10 ;
+            /*0080*/                   EXIT ;
+        "
+            )
+        };
+        let trips = |between: &str| parse(&listing(between))[0].streaming_loops()[0].common.round_trips;
+        assert_eq!(trips("IADD3 R7, R7, 0x1, RZ"), 1.0, "a branch and an unrelated instruction between");
+        assert_eq!(trips("FADD R7, R7, R4"), 2.0, "the first value used before the second load");
+        assert_eq!(trips("MOV R4, RZ"), 1.0, "the loaded register overwritten, not read");
     }
 }

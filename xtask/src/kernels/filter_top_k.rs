@@ -3,7 +3,7 @@
 //! top-p, min-p or a larger top-k with no such top-k take it too ("capped", see
 //! [`one_read_row`]): min-p alone with `CAP + 1` candidates, which decide it where the set is
 //! shorter, and otherwise the union of the parts' own `CAP + 1` largest
-//! ([`min_p_over_parts`]); the others through the top-p cut (`filter_top_p.rs`), a launch
+//! (`filter_min_p.rs`, which also races a flat row's parts on chip); the others through the top-p cut (`filter_top_p.rs`), a launch
 //! between these two.
 //!
 //! Two launches. `top_k_parts_*` splits each row into parts of at most [`PART_COLS`] columns,
@@ -45,6 +45,7 @@ use super::abi::{
     atomic_partials_buffer, buffer, for_each_row_group_at, for_each_row_part_at, kernel, part_buffers, quads_per_part,
     row_is_ranked, row_is_seeded, write_results, Dtype, PhiloxKey, FLAG_CUT_HERE, FLAG_PASSES, PARTS_SHIFT,
 };
+use super::filter_min_p::{self, keeps};
 use super::filter_top_p;
 use super::filter_values as values;
 use super::filters::{
@@ -151,7 +152,7 @@ fn put64(b: &mut Block, a: u32, i: Expr, v: Expr) {
 /// top-k above [`CAP`] alone) keeps a prefix of the order. Min-p alone takes the `CAP + 1`
 /// largest, which decide it whenever its set is shorter than them: wherever the row has a clear
 /// maximum (Zipf rows at 0.8 keep 10 to 30 tokens at 0.05); a longer set, wherever the parts'
-/// own lists hold it ([`min_p_over_parts`]). The others take the cut, which
+/// own lists hold it, or their races (`filter_min_p.rs`). The others take the cut, which
 /// finds where top-p or top-k ends from the histogram. Top-k first with a top-k above [`CAP`]
 /// and top-p needs the top-k mass before the cut, which neither gives, and is not capped.
 pub(super) fn one_read_row(b: &mut Block) -> Expr {
@@ -289,6 +290,8 @@ fn sum_part(b: &mut Block, (input, n, m): (Input, Expr, Expr), each: &dyn Fn(&mu
 fn read_part(b: &mut Block, input: Input) {
     let n = b.let_("n_cols", Ty::U32, var("col_hi") - var("col_lo"));
     select::clear(b, filter_top_p::HIST);
+    // Before the read, so that no word of the row's record is read after it.
+    let raceable = b.let_("mr_row", Ty::Bool, filter_min_p::row_races());
     let m = load_part(b, input, n.clone());
     let top = b.let_("top_key", Ty::U32, order_key(m.clone()));
     // The sum only estimates the row's mass (the merge keeps a margin that counts the fast
@@ -297,6 +300,18 @@ fn read_part(b: &mut Block, input: Input) {
     let at = b.let_("m_finite", Ty::F32, select(is_finite(m.clone()), m.clone(), f(0.0)));
     let count = |b: &mut Block, k: Expr| select::count(b, filter_top_p::HIST, top.clone(), k);
     let s = sum_part(b, (input, n.clone(), at), &count);
+    // Min-p alone on a flat part races its band instead (`filter_min_p.rs`).
+    let races = filter_min_p::races(b, input, (raceable, m.clone(), top.clone()), filter_top_p::HIST);
+    b.if_else(
+        races,
+        |b| filter_min_p::race_part(b, input, n.clone(), (m.clone(), s.clone())),
+        |b| select_part(b, (n.clone(), top.clone()), (m.clone(), s.clone())),
+    );
+}
+
+/// A part's select of its `kc + 1` candidates (after [`read_part`]'s sum counted its keys
+/// below `top`), written in index order, and its record's head.
+fn select_part(b: &mut Block, (n, top): (Expr, Expr), (m, s): (Expr, Expr)) {
     let key_at = |_: &mut Block, i: Expr| load_shared(KEYS, i);
     let items = select::Items { n: n.clone(), top, scratch: filter_top_p::HIST, key_at: &key_at };
     select::decide(b, items, var("kc") + u(1));
@@ -395,15 +410,18 @@ pub(super) fn race_one(
             let s = score64(b, values::seeded_log(input, v.clone(), ov), col.clone());
             keep_lower(b, &format!("{suffix}64"), s, col.clone());
         },
-        |b| {
-            let w4 = b.let_("w4", Ty::U32x4, key.block(col.clone() & u(!3)));
-            let lane = col.clone() & u(3);
-            let bits =
-                (1..4u8).fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
-            let score = b.let_("score", Ty::F32, values::philox_score(input, v.clone(), bits));
-            keep_lower(b, suffix, score, col.clone());
-        },
+        |b| race_philox(b, input, suffix, key, col.clone(), v.clone()),
     );
+}
+
+/// [`race_one`]'s Philox race: column `col`, of value `v`, scored on its word of its quad's
+/// block.
+pub(super) fn race_philox(b: &mut Block, input: Input, suffix: &str, key: &PhiloxKey, col: Expr, v: Expr) {
+    let w4 = b.let_("w4", Ty::U32x4, key.block(col.clone() & u(!3)));
+    let lane = col.clone() & u(3);
+    let bits = (1..4u8).fold(w4.clone().comp(0), |e, j| select(lane.clone().eq_(u(j as u32)), w4.clone().comp(j), e));
+    let score = b.let_("score", Ty::F32, values::philox_score(input, v, bits));
+    keep_lower(b, suffix, score, col);
 }
 
 /// `best{suffix}`, `best{suffix}_i` take `(score, col)` where it scores higher, or the same with a
@@ -479,14 +497,13 @@ fn row_mass(b: &mut Block, input: Input, mx: Expr) -> Expr {
     b.reduce(ReduceOp::Sum, Ty::U64, var("rm_own"), "rm_row")
 }
 
-/// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
-/// decide it, and then writes its results.
-fn merge_row(b: &mut Block, input: Input) {
-    let lid = builtin(Builtin::LocalId);
-    let bs = builtin(Builtin::BlockSize);
+/// The row's maximum from its parts' records, whether it is finite, and its softmax sum at it
+/// estimated from the parts' sums at their own maxima, in the merge.
+pub(super) fn row_estimate(b: &mut Block, input: Input) -> (Expr, Expr, Expr) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let (mx, finite) = row_max(b, var("slot"), load_settled);
     b.let_("s", Ty::F32, f(0.0));
-    b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
+    b.for_("p", lid, var("parts"), bs, |b, p| {
         let mp = b.let_("mp_p", Ty::F32, part_m(var("slot"), p.clone(), load_settled));
         let sp = load_settled(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
         b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
@@ -494,6 +511,15 @@ fn merge_row(b: &mut Block, input: Input) {
         });
     });
     let mass = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s");
+    (mx, finite, mass)
+}
+
+/// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates
+/// decide it, and then writes its results.
+fn merge_row(b: &mut Block, input: Input) {
+    let lid = builtin(Builtin::LocalId);
+    let bs = builtin(Builtin::BlockSize);
+    let (mx, finite, mass) = row_estimate(b, input);
     b.if_(finite, |b| {
         let want = b.let_("want", Ty::U32, var("kc") + u(1));
         let n = b.let_("n_items", Ty::U32, var("parts") * want.clone());
@@ -563,7 +589,7 @@ fn merge_row(b: &mut Block, input: Input) {
         let rank_kept = |b: &mut Block, r: Expr| {
             let w = b.let_("wr", Ty::F32, values::weight(input, key_value(get(S_KEY, r.clone())), mx.clone()));
             let before = b.let_("br", Ty::U64, get64(S_BEFORE, r.clone()));
-            let base = b.let_("base_r", Ty::Bool, min_p_keeps(w).and(r.lt(var("kk"))));
+            let base = b.let_("base_r", Ty::Bool, keeps(w).and(r.lt(var("kk"))));
             (base, before)
         };
         b.let_("n_lo", Ty::U32, u(0));
@@ -646,61 +672,7 @@ fn merge_row(b: &mut Block, input: Input) {
         });
         let undecided = b.let_("undecided", Ty::Bool, decided.not());
         // A capped row here is min-p alone: with top-p or a top-k it takes the cut (`one_read_row`).
-        b.if_(undecided.and(var("capped")), |b| min_p_over_parts(b, input, mx.clone(), mass.clone()));
-    });
-}
-
-/// Whether min-p keeps a token of weight `w` (its probability over the row's largest): one with
-/// mass, at least `mp`.
-fn min_p_keeps(w: Expr) -> Expr {
-    w.clone().gt(f(0.0)).and(w.ge(var("mp")))
-}
-
-/// Whether some part of the row in slot `row_slot`, whose maximum is `mx`, left out a token
-/// min-p keeps (the largest key a part left out, its record's words 3 and 4, weighs at least
-/// `min_p`): then the union of the parts' lists does not hold the row's min-p set. Uniform.
-pub(super) fn left_out_kept(b: &mut Block, input: Input, (row_slot, mx): (Expr, Expr), read: Read) -> Expr {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    b.let_("mo_left", Ty::U32, u(0));
-    b.for_("p", lid, var("parts"), bs, |b, p| {
-        let word = |k: u32| read(SCRATCH, slot_word(row_slot.clone(), p.clone(), u(k)));
-        let left = b.let_("mo_lk", Ty::U32, word(3).max(word(4)));
-        let kept = min_p_keeps(values::weight(input, key_value(left.clone()), mx.clone()));
-        b.if_(left.ne_(u(0)).and(kept), |b| b.set("mo_left", u(1)));
-    });
-    b.reduce(ReduceOp::Max, Ty::U32, var("mo_left"), "mo_uncovered").ne_(u(0))
-}
-
-/// Min-p alone whose set is longer than the row's `CAP + 1` largest (min-p 0.01 at T 1.5 on Zipf
-/// rows keeps about 1,000 tokens), where [`merge_row`] could not decide it: each part listed its
-/// own `CAP + 1` largest, so their union holds the set wherever no part left out a token min-p
-/// keeps (the largest key a part left out weighs under `min_p`). Then the race runs over the
-/// union's kept tokens, unranked, so a row that hashes ranks is not taken. Elsewhere nothing: the
-/// merge runs the filter kernel's body.
-fn min_p_over_parts(b: &mut Block, input: Input, mx: Expr, mass: Expr) {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    let kept = |z: Expr| min_p_keeps(values::weight(input, z, mx.clone()));
-    let covered = left_out_kept(b, input, (var("slot"), mx.clone()), load_settled).not().and(row_is_ranked().not());
-    b.if_(covered, |b| {
-        declare_best(b);
-        let seeded = b.let_("mo_seeded", Ty::Bool, row_is_seeded());
-        let key = PhiloxKey::bound(b);
-        let want = u(CAP + 1);
-        b.for_("i", lid, var("parts") * want.clone(), bs, |b, i| {
-            let p = b.let_("mo_p", Ty::U32, i.clone() / want.clone());
-            let at = b.let_("mo_s", Ty::U32, i - p.clone() * want.clone());
-            b.if_(at.clone().lt(load_settled(SCRATCH, record(p.clone(), u(2)))), |b| {
-                let word = record(p, u(HEAD_WORDS) + at * u(2));
-                let z = b.let_("mo_z", Ty::F32, key_value(load_settled(SCRATCH, word.clone())));
-                b.if_(kept(z.clone()), |b| {
-                    let col = b.let_("mo_col", Ty::U32, load_settled(SCRATCH, word + u(1)));
-                    let ov = values::order_value(input, z.clone(), mx.clone());
-                    race_one(b, input, "", (seeded.clone(), &key), col, z, ov);
-                });
-            });
-        });
-        finish_race(b, input, (seeded, &|t| t), mx.clone(), mass, var("reads_before"));
-        b.set("one_read_done", boolean(true));
+        b.if_(undecided.and(var("capped")), |b| filter_min_p::over_parts(b, input, mx.clone(), mass.clone()));
     });
 }
 
@@ -753,14 +725,25 @@ fn merge_kernel(input: Input) -> Kernel {
             b.let_("reads_before", Ty::U32, select(one.clone(), u(1), u(0)));
             b.let_("merges", Ty::Bool, var("part").eq_(u(0)));
             b.if_(here.and(filter_top_p::may_cut()), |b| b.scope(|b| filter_top_p::cut_here(b, input)));
-            // Min-p alone is merged as the cut's where its parts sent it there.
-            b.if_(var("min_p_cut"), |b| b.set("top_p_cut", filter_top_p::sent_to_cut(var("slot"))));
+            // Min-p alone is merged as the cut's where its parts sent it there, and from the
+            // parts' races where they raced it.
+            b.let_("min_p_raced", Ty::Bool, boolean(false));
+            b.if_(var("min_p_cut"), |b| {
+                b.set("top_p_cut", filter_top_p::sent_to_cut(var("slot")));
+                b.set("min_p_raced", filter_min_p::raced(var("slot")));
+            });
             b.if_(var("merges"), |b| {
                 b.if_(one, |b| {
                     b.if_else(
                         var("top_p_cut"),
                         |b| b.scope(|b| filter_top_p::merge_cut(b, input)),
-                        |b| b.scope(|b| merge_row(b, input)),
+                        |b| {
+                            b.if_else(
+                                var("min_p_raced"),
+                                |b| b.scope(|b| filter_min_p::merge(b, input)),
+                                |b| b.scope(|b| merge_row(b, input)),
+                            )
+                        },
                     )
                 });
                 b.if_(var("one_read_done").not(), |b| {

@@ -40,10 +40,11 @@ use super::abi::{
     buffer, for_each_row_part_at, kernel, part_columns, partials_buffer, quads_per_part, row_is_seeded, PhiloxKey,
 };
 use super::combine::last_part_on;
+use super::filter_min_p::{self, left_out_kept};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, left_out_kept, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word,
-    AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word, AREA_WORDS,
+    HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
@@ -119,7 +120,8 @@ const LISTING: &str = "cut_listing";
 /// part's record of the cut launch.
 pub const TAIL_WORDS: u32 = 32;
 mod tail {
-    /// 1 where the cut launch takes the row (the estimate found its maximum finite).
+    /// 1 where the cut launch takes the row (the estimate found its maximum finite); for min-p
+    /// alone, [`super::GO_RACED`] where its parts raced it ([`super::min_p_state`]).
     pub const GO: u32 = 0;
     /// The listed bins, first and last (u32), the grid's origin `ceil(max S)` and the maximum
     /// (f32 bits).
@@ -153,6 +155,8 @@ mod tail {
     /// In the row's state: the shift of the grid its bins are on (`Grid`, coarse or fine).
     pub const SHIFT: u32 = 30;
 }
+/// The row's `GO` where its parts raced min-p alone and the merge decides it (`filter_min_p.rs`).
+pub(super) const GO_RACED: u32 = 2;
 /// Words of a winners' record (see `tail::BEST`).
 const WIN_WORDS: u32 = 5;
 const _: () = assert!(tail::RBEST + WIN_WORDS <= tail::ARRIVED && tail::SHIFT < TAIL_WORDS);
@@ -1118,20 +1122,28 @@ pub(super) fn may_cut() -> Expr {
 /// top-p row whose maximum is finite, or min-p alone whose set is longer than their lists
 /// ([`min_p_state`]).
 pub(super) fn sent_to_cut(row_slot: Expr) -> Expr {
-    load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO)).eq_(u(1))
+    row_go(row_slot).eq_(u(1))
+}
+
+/// The row's state's `GO` word, as the parts launch left it (in a later launch).
+pub(super) fn row_go(row_slot: Expr) -> Expr {
+    load_settled(SCRATCH, tail_word(row_slot, u(0), tail::GO))
 }
 
 /// A row of min-p alone (`min_p_cut`), by its last part in the parts launch: where some part
-/// left out a token min-p keeps (its set is longer than a part's list: a flat row keeps all of
-/// it), the cut takes the row with no range (every token within the coarse grid's 32 units of
-/// the maximum lies above it, raced there where min-p keeps it), and the merge checks that no
-/// token below weighs `min_p`. Else `GO` 0: the merge decides it from the candidates.
+/// left out a token min-p keeps (its set is longer than a part's list), the cut takes the row
+/// with no range (every token within the coarse grid's 32 units of the maximum lies above it,
+/// raced there where min-p keeps it), and the merge checks that no token below weighs `min_p`.
+/// Else, where some part raced its band (a flat row's, `filter_min_p.rs`), `GO` 2: the merge
+/// decides it from the lists and the winners. Else `GO` 0: the merge decides it from the
+/// candidates.
 pub(super) fn min_p_state(b: &mut Block, input: Input) {
     let (mx, finite) = row_max(b, var("row_slot"), load);
     let mx = b.let_("mp_mx", Ty::F32, mx);
     let finite = b.let_("mp_finite", Ty::Bool, finite);
     let long = left_out_kept(b, input, (var("row_slot"), mx.clone()), load);
-    let go = select(finite.and(long), u(1), u(0));
+    let raced = filter_min_p::any_raced(b);
+    let go = select(finite.clone().and(long), u(1), select(finite.and(raced), u(GO_RACED), u(0)));
     let grid = (COARSE.grid(input).origin(input, mx.clone()), u(COARSE.shift(input)));
     write_state(b, go, (u(BINS), u(BINS - 1)), grid, mx);
 }

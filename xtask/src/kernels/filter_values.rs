@@ -18,31 +18,60 @@ pub(super) fn column(b: &mut Block, input: Input, col: Expr, name: &str) -> Expr
     b.let_(name, Ty::F32, value(input, x))
 }
 
-/// One step of `width` columns, at the indices `at(0..width)` from `col_lo` of its `n`: their
-/// reads ([`read`]) first and unconditional (an index at or past `n` reads the last column), so
-/// they are in flight together, one round trip a step, not one a column; then `between`, then
-/// `body(i, j, x)` for each index inside, with its place `j` in the step and its element.
-/// Where `past` is given, an index at or past `n` reads as it (an element that weighs nothing)
-/// and `body` runs on every index of the step with no test of it, so that each column's work
-/// is on the loop's common path; such a body tests the index only before a store by it.
+/// One step of `width` columns, at the indices `first + stride j` (`j` in `0..width`) from
+/// `col_lo` of its `n`: their reads ([`read`]) first and unconditional (an index at or past `n`
+/// reads the last column), so they are in flight together, one round trip a step, not one a
+/// column; then `between`, then `body(i, j, x)` for each index inside, with its place `j` in
+/// the step and its element. A step wholly inside (every one but a part's last) reads from one
+/// address at offsets `stride j` (see the CUDA emitter's `index`: no address, clamp or test a
+/// column). Where `past` is given, an index at or past `n` reads as it (an element that weighs
+/// nothing) and `body` runs on every index of the step with no test of it, so that each
+/// column's work is on the loop's common path; such a body tests the index only before a store
+/// by it.
 pub(super) fn read_step(
     b: &mut Block,
     input: Input,
     (n, past): (Expr, Option<Expr>),
     width: u8,
-    at: &dyn Fn(u32) -> Expr,
+    (first, stride): (Expr, Expr),
     between: impl FnOnce(&mut Block),
     body: &dyn Fn(&mut Block, Expr, u8, Expr),
 ) {
+    // `stride j`, a literal where the stride is one.
+    let offset = |j: u32| match stride {
+        Expr::Lit(Lit::U32(s)) => u(s * j),
+        _ => stride.clone() * u(j),
+    };
+    let at = |j: u32| if j == 0 { first.clone() } else { first.clone() + offset(j) };
     for j in 0..width as u32 {
-        let i = b.let_(&format!("li{j}"), Ty::U32, at(j));
-        let inside = i.clone().lt(n.clone());
-        let name = format!("zx{j}");
-        read(b, input, var("col_lo") + select(inside.clone(), i, n.clone() - u(1)), &name);
-        if let Some(past) = &past {
-            b.set(&name, select(inside, var(&name), past.clone()));
-        }
+        b.let_(&format!("li{j}"), Ty::U32, at(j));
+        b.let_(&format!("zx{j}"), Ty::F32, f(0.0));
     }
+    let last = var(&format!("li{}", width - 1));
+    b.if_else(
+        last.lt(n.clone()),
+        |b| {
+            let from = b.let_("zx_at", Ty::U32, var("base") + var("col_lo") + first.clone());
+            for j in 0..width as u32 {
+                let at = if j == 0 { from.clone() } else { from.clone() + offset(j) };
+                b.set(&format!("zx{j}"), element_at(input, at));
+            }
+        },
+        |b| {
+            for j in 0..width as u32 {
+                let (i, name) = (var(&format!("li{j}")), format!("zx{j}"));
+                let inside = i.clone().lt(n.clone());
+                let x = element_at(input, var("base") + var("col_lo") + select(inside.clone(), i, n.clone() - u(1)));
+                b.set(
+                    &name,
+                    match &past {
+                        Some(past) => select(inside, x, past.clone()),
+                        None => x,
+                    },
+                );
+            }
+        },
+    );
     between(b);
     for j in 0..width {
         let i = var(&format!("li{j}"));
@@ -68,8 +97,7 @@ pub(super) fn for_each_read(
 ) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.for_("i0", lid, n.clone(), bs.clone() * u(width as u32), |b, i0| {
-        let at = |j| i0.clone() + bs.clone() * u(j);
-        read_step(b, input, (n.clone(), past.clone()), width, &at, |_| {}, &body)
+        read_step(b, input, (n.clone(), past.clone()), width, (i0, bs.clone()), |_| {}, &body)
     });
 }
 

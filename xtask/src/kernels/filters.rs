@@ -200,7 +200,7 @@ pub(super) fn sweep(
                 let last = (lid * per.clone() + per).min(quads) * u(4);
                 b.for_("c0", first, last, u(4), |b, c0| {
                     let quad = |b: &mut Block| per_quad(b, var("col_lo") + c0.clone());
-                    values::read_step(b, input, (n.clone(), None), 4, &|j| c0.clone() + u(j), quad, &per_col)
+                    values::read_step(b, input, (n.clone(), None), 4, (c0.clone(), u(1)), quad, &per_col)
                 });
             },
             |b| values::for_each_read(b, input, (n.clone(), None), 4, per_col),
@@ -785,7 +785,7 @@ pub(super) fn declare_best64(b: &mut Block, suffix: &str) {
 }
 
 /// The f32 race's half of [`declare_best_as`].
-fn declare_best32(b: &mut Block, suffix: &str) {
+pub(super) fn declare_best32(b: &mut Block, suffix: &str) {
     b.let_(&format!("best{suffix}"), Ty::F32, f(f32::NEG_INFINITY));
     b.let_(&format!("best{suffix}_i"), Ty::U32, u(NONE));
 }

@@ -2,6 +2,7 @@
 
 pub mod abi;
 pub mod combine;
+pub mod filter_min_p;
 pub mod filter_rank;
 pub mod filter_split;
 pub mod filter_top_k;

@@ -100,6 +100,24 @@ fn within(b: &mut Block, items: &Items, base: Expr, span: Option<Expr>, f: &dyn 
     });
 }
 
+/// After each item's [`count`] and a barrier: how many items lie in the bins wholly nearer `top`
+/// than `d` (a lower bound on the items at distance at most `d`, exact where `d` is below 32),
+/// the same on every invocation. The bins stay as they are, for a [`decide`] after.
+pub(super) fn count_nearer(b: &mut Block, scratch: &str, d: Expr) -> Expr {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let bin = bin_of(b, d);
+    let last = b.let_("t_near_bin", Ty::U32, bin);
+    // A run of bins an invocation, as `choose_bin`'s.
+    let per = b.let_("t_near_per", Ty::U32, (u(BINS) + bs.clone() - u(1)) / bs);
+    let lo = b.let_("t_near_lo", Ty::U32, lid * per.clone());
+    b.let_("t_near", Ty::U32, u(0));
+    b.for_("tj", u(0), per, u(1), |b, j| {
+        let i = lo.clone() + j;
+        b.if_(i.clone().lt(last.clone()), |b| b.set("t_near", var("t_near") + load_shared(scratch, i)));
+    });
+    b.reduce(ReduceOp::Sum, Ty::U32, var("t_near"), "t_near_sum")
+}
+
 /// Adds one to the bin of distance `d`.
 fn count_distance(b: &mut Block, scratch: &str, d: Expr) {
     let bin = bin_of(b, d);
