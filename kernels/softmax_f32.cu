@@ -12,10 +12,16 @@
 
 #if __CUDA_ARCH__ == 750
 #define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#define SK_SM_SHARED 65536
+#define SK_BLOCK_RESERVED 0
 #elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
 #define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#define SK_SM_SHARED 102400
+#define SK_BLOCK_RESERVED 1024
 #else
 #define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#define SK_SM_SHARED 233472
+#define SK_BLOCK_RESERVED 1024
 #endif
 
 template <typename To, typename From>
@@ -36,7 +42,7 @@ __shared__ float sk_red_f32[33];
 #include "functions/sk_load_quad_as.cuh"
 #include "functions/sk_for_each_column_then_2.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, SK_FULL_BLOCKS) softmax_f32(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, (SK_FULL_BLOCKS < (SK_SM_SHARED / (132 + SK_BLOCK_RESERVED)) ? SK_FULL_BLOCKS : (SK_SM_SHARED / (132 + SK_BLOCK_RESERVED)))) softmax_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, float* __restrict__ probs, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int stage = ((flags >> 8u) & 255u);
     unsigned int parts = max((flags >> 16u), 1u);

@@ -12,10 +12,16 @@
 
 #if __CUDA_ARCH__ == 750
 #define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#define SK_SM_SHARED 65536
+#define SK_BLOCK_RESERVED 0
 #elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
 #define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#define SK_SM_SHARED 102400
+#define SK_BLOCK_RESERVED 1024
 #else
 #define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#define SK_SM_SHARED 233472
+#define SK_BLOCK_RESERVED 1024
 #endif
 
 template <typename To, typename From>
@@ -60,7 +66,7 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_clear_2.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS)) top_k_parts_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {

@@ -12,10 +12,16 @@
 
 #if __CUDA_ARCH__ == 750
 #define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#define SK_SM_SHARED 65536
+#define SK_BLOCK_RESERVED 0
 #elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
 #define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#define SK_SM_SHARED 102400
+#define SK_BLOCK_RESERVED 1024
 #else
 #define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#define SK_SM_SHARED 233472
+#define SK_BLOCK_RESERVED 1024
 #endif
 
 template <typename To, typename From>
@@ -63,7 +69,7 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_read_step_44.cuh"
 #include "functions/sk_cut_part_6.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS)) top_p_cut_logits_bf16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (2204 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (2204 + SK_BLOCK_RESERVED)))) top_p_cut_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {

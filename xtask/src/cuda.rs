@@ -51,10 +51,16 @@ const BLOCK_DEFINES: &str = r#"#ifndef SK_BLOCK
 /// 2048 on the rest (CUDA C++ Programming Guide, compute capabilities table).
 const FULL_BLOCKS: &str = r#"#if __CUDA_ARCH__ == 750
 #define SK_FULL_BLOCKS (1024 / SK_BLOCK)
+#define SK_SM_SHARED 65536
+#define SK_BLOCK_RESERVED 0
 #elif __CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1200
 #define SK_FULL_BLOCKS (1536 / SK_BLOCK)
+#define SK_SM_SHARED 102400
+#define SK_BLOCK_RESERVED 1024
 #else
 #define SK_FULL_BLOCKS (2048 / SK_BLOCK)
+#define SK_SM_SHARED 233472
+#define SK_BLOCK_RESERVED 1024
 #endif
 "#;
 
@@ -525,6 +531,18 @@ fn buffer_arg(b: &BufferDecl) -> String {
     format!("{konst}{elem}* __restrict__ {}", b.name)
 }
 
+/// Bytes of the workgroup arrays `emit` declares for `kernel`: the collectives' scratch and the
+/// kernel's own.
+fn shared_bytes(kernel: &Kernel, used: &Collectives) -> u32 {
+    let scratch = scratch_types(&used.reduce).into_iter().map(|t| 33 * size_of(t)).sum::<u32>();
+    let argmax = used.argmax.iter().map(|&t| 33 * size_of(t)).sum::<u32>();
+    let indices = if used.argmax.is_empty() { 0 } else { 33 * 4 };
+    let scan = if used.scan { 32 * 4 } else { 0 };
+    let many = used.most_summed().into_iter().map(|(t, n)| (n as u32 + 1) * 32 * size_of(t)).sum::<u32>();
+    let own = kernel.shared.iter().map(|s| s.len * size_of(s.ty)).sum::<u32>();
+    scratch + argmax + indices + scan + many + own
+}
+
 /// A short tag for scratch-array names.
 fn short(t: Ty) -> &'static str {
     crate::wgsl::ty(t)
@@ -615,10 +633,17 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Print
     out.blank();
     let mut args: Vec<String> = kernel.buffers.iter().map(buffer_arg).collect();
     args.extend(kernel.params.iter().map(|p| format!("unsigned int {p}")));
+    // A bound asks for no more blocks than the kernel's workgroup memory lets a multiprocessor
+    // hold (counted from the arrays above without ptxas's padding, so never fewer than fit): a
+    // T4 holds two of the one-read path's parts by their 25 KB, and their registers were held
+    // to four blocks' 64 for nothing (they spilled there).
+    let shared = shared_bytes(kernel, &used);
+    let blocks = format!("(SK_SM_SHARED / ({shared} + SK_BLOCK_RESERVED))");
+    let least = |n: &str| format!("SK_BLOCK, ({n} < {blocks} ? {n} : {blocks})");
     let bounds = match kernel.occupancy {
         Occupancy::Any => "SK_BLOCK".to_string(),
-        Occupancy::Full => "SK_BLOCK, SK_FULL_BLOCKS".to_string(),
-        Occupancy::AtLeast(n) => format!("SK_BLOCK, ({n} < SK_FULL_BLOCKS ? {n} : SK_FULL_BLOCKS)"),
+        Occupancy::Full => least("SK_FULL_BLOCKS"),
+        Occupancy::AtLeast(n) => least(&format!("({n} < SK_FULL_BLOCKS ? {n} : SK_FULL_BLOCKS)")),
     };
     out.line(format!("extern \"C\" __global__ void __launch_bounds__({bounds}) {}(", kernel.name));
     out.open(format!("    {}) {{", args.join(", ")));
