@@ -4,8 +4,8 @@
 //!
 //! A part knows its own maximum `m`, not the row's `mx >= m`. Every token min-p keeps lies in
 //! the part's band, the values at or above [`band_floor`] of `m`, since a token's weight at
-//! `mx` is at most its weight at `m`. Where at least [`RACE_FROM`] of the part's keys lie in
-//! its band (by the select's bins, [`select::count_nearer`]), the part races the band's
+//! `mx` is at most its weight at `m`. Where over [`RACE_FROM`] of the part's keys lie in its
+//! band (by the select's bins, [`select::count_nearer`]), the part races the band's
 //! tokens on the plain race's noise ([`race_part`]) and writes its winner in place of its
 //! candidates (`RACED`), and the row's last part sends the row to the merge with `GO` 2
 //! ([`any_raced`]). The merge knows `mx`: a raced part's winner is the winner of its tokens
@@ -18,7 +18,8 @@
 //!
 //! A numpy simulation of the rule (parts of 4096, Zipf rows of exponent 1.1 and flat rows):
 //! no part of a Zipf row races at T 0.6 to 1.0 with min-p 0.01 to 0.1 (their bands hold at most
-//! 600 keys), and every part of a flat row does, its winner kept.
+//! 600 keys), and every part of a flat row does, its winner kept; at T 1.5 and min-p 0.01 about
+//! one part a row races, and half the rows read it again.
 
 use super::abi::{part_columns, quads_per_part, row_is_ranked, row_is_seeded, PhiloxKey, NONE};
 use super::filter_top_k::{finish_race, keep_lower, own_word, race_one, race_philox, record, slot_word, Read};
@@ -32,12 +33,12 @@ use super::select;
 use crate::ir::*;
 
 /// Word 2 of a part's record (the count of its candidates) where the part raced instead.
-pub(super) const RACED: u32 = u32::MAX;
+const RACED: u32 = u32::MAX;
 /// A raced part's winner, in its record's area: the score (f32 bits), the column and its key.
 const WIN_SCORE: u32 = HEAD_WORDS;
 const WIN_COL: u32 = HEAD_WORDS + 1;
 const WIN_KEY: u32 = HEAD_WORDS + 2;
-/// A part races where at least this many of its keys lie in its band: a flat part's 4096, none
+/// A part races where over this many of its keys lie in its band: a flat part's 4096, none
 /// of a Zipf row's (at most 600 in the simulation of the module's doc), whose candidates hold
 /// its set wherever its maximum lies near the row's, and whose band reaches far below the
 /// row's threshold where it does not (a winner there would be read again).
