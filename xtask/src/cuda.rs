@@ -531,16 +531,28 @@ fn buffer_arg(b: &BufferDecl) -> String {
     format!("{konst}{elem}* __restrict__ {}", b.name)
 }
 
-/// Bytes of the workgroup arrays `emit` declares for `kernel`: the collectives' scratch and the
-/// kernel's own.
-fn shared_bytes(kernel: &Kernel, used: &Collectives) -> u32 {
-    let scratch = scratch_types(&used.reduce).into_iter().map(|t| 33 * size_of(t)).sum::<u32>();
-    let argmax = used.argmax.iter().map(|&t| 33 * size_of(t)).sum::<u32>();
-    let indices = if used.argmax.is_empty() { 0 } else { 33 * 4 };
-    let scan = if used.scan { 32 * 4 } else { 0 };
-    let many = used.most_summed().into_iter().map(|(t, n)| (n as u32 + 1) * 32 * size_of(t)).sum::<u32>();
-    let own = kernel.shared.iter().map(|s| s.len * size_of(s.ty)).sum::<u32>();
-    scratch + argmax + indices + scan + many + own
+/// The workgroup arrays `emit` declares for `kernel` at file scope, each its declaration and its
+/// bytes: the collectives' scratch, then the kernel's own (aligned to 16 bytes, so that nvcc may
+/// read four consecutive words, the race's Philox table, with one vector load).
+fn shared_arrays(kernel: &Kernel, used: &Collectives) -> Vec<(String, u32)> {
+    let array = |t: Ty, name: String, len: u32| (format!("__shared__ {} {name}[{len}];", ty(t)), len * size_of(t));
+    let mut arrays: Vec<(String, u32)> =
+        scratch_types(&used.reduce).into_iter().map(|t| array(t, format!("sk_red_{}", short(t)), 33)).collect();
+    arrays.extend(used.argmax.iter().map(|&t| array(t, format!("sk_am_{}", short(t)), 33)));
+    if !used.argmax.is_empty() {
+        arrays.push(array(Ty::U32, "sk_am_i".into(), 33));
+    }
+    if used.scan {
+        arrays.push(array(Ty::U32, "sk_scan".into(), 32));
+    }
+    arrays.extend(
+        used.most_summed().into_iter().map(|(t, n)| array(t, format!("sk_many_{}", short(t)), (n as u32 + 1) * 32)),
+    );
+    arrays.extend(kernel.shared.iter().map(|s| {
+        let (decl, bytes) = array(s.ty, s.name.clone(), s.len);
+        (decl.replacen("__shared__ ", "__shared__ __align__(16) ", 1), bytes)
+    }));
+    arrays
 }
 
 /// A short tag for scratch-array names.
@@ -605,25 +617,10 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Print
         out.line(format!("#define sk_load_{}(i) {read}", b.name));
     }
     out.blank();
-    // At file scope, so that procedures reach them as the kernel does. Aligned to 16 bytes, so
-    // that nvcc may read four consecutive words (the race's Philox table) with one vector load.
-    for t in scratch_types(&used.reduce) {
-        out.line(format!("__shared__ {} sk_red_{}[33];", ty(t), short(t)));
-    }
-    for t in &used.argmax {
-        out.line(format!("__shared__ {} sk_am_{}[33];", ty(*t), short(*t)));
-    }
-    if !used.argmax.is_empty() {
-        out.line("__shared__ unsigned int sk_am_i[33];");
-    }
-    if used.scan {
-        out.line("__shared__ unsigned int sk_scan[32];");
-    }
-    for (t, n) in used.most_summed() {
-        out.line(format!("__shared__ {} sk_many_{}[{}];", ty(t), short(t), (n + 1) * 32));
-    }
-    for s in &kernel.shared {
-        out.line(format!("__shared__ __align__(16) {} {}[{}];", ty(s.ty), s.name, s.len));
+    // At file scope, so that procedures reach them as the kernel does.
+    let arrays = shared_arrays(kernel, &used);
+    for (decl, _) in &arrays {
+        out.line(decl);
     }
     out.blank();
     let functions = function_files(kernel, source)?;
@@ -637,7 +634,7 @@ pub fn emit(kernel: &Prepared, default_block: u32, source: &str) -> Result<Print
     // hold (counted from the arrays above without ptxas's padding, so never fewer than fit): a
     // T4 holds two of the one-read path's parts by their 25 KB, and their registers were held
     // to four blocks' 64 for nothing (they spilled there).
-    let shared = shared_bytes(kernel, &used);
+    let shared: u32 = arrays.iter().map(|(_, bytes)| bytes).sum();
     let blocks = format!("(SK_SM_SHARED / ({shared} + SK_BLOCK_RESERVED))");
     let least = |n: &str| format!("SK_BLOCK, ({n} < {blocks} ? {n} : {blocks})");
     let bounds = match kernel.occupancy {
