@@ -52,8 +52,8 @@ __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned i
 #define sk_load_x(i) sk_bf16(x[i])
 
 __shared__ float sk_red_f32[33];
-__shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned long long sk_red_u64[33];
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -69,13 +69,12 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
 #include "functions/sk_block_max_f32.cuh"
+#include "functions/sk_block_sum_u64.cuh"
 #include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_sum_f32.cuh"
-#include "functions/sk_block_sum_u64.cuh"
 #include "functions/sk_block_scan.cuh"
 #include "functions/sk_block_sums_u32_2.cuh"
-#include "functions/sk_block_sums_u64_3.cuh"
 #include "functions/sk_block_sums_u32_3.cuh"
 #include "functions/sk_block_sums_u32_16.cuh"
 #include "functions/sk_block_sums_u64_16.cuh"
@@ -100,6 +99,7 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_cut_part.cuh"
 #include "functions/sk_read_step_34.cuh"
 #include "functions/sk_read_step_35.cuh"
+#include "functions/sk_read_step_36.cuh"
 #include "functions/sk_read_step_3.cuh"
 #include "functions/sk_read_step_4.cuh"
 #include "functions/sk_select_in_range.cuh"
@@ -108,7 +108,9 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_read_step_6.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
+#include "functions/sk_read_step_37.cuh"
 #include "functions/sk_gather.cuh"
+#include "functions/sk_read_step_38.cuh"
 #include "functions/sk_select_step_3.cuh"
 #include "functions/sk_choose_bin.cuh"
 #include "functions/sk_load_quad_as_10.cuh"
@@ -116,28 +118,33 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_8.cuh"
-#include "functions/sk_read_step_36.cuh"
-#include "functions/sk_read_step_9.cuh"
-#include "functions/sk_read_step_37.cuh"
-#include "functions/sk_race_one.cuh"
-#include "functions/sk_read_step_38.cuh"
 #include "functions/sk_read_step_39.cuh"
+#include "functions/sk_read_step_9.cuh"
+#include "functions/sk_read_step_40.cuh"
+#include "functions/sk_race_one.cuh"
+#include "functions/sk_read_step_41.cuh"
+#include "functions/sk_read_step_42.cuh"
 #include "functions/sk_race_one_2.cuh"
 #include "functions/sk_select_in_range_2.cuh"
+#include "functions/sk_tied_range.cuh"
 #include "functions/sk_merge_row.cuh"
+#include "functions/sk_write_results_as.cuh"
 #include "functions/sk_merge.cuh"
-#include "functions/sk_cut_row.cuh"
-#include "functions/sk_cut_row_2.cuh"
 #include "functions/sk_digit_counts_6.cuh"
+#include "functions/sk_attempt_cut.cuh"
 #include "functions/sk_race_3.cuh"
-#include "functions/sk_for_each_read_3.cuh"
-#include "functions/sk_cut_row_3.cuh"
+#include "functions/sk_select_in_range_3.cuh"
+#include "functions/sk_attempt_cut_2.cuh"
+#include "functions/sk_select_in_range_4.cuh"
+#include "functions/sk_attempt_cut_3.cuh"
+#include "functions/sk_cut_row.cuh"
 #include "functions/sk_merge_cut.cuh"
 #include "functions/sk_find_set_4.cuh"
 #include "functions/sk_sweep.cuh"
+#include "functions/sk_for_each_read_3.cuh"
 #include "functions/sk_cut_part_2.cuh"
 #include "functions/sk_cut_here.cuh"
-#include "functions/sk_write_results_as.cuh"
+#include "functions/sk_write_results_as_2.cuh"
 #include "functions/sk_row_max.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_logits_bf16(
@@ -188,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut(slot, parts, row, pp, mp, kk, base, temp, noisy, reads_before, one_read_done);
+                        sk_merge_cut(slot, parts, row, mp, col_hi, col_lo, base, temp, pp, kk, noisy, reads_before, one_read_done);
                     } else {
                         if (min_p_raced) {
                             {
@@ -201,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                                 row_m = sk_block_max_f32(m);
                                 float s = (0.0f);
                                 for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                                    // built by kernels::filter_top_k::row_estimate
+                                    // built by kernels::filter_top_k::parts_mass
                                     float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
                                     if ((mp_p > sk_bitcast<float>(4286578688u))) {
                                         s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((row_m == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - row_m))))));

@@ -48,8 +48,8 @@ __device__ __forceinline__ void sk_bin_add_u64(unsigned long long& c, unsigned i
 #define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
-__shared__ unsigned int sk_red_u32[33];
 __shared__ unsigned long long sk_red_u64[33];
+__shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
@@ -65,13 +65,12 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
 #include "functions/sk_block_max_f32.cuh"
+#include "functions/sk_block_sum_u64.cuh"
 #include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sum_u32.cuh"
 #include "functions/sk_block_sum_f32.cuh"
-#include "functions/sk_block_sum_u64.cuh"
 #include "functions/sk_block_scan.cuh"
 #include "functions/sk_block_sums_u32_2.cuh"
-#include "functions/sk_block_sums_u64_3.cuh"
 #include "functions/sk_block_sums_u32_3.cuh"
 #include "functions/sk_block_sums_u32_16.cuh"
 #include "functions/sk_block_sums_u64_16.cuh"
@@ -89,11 +88,12 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_select_step.cuh"
 #include "functions/sk_for_each_quad_2.cuh"
-#include "functions/sk_sweep_set_2.cuh"
 #include "functions/sk_cut_part_3.cuh"
+#include "functions/sk_sweep_set_2.cuh"
+#include "functions/sk_read_step_43.cuh"
 #include "functions/sk_read_step_11.cuh"
 #include "functions/sk_read_step_12.cuh"
-#include "functions/sk_select_in_range_3.cuh"
+#include "functions/sk_select_in_range_5.cuh"
 #include "functions/sk_read_step_13.cuh"
 #include "functions/sk_read_step_14.cuh"
 #include "functions/sk_race_sweep_4.cuh"
@@ -107,30 +107,33 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
 #include "functions/sk_merge_row_2.cuh"
-#include "functions/sk_read_step_40.cuh"
+#include "functions/sk_read_step_44.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_17.cuh"
-#include "functions/sk_read_step_41.cuh"
+#include "functions/sk_read_step_45.cuh"
 #include "functions/sk_read_step_18.cuh"
-#include "functions/sk_read_step_42.cuh"
-#include "functions/sk_read_step_43.cuh"
+#include "functions/sk_read_step_46.cuh"
+#include "functions/sk_read_step_47.cuh"
 #include "functions/sk_race_one_3.cuh"
-#include "functions/sk_select_in_range_4.cuh"
-#include "functions/sk_tied_range.cuh"
-#include "functions/sk_write_results_as_2.cuh"
+#include "functions/sk_tied_range_2.cuh"
+#include "functions/sk_select_in_range_6.cuh"
+#include "functions/sk_write_results_as_3.cuh"
 #include "functions/sk_merge_2.cuh"
-#include "functions/sk_cut_row_4.cuh"
-#include "functions/sk_cut_row_5.cuh"
 #include "functions/sk_digit_counts_7.cuh"
+#include "functions/sk_attempt_cut_4.cuh"
 #include "functions/sk_race_4.cuh"
-#include "functions/sk_for_each_read_4.cuh"
-#include "functions/sk_cut_row_6.cuh"
+#include "functions/sk_select_in_range_7.cuh"
+#include "functions/sk_attempt_cut_5.cuh"
+#include "functions/sk_select_in_range_8.cuh"
+#include "functions/sk_attempt_cut_6.cuh"
+#include "functions/sk_cut_row_2.cuh"
 #include "functions/sk_merge_cut_2.cuh"
+#include "functions/sk_for_each_read_4.cuh"
 #include "functions/sk_find_set_5.cuh"
 #include "functions/sk_sweep_2.cuh"
 #include "functions/sk_cut_part_4.cuh"
 #include "functions/sk_cut_here_2.cuh"
-#include "functions/sk_write_results_as_3.cuh"
+#include "functions/sk_write_results_as_4.cuh"
 #include "functions/sk_row_max_2.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_probs(
@@ -181,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut_2(slot, parts, row, pp, mp, kk, base, noisy, reads_before, one_read_done);
+                        sk_merge_cut_2(slot, parts, row, mp, col_hi, col_lo, base, pp, kk, noisy, reads_before, one_read_done);
                     } else {
                         if (min_p_raced) {
                             {
@@ -194,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
                                 row_m = sk_block_max_f32(m);
                                 float s = (0.0f);
                                 for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                                    // built by kernels::filter_top_k::row_estimate
+                                    // built by kernels::filter_top_k::parts_mass
                                     float mp_p = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 0u)]);
                                     if ((mp_p > sk_bitcast<float>(4286578688u))) {
                                         s = (s + (sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 1u)]) * ((mp_p == row_m) ? (1.0f) : (mp_p / row_m))));

@@ -55,7 +55,7 @@ __shared__ float sk_am_f32[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[2048];
+__shared__ __align__(16) unsigned int part_hist[2049];
 
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_max_u32.cuh"
@@ -74,11 +74,11 @@ __shared__ __align__(16) unsigned int part_hist[2048];
 #include "functions/sk_read_step_32.cuh"
 #include "functions/sk_for_each_read.cuh"
 #include "functions/sk_place_cut.cuh"
-#include "functions/sk_last_part_on_2.cuh"
+#include "functions/sk_estimate_cut.cuh"
 #include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25232 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25232 + SK_BLOCK_RESERVED)))) top_k_parts_logits_bf16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25236 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25236 + SK_BLOCK_RESERVED)))) top_k_parts_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -114,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 2048u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 2049u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
@@ -159,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
                     partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 1317u) + 1u)] = 0u;
+                    partials[((slot * 1317u) + 1u)] = part_hist[2048u];
                     partials[((slot * 1317u) + 2u)] = 0u;
                     partials[((slot * 1317u) + 3u)] = 0u;
                     partials[((slot * 1317u) + 4u)] = 0u;
@@ -185,7 +185,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 unsigned int arrivals = 0u;
                 arrivals = sk_block_max_u32(arrived);
                 if ((arrivals == parts)) {
-                    sk_last_part_on_2(parts, row_slot, pp, kk);
+                    // built by kernels::combine::last_part_on
+                    __threadfence();
+                    {
+                        // built by kernels::filter_top_p::histogram_part
+                        float m = sk_bitcast<float>(4286578688u);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::row_max
+                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                        }
+                        float row_m = (0.0f);
+                        row_m = sk_block_max_f32(m);
+                        if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                            sk_estimate_cut(row_m, parts, row_slot, pp, kk);
+                        } else {
+                            // built by kernels::filter_top_p::estimate_cut
+                            if ((threadIdx.x == 0u)) {
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 0u;
+                            }
+                        }
+                    }
+                    if ((threadIdx.x == 0u)) {
+                        counters[row_slot] = 0u;
+                    }
                 }
             } else {
                 sk_clear(col_hi, col_lo, min_p_cut, row, base, temp, mp, slot, kc);
@@ -241,8 +263,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         }
                         unsigned int mr_any_part = 0u;
                         mr_any_part = sk_block_max_u32(mr_any);
+                        float s = (0.0f);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::parts_mass
+                            float mp_p = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                            if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                s = (s + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * ((mp_mx == sk_bitcast<float>(2139095040u)) ? ((mp_p == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((mp_mx == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mp_p - mp_mx))))));
+                            }
+                        }
+                        float row_s = (0.0f);
+                        row_s = sk_block_sum_f32(s);
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_top_p::write_state
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)] = sk_bitcast<unsigned int>((0.0f));
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)] = sk_bitcast<unsigned int>((0.0f));
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)] = sk_bitcast<unsigned int>(row_s);
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)] = sk_bitcast<unsigned int>(row_s);
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : ((mp_finite && (mr_any_part != 0u)) ? 2u : 0u));
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = 512u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = 511u;

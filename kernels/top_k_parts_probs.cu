@@ -45,7 +45,7 @@ __shared__ float sk_am_f32[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[2064];
+__shared__ __align__(16) unsigned int part_hist[2065];
 
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_max_u32.cuh"
@@ -62,11 +62,11 @@ __shared__ __align__(16) unsigned int part_hist[2064];
 #include "functions/sk_read_step_33.cuh"
 #include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
-#include "functions/sk_last_part_on_3.cuh"
+#include "functions/sk_estimate_cut_2.cuh"
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_clear_2.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25300 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25300 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -102,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 2048u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 2049u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
@@ -115,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 }
                 if ((threadIdx.x < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    part_hist[(2048u + threadIdx.x)] = sk_bitcast<unsigned int>(((16.0f) / (((float)threadIdx.x) + (17.0f))));
+                    part_hist[(2049u + threadIdx.x)] = sk_bitcast<unsigned int>(((16.0f) / (((float)threadIdx.x) + (17.0f))));
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -153,7 +153,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 if ((threadIdx.x == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
                     partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 1317u) + 1u)] = 0u;
+                    partials[((slot * 1317u) + 1u)] = part_hist[2048u];
                     partials[((slot * 1317u) + 2u)] = 0u;
                     partials[((slot * 1317u) + 3u)] = 0u;
                     partials[((slot * 1317u) + 4u)] = 0u;
@@ -179,7 +179,29 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 unsigned int arrivals = 0u;
                 arrivals = sk_block_max_u32(arrived);
                 if ((arrivals == parts)) {
-                    sk_last_part_on_3(parts, row_slot, pp, kk);
+                    // built by kernels::combine::last_part_on
+                    __threadfence();
+                    {
+                        // built by kernels::filter_top_p::histogram_part
+                        float m = sk_bitcast<float>(4286578688u);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::row_max
+                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                        }
+                        float row_m = (0.0f);
+                        row_m = sk_block_max_f32(m);
+                        if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
+                            sk_estimate_cut_2(row_m, parts, row_slot, pp, kk);
+                        } else {
+                            // built by kernels::filter_top_p::estimate_cut
+                            if ((threadIdx.x == 0u)) {
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 0u;
+                            }
+                        }
+                    }
+                    if ((threadIdx.x == 0u)) {
+                        counters[row_slot] = 0u;
+                    }
                 }
             } else {
                 sk_clear_2(col_hi, col_lo, min_p_cut, row, base, mp, slot, kc);
@@ -232,8 +254,22 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         }
                         unsigned int mr_any_part = 0u;
                         mr_any_part = sk_block_max_u32(mr_any);
+                        float s = (0.0f);
+                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
+                            // built by kernels::filter_top_k::parts_mass
+                            float mp_p = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                            if ((mp_p > sk_bitcast<float>(4286578688u))) {
+                                s = (s + (sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * ((mp_p == mp_mx) ? (1.0f) : (mp_p / mp_mx))));
+                            }
+                        }
+                        float row_s = (0.0f);
+                        row_s = sk_block_sum_f32(s);
                         if ((threadIdx.x == 0u)) {
                             // built by kernels::filter_top_p::write_state
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)] = sk_bitcast<unsigned int>((0.0f));
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)] = sk_bitcast<unsigned int>((0.0f));
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)] = sk_bitcast<unsigned int>(row_s);
+                            partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)] = sk_bitcast<unsigned int>(row_s);
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = ((mp_finite && (mo_uncovered != 0u)) ? 1u : ((mp_finite && (mr_any_part != 0u)) ? 2u : 0u));
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)] = 512u;
                             partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)] = 511u;

@@ -34,18 +34,18 @@ __device__ __forceinline__ To sk_bitcast(From x) {
 #define sk_load_x(i) x[i]
 
 __shared__ float sk_red_f32[33];
+__shared__ unsigned long long sk_red_u64[33];
 __shared__ unsigned int sk_red_u32[33];
 __shared__ float sk_am_f32[33];
 __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_many_u32[96];
-__shared__ unsigned long long sk_many_u64[128];
 __shared__ __align__(16) unsigned int cut_listing[1];
 
 #include "functions/sk_block_max_f32.cuh"
+#include "functions/sk_block_sum_u64.cuh"
 #include "functions/sk_block_max_u32.cuh"
 #include "functions/sk_block_sums_u32_2.cuh"
-#include "functions/sk_block_sums_u64_3.cuh"
 #include "functions/sk_block_argmax_f32.cuh"
 #include "functions/sk_block_argmax_f64.cuh"
 #include "functions/sk_exp_nonpositive.cuh"
@@ -62,10 +62,10 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_cut_part.cuh"
 #include "functions/sk_load_quad_as_10.cuh"
 #include "functions/sk_cut_part_5.cuh"
-#include "functions/sk_read_step_44.cuh"
+#include "functions/sk_read_step_48.cuh"
 #include "functions/sk_cut_part_6.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (2204 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (2204 + SK_BLOCK_RESERVED)))) top_p_cut_logits_f32(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -119,9 +119,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     __syncthreads();
                     unsigned int n_above = 0u;
                     unsigned int n_range = 0u;
-                    unsigned long long m_above = 0ull;
                     unsigned long long m_range = 0ull;
-                    unsigned long long m_below = 0ull;
                     float min_above = sk_bitcast<float>(2139095040u);
                     float min_range = sk_bitcast<float>(2139095040u);
                     float max_range_v = sk_bitcast<float>(4286578688u);
@@ -176,28 +174,26 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                 zx3 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12);
                             }
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_44(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_48(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_44(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_48(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_44(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_48(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_44(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v);
+                                sk_read_step_48(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
                             }
                         }
                     } else {
-                        sk_cut_part_6(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, n_above, m_above, min_above, n_range, m_range, min_range, max_range_v, m_below, max_below_v, best, bestr, best_i, bestr_i);
+                        sk_cut_part_6(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, mp, n_above, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;
                     sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range);
-                    unsigned long long part_m_above = 0ull;
                     unsigned long long part_m_range = 0ull;
-                    unsigned long long part_m_below = 0ull;
-                    sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below);
+                    part_m_range = sk_block_sum_u64(m_range);
                     float part_w_below = (0.0f);
                     part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)));
                     unsigned int part_min_above_not = 0u;
@@ -239,14 +235,10 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     __syncthreads();
                     if ((threadIdx.x == 0u)) {
                         // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = ((unsigned int)(part_m_above & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = ((unsigned int)(part_m_above >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = ((unsigned int)(part_m_range & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_below & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_below >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
                         partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
                         partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
                         partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;

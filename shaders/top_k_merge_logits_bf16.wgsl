@@ -23,8 +23,8 @@ struct Params {
 @group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -53,13 +53,12 @@ fn sk_load_x(i: u32) -> f32 {
 }
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_u64.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
-// shaders/functions/sk_block_sum_u64.wgsl
 // shaders/functions/sk_block_scan.wgsl
 // shaders/functions/sk_block_sums_u32_2.wgsl
-// shaders/functions/sk_block_sums_u64_3.wgsl
 // shaders/functions/sk_block_sums_u32_3.wgsl
 // shaders/functions/sk_block_sums_u32_16.wgsl
 // shaders/functions/sk_block_sums_u64_16.wgsl
@@ -84,6 +83,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_part.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
+// shaders/functions/sk_read_step_36.wgsl
 // shaders/functions/sk_read_step_3.wgsl
 // shaders/functions/sk_read_step_4.wgsl
 // shaders/functions/sk_select_in_range.wgsl
@@ -92,7 +92,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_6.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
+// shaders/functions/sk_read_step_37.wgsl
 // shaders/functions/sk_gather.wgsl
+// shaders/functions/sk_read_step_38.wgsl
 // shaders/functions/sk_select_step_3.wgsl
 // shaders/functions/sk_choose_bin.wgsl
 // shaders/functions/sk_load_quad_as_10.wgsl
@@ -100,28 +102,33 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_8.wgsl
-// shaders/functions/sk_read_step_36.wgsl
-// shaders/functions/sk_read_step_9.wgsl
-// shaders/functions/sk_read_step_37.wgsl
-// shaders/functions/sk_race_one.wgsl
-// shaders/functions/sk_read_step_38.wgsl
 // shaders/functions/sk_read_step_39.wgsl
+// shaders/functions/sk_read_step_9.wgsl
+// shaders/functions/sk_read_step_40.wgsl
+// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_read_step_41.wgsl
+// shaders/functions/sk_read_step_42.wgsl
 // shaders/functions/sk_race_one_2.wgsl
 // shaders/functions/sk_select_in_range_2.wgsl
+// shaders/functions/sk_tied_range.wgsl
 // shaders/functions/sk_merge_row.wgsl
+// shaders/functions/sk_write_results_as.wgsl
 // shaders/functions/sk_merge.wgsl
-// shaders/functions/sk_cut_row.wgsl
-// shaders/functions/sk_cut_row_2.wgsl
 // shaders/functions/sk_digit_counts_6.wgsl
+// shaders/functions/sk_attempt_cut.wgsl
 // shaders/functions/sk_race_3.wgsl
-// shaders/functions/sk_for_each_read_3.wgsl
-// shaders/functions/sk_cut_row_3.wgsl
+// shaders/functions/sk_select_in_range_3.wgsl
+// shaders/functions/sk_attempt_cut_2.wgsl
+// shaders/functions/sk_select_in_range_4.wgsl
+// shaders/functions/sk_attempt_cut_3.wgsl
+// shaders/functions/sk_cut_row.wgsl
 // shaders/functions/sk_merge_cut.wgsl
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
+// shaders/functions/sk_for_each_read_3.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_cut_here.wgsl
-// shaders/functions/sk_write_results_as.wgsl
+// shaders/functions/sk_write_results_as_2.wgsl
 // shaders/functions/sk_row_max.wgsl
 
 @compute @workgroup_size(256)
@@ -172,7 +179,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut(sk_lid, slot, parts, row, pp, mp, kk, base, temp, noisy, &reads_before, &one_read_done);
+                        sk_merge_cut(sk_lid, slot, parts, row, mp, col_hi, col_lo, base, temp, pp, kk, noisy, &reads_before, &one_read_done);
                     } else {
                         if (min_p_raced) {
                             {
@@ -185,7 +192,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 row_m = sk_block_max_f32(sk_lid, m);
                                 var s: f32 = (0.0f);
                                 for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                    // built by kernels::filter_top_k::row_estimate
+                                    // built by kernels::filter_top_k::parts_mass
                                     var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)]));
                                     if ((mp_p > bitcast<f32>(4286578688u))) {
                                         s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 1u)])) * select(select(sk_exp((mp_p - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mp_p == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));

@@ -23,8 +23,8 @@ struct Params {
 @group(0) @binding(8) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
-var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_red_u64: array<u64, BLOCK>;
+var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
@@ -52,13 +52,12 @@ fn sk_load_x(i: u32) -> f32 {
 }
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_u64.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sum_u32.wgsl
 // shaders/functions/sk_block_sum_f32.wgsl
-// shaders/functions/sk_block_sum_u64.wgsl
 // shaders/functions/sk_block_scan.wgsl
 // shaders/functions/sk_block_sums_u32_2.wgsl
-// shaders/functions/sk_block_sums_u64_3.wgsl
 // shaders/functions/sk_block_sums_u32_3.wgsl
 // shaders/functions/sk_block_sums_u32_16.wgsl
 // shaders/functions/sk_block_sums_u64_16.wgsl
@@ -76,11 +75,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_for_each_quad_2.wgsl
-// shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
+// shaders/functions/sk_sweep_set_2.wgsl
+// shaders/functions/sk_read_step_43.wgsl
 // shaders/functions/sk_read_step_11.wgsl
 // shaders/functions/sk_read_step_12.wgsl
-// shaders/functions/sk_select_in_range_3.wgsl
+// shaders/functions/sk_select_in_range_5.wgsl
 // shaders/functions/sk_read_step_13.wgsl
 // shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_race_sweep_4.wgsl
@@ -94,30 +94,33 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
 // shaders/functions/sk_merge_row_2.wgsl
-// shaders/functions/sk_read_step_40.wgsl
+// shaders/functions/sk_read_step_44.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_17.wgsl
-// shaders/functions/sk_read_step_41.wgsl
+// shaders/functions/sk_read_step_45.wgsl
 // shaders/functions/sk_read_step_18.wgsl
-// shaders/functions/sk_read_step_42.wgsl
-// shaders/functions/sk_read_step_43.wgsl
+// shaders/functions/sk_read_step_46.wgsl
+// shaders/functions/sk_read_step_47.wgsl
 // shaders/functions/sk_race_one_3.wgsl
-// shaders/functions/sk_select_in_range_4.wgsl
-// shaders/functions/sk_tied_range.wgsl
-// shaders/functions/sk_write_results_as_2.wgsl
+// shaders/functions/sk_tied_range_2.wgsl
+// shaders/functions/sk_select_in_range_6.wgsl
+// shaders/functions/sk_write_results_as_3.wgsl
 // shaders/functions/sk_merge_2.wgsl
-// shaders/functions/sk_cut_row_4.wgsl
-// shaders/functions/sk_cut_row_5.wgsl
 // shaders/functions/sk_digit_counts_7.wgsl
+// shaders/functions/sk_attempt_cut_4.wgsl
 // shaders/functions/sk_race_4.wgsl
-// shaders/functions/sk_for_each_read_4.wgsl
-// shaders/functions/sk_cut_row_6.wgsl
+// shaders/functions/sk_select_in_range_7.wgsl
+// shaders/functions/sk_attempt_cut_5.wgsl
+// shaders/functions/sk_select_in_range_8.wgsl
+// shaders/functions/sk_attempt_cut_6.wgsl
+// shaders/functions/sk_cut_row_2.wgsl
 // shaders/functions/sk_merge_cut_2.wgsl
+// shaders/functions/sk_for_each_read_4.wgsl
 // shaders/functions/sk_find_set_5.wgsl
 // shaders/functions/sk_sweep_2.wgsl
 // shaders/functions/sk_cut_part_4.wgsl
 // shaders/functions/sk_cut_here_2.wgsl
-// shaders/functions/sk_write_results_as_3.wgsl
+// shaders/functions/sk_write_results_as_4.wgsl
 // shaders/functions/sk_row_max_2.wgsl
 
 @compute @workgroup_size(256)
@@ -168,7 +171,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             if (merges) {
                 if (one_read) {
                     if (top_p_cut) {
-                        sk_merge_cut_2(sk_lid, slot, parts, row, pp, mp, kk, base, noisy, &reads_before, &one_read_done);
+                        sk_merge_cut_2(sk_lid, slot, parts, row, mp, col_hi, col_lo, base, pp, kk, noisy, &reads_before, &one_read_done);
                     } else {
                         if (min_p_raced) {
                             {
@@ -181,7 +184,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 row_m = sk_block_max_f32(sk_lid, m);
                                 var s: f32 = (0.0f);
                                 for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                                    // built by kernels::filter_top_k::row_estimate
+                                    // built by kernels::filter_top_k::parts_mass
                                     var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)]));
                                     if ((mp_p > bitcast<f32>(4286578688u))) {
                                         s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 1u)])) * select((mp_p / row_m), (1.0f), (mp_p == row_m))));

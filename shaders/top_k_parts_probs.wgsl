@@ -25,7 +25,7 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
-var<workgroup> part_hist: array<atomic<u32>, 2064>;
+var<workgroup> part_hist: array<atomic<u32>, 2065>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -54,7 +54,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_33.wgsl
 // shaders/functions/sk_for_each_read_2.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
-// shaders/functions/sk_last_part_on_3.wgsl
+// shaders/functions/sk_estimate_cut_2.wgsl
 // shaders/functions/sk_read_part_2.wgsl
 // shaders/functions/sk_clear_2.wgsl
 
@@ -94,7 +94,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 2049u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&part_hist[i], 0u);
                 }
@@ -107,7 +107,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((sk_lid < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&part_hist[(2048u + sk_lid)], bitcast<u32>(((16.0f) / (f32(sk_lid) + (17.0f)))));
+                    atomicStore(&part_hist[(2049u + sk_lid)], bitcast<u32>(((16.0f) / (f32(sk_lid) + (17.0f)))));
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
@@ -145,7 +145,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 if ((sk_lid == 0u)) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 1u)], atomicLoad(&part_hist[2048u]));
                     atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
                     atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
                     atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
@@ -171,7 +171,29 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var arrivals: u32 = 0u;
                 arrivals = sk_block_max_u32(sk_lid, arrived);
                 if ((arrivals == parts)) {
-                    sk_last_part_on_3(sk_lid, parts, row_slot, pp, kk);
+                    // built by kernels::combine::last_part_on
+                    storageBarrier();
+                    {
+                        // built by kernels::filter_top_p::histogram_part
+                        var m: f32 = bitcast<f32>(4286578688u);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::row_max
+                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
+                        }
+                        var row_m: f32 = (0.0f);
+                        row_m = sk_block_max_f32(sk_lid, m);
+                        if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
+                            sk_estimate_cut_2(sk_lid, row_m, parts, row_slot, pp, kk);
+                        } else {
+                            // built by kernels::filter_top_p::estimate_cut
+                            if ((sk_lid == 0u)) {
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 0u);
+                            }
+                        }
+                    }
+                    if ((sk_lid == 0u)) {
+                        atomicStore(&counters[row_slot], 0u);
+                    }
                 }
             } else {
                 sk_clear_2(sk_lid, col_hi, col_lo, min_p_cut, row, base, mp, slot, kc);
@@ -224,8 +246,22 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         }
                         var mr_any_part: u32 = 0u;
                         mr_any_part = sk_block_max_u32(sk_lid, mr_any);
+                        var s: f32 = (0.0f);
+                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
+                            // built by kernels::filter_top_k::parts_mass
+                            var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)]));
+                            if ((mp_p > bitcast<f32>(4286578688u))) {
+                                s = (s + (bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1u)])) * select((mp_p / mp_mx), (1.0f), (mp_p == mp_mx))));
+                            }
+                        }
+                        var row_s: f32 = (0.0f);
+                        row_s = sk_block_sum_f32(sk_lid, s);
                         if ((sk_lid == 0u)) {
                             // built by kernels::filter_top_p::write_state
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)], bitcast<u32>((0.0f)));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)], bitcast<u32>((0.0f)));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)], bitcast<u32>(row_s));
+                            atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)], bitcast<u32>(row_s));
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], select(select(0u, 2u, (mp_finite && (mr_any_part != 0u))), 1u, (mp_finite && (mo_uncovered != 0u))));
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)], 512u);
                             atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)], 511u);

@@ -19,12 +19,13 @@ struct Params {
 @group(0) @binding(4) var<uniform> params: Params;
 
 var<workgroup> sk_red_f32: array<f32, BLOCK>;
+var<workgroup> sk_red_u64: array<u64, BLOCK>;
 var<workgroup> sk_red_u32: array<u32, BLOCK>;
 var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_f64: array<f64, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
-var<workgroup> sk_sum_lo: array<atomic<u32>, 3>;
-var<workgroup> sk_sum_hi: array<atomic<u32>, 3>;
+var<workgroup> sk_sum_lo: array<atomic<u32>, 2>;
+var<workgroup> sk_sum_hi: array<atomic<u32>, 2>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
@@ -40,9 +41,9 @@ fn sk_load_x(i: u32) -> f32 {
 }
 // The crate puts these files before this one:
 // shaders/functions/sk_block_max_f32.wgsl
+// shaders/functions/sk_block_sum_u64.wgsl
 // shaders/functions/sk_block_max_u32.wgsl
 // shaders/functions/sk_block_sums_u32_2.wgsl
-// shaders/functions/sk_block_sums_u64_3.wgsl
 // shaders/functions/sk_block_argmax_f32.wgsl
 // shaders/functions/sk_block_argmax_f64.wgsl
 // shaders/functions/sk_log.wgsl
@@ -56,7 +57,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_for_each_quad_4.wgsl
 // shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_cut_part_7.wgsl
-// shaders/functions/sk_read_step_45.wgsl
+// shaders/functions/sk_read_step_49.wgsl
 // shaders/functions/sk_cut_part_8.wgsl
 
 @compute @workgroup_size(256)
@@ -113,9 +114,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                     var n_above: u32 = 0u;
                     var n_range: u32 = 0u;
-                    var m_above: u64 = 0lu;
                     var m_range: u64 = 0lu;
-                    var m_below: u64 = 0lu;
                     var min_above: f32 = bitcast<f32>(2139095040u);
                     var min_range: f32 = bitcast<f32>(2139095040u);
                     var max_range_v: f32 = bitcast<f32>(4286578688u);
@@ -161,28 +160,26 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 zx3 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li3, (li3 < sk_e5))));
                             }
                             if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_45(col_lo, li0, zx0, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_49(col_lo, li0, zx0, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
                             }
                             if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_45(col_lo, li1, zx1, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_49(col_lo, li1, zx1, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
                             }
                             if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_45(col_lo, li2, zx2, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_49(col_lo, li2, zx2, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
                             }
                             if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_45(col_lo, li3, zx3, cut_mx, cut_grid_shift, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &m_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &m_below, &max_below_v);
+                                sk_read_step_49(col_lo, li3, zx3, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
                             }
                         }
                     } else {
-                        sk_cut_part_8(sk_lid, base, col_lo, col_hi, cut_mx, cut_grid_shift, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &n_above, &m_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &m_below, &max_below_v, &best, &bestr, &best_i, &bestr_i);
+                        sk_cut_part_8(sk_lid, base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &n_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
                     }
                     var part_n_above: u32 = 0u;
                     var part_n_range: u32 = 0u;
                     sk_block_sums_u32_2(sk_lid, n_above, n_range, &part_n_above, &part_n_range);
-                    var part_m_above: u64 = 0lu;
                     var part_m_range: u64 = 0lu;
-                    var part_m_below: u64 = 0lu;
-                    sk_block_sums_u64_3(sk_lid, m_above, m_range, m_below, &part_m_above, &part_m_range, &part_m_below);
+                    part_m_range = sk_block_sum_u64(sk_lid, m_range);
                     var part_w_below: f32 = (0.0f);
                     part_w_below = sk_block_max_f32(sk_lid, select(select((max_below_v / cut_mx), (1.0f), (max_below_v == cut_mx)), (0.0f), (max_below_v == bitcast<f32>(4286578688u))));
                     var part_min_above_not: u32 = 0u;
@@ -224,14 +221,10 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     workgroupBarrier();
                     if ((sk_lid == 0u)) {
                         // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = u32((part_m_above & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = u32((part_m_above >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = u32((part_m_range & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = u32((part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = u32((part_m_below & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = u32((part_m_below >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = u32((part_m_range & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = u32((part_m_range >> 32u));
                         partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(atomicLoad(&cut_listing[0u]), 640u);
                         partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
                         partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;

@@ -28,9 +28,7 @@
                 __syncthreads(); \
                 unsigned int n_above = 0u; \
                 unsigned int n_range = 0u; \
-                unsigned long long m_above = 0ull; \
                 unsigned long long m_range = 0ull; \
-                unsigned long long m_below = 0ull; \
                 float min_above = sk_bitcast<float>(2139095040u); \
                 float min_range = sk_bitcast<float>(2139095040u); \
                 float max_range_v = sk_bitcast<float>(4286578688u); \
@@ -59,7 +57,7 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_37(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_40(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
                             /* built by kernels::filter_values::read_step */ \
                             const unsigned int sk_e7 = (col_hi - col_lo); \
@@ -76,28 +74,26 @@
                             zx3 = (((sk_bitcast<unsigned int>(sk_e12) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e12); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_38(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_41(col_lo, li0, zx0, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_38(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_41(col_lo, li1, zx1, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_38(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_41(col_lo, li2, zx2, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_38(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, m_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, m_below, max_below_v); \
+                            sk_read_step_41(col_lo, li3, zx3, temp, cut_mx, cut_grid_scale, cut_above_from, mp, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
                         } \
                     } \
                 } else { \
-                    sk_cut_part_2(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, mp, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, n_above, m_above, min_above, n_range, m_range, min_range, max_range_v, m_below, max_below_v, best, bestr, best_i, bestr_i); \
+                    sk_cut_part_2(base, col_lo, col_hi, temp, cut_mx, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, cut_rcp_t, mp, n_above, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i); \
                 } \
                 unsigned int part_n_above = 0u; \
                 unsigned int part_n_range = 0u; \
                 sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range); \
-                unsigned long long part_m_above = 0ull; \
                 unsigned long long part_m_range = 0ull; \
-                unsigned long long part_m_below = 0ull; \
-                sk_block_sums_u64_3(m_above, m_range, m_below, part_m_above, part_m_range, part_m_below); \
+                part_m_range = sk_block_sum_u64(m_range); \
                 float part_w_below = (0.0f); \
                 part_w_below = sk_block_max_f32(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v))); \
                 unsigned int part_min_above_not = 0u; \
@@ -139,14 +135,10 @@
                 __syncthreads(); \
                 if ((threadIdx.x == 0u)) { \
                     /* built by kernels::filter_top_p::cut_part */ \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1290u)] = part_n_above; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1291u)] = part_n_range; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1292u)] = ((unsigned int)(part_m_above & 4294967295ull)); \
-                    partials[(((((row_slot * parts) + part) * 1317u) + 1292u) + 1u)] = ((unsigned int)(part_m_above >> 32u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = ((unsigned int)(part_m_range & 4294967295ull)); \
-                    partials[(((((row_slot * parts) + part) * 1317u) + 1294u) + 1u)] = ((unsigned int)(part_m_range >> 32u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_below & 4294967295ull)); \
-                    partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_below >> 32u)); \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull)); \
+                    partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u); \
                     partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not; \
                     partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not; \

@@ -39,170 +39,105 @@
         unsigned int li15 = (i0 + (((unsigned int)SK_BLOCK) * 15u)); \
         float zx15 = (0.0f); \
         if ((li15 < (col_hi - col_lo))) { \
-            /* built by kernels::filter_values::read_step */ \
-            unsigned int zx_at = ((base + col_lo) + i0); \
-            const float sk_e155 = sk_load_x(zx_at); \
-            zx0 = (((sk_bitcast<unsigned int>(sk_e155) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e155); \
-            const float sk_e156 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u); \
-            zx1 = (((sk_bitcast<unsigned int>(sk_e156) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e156); \
-            const float sk_e157 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u); \
-            zx2 = (((sk_bitcast<unsigned int>(sk_e157) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e157); \
-            const float sk_e158 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u); \
-            zx3 = (((sk_bitcast<unsigned int>(sk_e158) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e158); \
-            const float sk_e159 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 4u); \
-            zx4 = (((sk_bitcast<unsigned int>(sk_e159) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e159); \
-            const float sk_e160 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 5u); \
-            zx5 = (((sk_bitcast<unsigned int>(sk_e160) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e160); \
-            const float sk_e161 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 6u); \
-            zx6 = (((sk_bitcast<unsigned int>(sk_e161) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e161); \
-            const float sk_e162 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 7u); \
-            zx7 = (((sk_bitcast<unsigned int>(sk_e162) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e162); \
-            const float sk_e163 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 8u); \
-            zx8 = (((sk_bitcast<unsigned int>(sk_e163) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e163); \
-            const float sk_e164 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 9u); \
-            zx9 = (((sk_bitcast<unsigned int>(sk_e164) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e164); \
-            const float sk_e165 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 10u); \
-            zx10 = (((sk_bitcast<unsigned int>(sk_e165) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e165); \
-            const float sk_e166 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 11u); \
-            zx11 = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166); \
-            const float sk_e167 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 12u); \
-            zx12 = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167); \
-            const float sk_e168 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 13u); \
-            zx13 = (((sk_bitcast<unsigned int>(sk_e168) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e168); \
-            const float sk_e169 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 14u); \
-            zx14 = (((sk_bitcast<unsigned int>(sk_e169) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e169); \
-            const float sk_e170 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
-            zx15 = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170); \
+            sk_read_step_37(base, col_lo, i0, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } else { \
-            /* built by kernels::filter_values::read_step */ \
-            const unsigned int sk_e172 = (col_hi - col_lo); \
-            const float sk_e171 = sk_load_x(((base + col_lo) + ((li0 < sk_e172) ? li0 : (sk_e172 - 1u)))); \
-            zx0 = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171); \
-            const unsigned int sk_e174 = (col_hi - col_lo); \
-            const float sk_e173 = sk_load_x(((base + col_lo) + ((li1 < sk_e174) ? li1 : (sk_e174 - 1u)))); \
-            zx1 = (((sk_bitcast<unsigned int>(sk_e173) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e173); \
-            const unsigned int sk_e176 = (col_hi - col_lo); \
-            const float sk_e175 = sk_load_x(((base + col_lo) + ((li2 < sk_e176) ? li2 : (sk_e176 - 1u)))); \
-            zx2 = (((sk_bitcast<unsigned int>(sk_e175) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e175); \
-            const unsigned int sk_e178 = (col_hi - col_lo); \
-            const float sk_e177 = sk_load_x(((base + col_lo) + ((li3 < sk_e178) ? li3 : (sk_e178 - 1u)))); \
-            zx3 = (((sk_bitcast<unsigned int>(sk_e177) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e177); \
-            const unsigned int sk_e180 = (col_hi - col_lo); \
-            const float sk_e179 = sk_load_x(((base + col_lo) + ((li4 < sk_e180) ? li4 : (sk_e180 - 1u)))); \
-            zx4 = (((sk_bitcast<unsigned int>(sk_e179) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e179); \
-            const unsigned int sk_e182 = (col_hi - col_lo); \
-            const float sk_e181 = sk_load_x(((base + col_lo) + ((li5 < sk_e182) ? li5 : (sk_e182 - 1u)))); \
-            zx5 = (((sk_bitcast<unsigned int>(sk_e181) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e181); \
-            const unsigned int sk_e184 = (col_hi - col_lo); \
-            const float sk_e183 = sk_load_x(((base + col_lo) + ((li6 < sk_e184) ? li6 : (sk_e184 - 1u)))); \
-            zx6 = (((sk_bitcast<unsigned int>(sk_e183) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e183); \
-            const unsigned int sk_e186 = (col_hi - col_lo); \
-            const float sk_e185 = sk_load_x(((base + col_lo) + ((li7 < sk_e186) ? li7 : (sk_e186 - 1u)))); \
-            zx7 = (((sk_bitcast<unsigned int>(sk_e185) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e185); \
-            const unsigned int sk_e188 = (col_hi - col_lo); \
-            const float sk_e187 = sk_load_x(((base + col_lo) + ((li8 < sk_e188) ? li8 : (sk_e188 - 1u)))); \
-            zx8 = (((sk_bitcast<unsigned int>(sk_e187) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e187); \
-            const unsigned int sk_e190 = (col_hi - col_lo); \
-            const float sk_e189 = sk_load_x(((base + col_lo) + ((li9 < sk_e190) ? li9 : (sk_e190 - 1u)))); \
-            zx9 = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189); \
-            const unsigned int sk_e192 = (col_hi - col_lo); \
-            const float sk_e191 = sk_load_x(((base + col_lo) + ((li10 < sk_e192) ? li10 : (sk_e192 - 1u)))); \
-            zx10 = (((sk_bitcast<unsigned int>(sk_e191) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e191); \
-            const unsigned int sk_e194 = (col_hi - col_lo); \
-            const float sk_e193 = sk_load_x(((base + col_lo) + ((li11 < sk_e194) ? li11 : (sk_e194 - 1u)))); \
-            zx11 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193); \
-            const unsigned int sk_e196 = (col_hi - col_lo); \
-            const float sk_e195 = sk_load_x(((base + col_lo) + ((li12 < sk_e196) ? li12 : (sk_e196 - 1u)))); \
-            zx12 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195); \
-            const unsigned int sk_e198 = (col_hi - col_lo); \
-            const float sk_e197 = sk_load_x(((base + col_lo) + ((li13 < sk_e198) ? li13 : (sk_e198 - 1u)))); \
-            zx13 = (((sk_bitcast<unsigned int>(sk_e197) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e197); \
-            const unsigned int sk_e200 = (col_hi - col_lo); \
-            const float sk_e199 = sk_load_x(((base + col_lo) + ((li14 < sk_e200) ? li14 : (sk_e200 - 1u)))); \
-            zx14 = (((sk_bitcast<unsigned int>(sk_e199) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e199); \
-            const unsigned int sk_e202 = (col_hi - col_lo); \
-            const float sk_e201 = sk_load_x(((base + col_lo) + ((li15 < sk_e202) ? li15 : (sk_e202 - 1u)))); \
-            zx15 = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201); \
+            sk_read_step_38(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, zx0, zx1, zx2, zx3, zx4, zx5, zx6, zx7, zx8, zx9, zx10, zx11, zx12, zx13, zx14, zx15); \
         } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e203 = (zx0 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e203 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e203 - row_m)))))); \
+            float rm_z = (zx0 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li1 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e204 = (zx1 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e204 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e204 - row_m)))))); \
+            float rm_z = (zx1 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li2 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e205 = (zx2 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e205 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e205 - row_m)))))); \
+            float rm_z = (zx2 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li3 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e206 = (zx3 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e206 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e206 - row_m)))))); \
+            float rm_z = (zx3 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li4 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e207 = (zx4 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e207 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e207 - row_m)))))); \
+            float rm_z = (zx4 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li5 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e208 = (zx5 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e208 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e208 - row_m)))))); \
+            float rm_z = (zx5 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li6 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e209 = (zx6 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e209 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e209 - row_m)))))); \
+            float rm_z = (zx6 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li7 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e210 = (zx7 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e210 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e210 - row_m)))))); \
+            float rm_z = (zx7 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li8 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e211 = (zx8 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e211 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e211 - row_m)))))); \
+            float rm_z = (zx8 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li9 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e212 = (zx9 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e212 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e212 - row_m)))))); \
+            float rm_z = (zx9 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li10 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e213 = (zx10 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e213 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e213 - row_m)))))); \
+            float rm_z = (zx10 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li11 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e214 = (zx11 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e214 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e214 - row_m)))))); \
+            float rm_z = (zx11 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li12 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e215 = (zx12 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e215 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e215 - row_m)))))); \
+            float rm_z = (zx12 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li13 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e216 = (zx13 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e216 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e216 - row_m)))))); \
+            float rm_z = (zx13 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li14 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e217 = (zx14 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e217 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e217 - row_m)))))); \
+            float rm_z = (zx14 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li15 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e218 = (zx15 / temp); \
-            rm_own = (rm_own + sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e218 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e218 - row_m)))))); \
+            float rm_z = (zx15 / temp); \
+            unsigned long long rm_m = sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((rm_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((rm_z - row_m))))); \
+            rm_own = (rm_own + rm_m); \
         } \
     } \
     unsigned long long rm_row = 0ull; \
@@ -210,9 +145,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e220 = listed_cols[(1285u + r)]; \
-        const float sk_e219 = sk_bitcast<float>((sk_e220 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e219 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e219 - row_m)))); \
+        const unsigned int sk_e261 = listed_cols[(1285u + r)]; \
+        const float sk_e260 = sk_bitcast<float>((sk_e261 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e261) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e260 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e260 - row_m)))); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

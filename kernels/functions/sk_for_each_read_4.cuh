@@ -59,118 +59,134 @@
             zx15 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
         } else { \
             /* built by kernels::filter_values::read_step */ \
-            const unsigned int sk_e105 = (col_hi - col_lo); \
-            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e105) ? li0 : (sk_e105 - 1u)))); \
-            const unsigned int sk_e106 = (col_hi - col_lo); \
-            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e106) ? li1 : (sk_e106 - 1u)))); \
-            const unsigned int sk_e107 = (col_hi - col_lo); \
-            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e107) ? li2 : (sk_e107 - 1u)))); \
-            const unsigned int sk_e108 = (col_hi - col_lo); \
-            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e108) ? li3 : (sk_e108 - 1u)))); \
-            const unsigned int sk_e109 = (col_hi - col_lo); \
-            zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e109) ? li4 : (sk_e109 - 1u)))); \
-            const unsigned int sk_e110 = (col_hi - col_lo); \
-            zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e110) ? li5 : (sk_e110 - 1u)))); \
-            const unsigned int sk_e111 = (col_hi - col_lo); \
-            zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e111) ? li6 : (sk_e111 - 1u)))); \
-            const unsigned int sk_e112 = (col_hi - col_lo); \
-            zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e112) ? li7 : (sk_e112 - 1u)))); \
-            const unsigned int sk_e113 = (col_hi - col_lo); \
-            zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e113) ? li8 : (sk_e113 - 1u)))); \
-            const unsigned int sk_e114 = (col_hi - col_lo); \
-            zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e114) ? li9 : (sk_e114 - 1u)))); \
-            const unsigned int sk_e115 = (col_hi - col_lo); \
-            zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e115) ? li10 : (sk_e115 - 1u)))); \
-            const unsigned int sk_e116 = (col_hi - col_lo); \
-            zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e116) ? li11 : (sk_e116 - 1u)))); \
-            const unsigned int sk_e117 = (col_hi - col_lo); \
-            zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e117) ? li12 : (sk_e117 - 1u)))); \
-            const unsigned int sk_e118 = (col_hi - col_lo); \
-            zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e118) ? li13 : (sk_e118 - 1u)))); \
-            const unsigned int sk_e119 = (col_hi - col_lo); \
-            zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e119) ? li14 : (sk_e119 - 1u)))); \
-            const unsigned int sk_e120 = (col_hi - col_lo); \
-            zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e120) ? li15 : (sk_e120 - 1u)))); \
+            const unsigned int sk_e128 = (col_hi - col_lo); \
+            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e128) ? li0 : (sk_e128 - 1u)))); \
+            const unsigned int sk_e129 = (col_hi - col_lo); \
+            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e129) ? li1 : (sk_e129 - 1u)))); \
+            const unsigned int sk_e130 = (col_hi - col_lo); \
+            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e130) ? li2 : (sk_e130 - 1u)))); \
+            const unsigned int sk_e131 = (col_hi - col_lo); \
+            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e131) ? li3 : (sk_e131 - 1u)))); \
+            const unsigned int sk_e132 = (col_hi - col_lo); \
+            zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e132) ? li4 : (sk_e132 - 1u)))); \
+            const unsigned int sk_e133 = (col_hi - col_lo); \
+            zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e133) ? li5 : (sk_e133 - 1u)))); \
+            const unsigned int sk_e134 = (col_hi - col_lo); \
+            zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e134) ? li6 : (sk_e134 - 1u)))); \
+            const unsigned int sk_e135 = (col_hi - col_lo); \
+            zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e135) ? li7 : (sk_e135 - 1u)))); \
+            const unsigned int sk_e136 = (col_hi - col_lo); \
+            zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e136) ? li8 : (sk_e136 - 1u)))); \
+            const unsigned int sk_e137 = (col_hi - col_lo); \
+            zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e137) ? li9 : (sk_e137 - 1u)))); \
+            const unsigned int sk_e138 = (col_hi - col_lo); \
+            zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e138) ? li10 : (sk_e138 - 1u)))); \
+            const unsigned int sk_e139 = (col_hi - col_lo); \
+            zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e139) ? li11 : (sk_e139 - 1u)))); \
+            const unsigned int sk_e140 = (col_hi - col_lo); \
+            zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e140) ? li12 : (sk_e140 - 1u)))); \
+            const unsigned int sk_e141 = (col_hi - col_lo); \
+            zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e141) ? li13 : (sk_e141 - 1u)))); \
+            const unsigned int sk_e142 = (col_hi - col_lo); \
+            zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e142) ? li14 : (sk_e142 - 1u)))); \
+            const unsigned int sk_e143 = (col_hi - col_lo); \
+            zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e143) ? li15 : (sk_e143 - 1u)))); \
         } \
         if ((li0 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e121 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e121 == row_m) ? (1.0f) : (sk_e121 / row_m)))); \
+            float rm_z = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li1 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e122 = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e122 == row_m) ? (1.0f) : (sk_e122 / row_m)))); \
+            float rm_z = (((zx1 > (0.0f)) && (zx1 < sk_bitcast<float>(2139095040u))) ? zx1 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li2 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e123 = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e123 == row_m) ? (1.0f) : (sk_e123 / row_m)))); \
+            float rm_z = (((zx2 > (0.0f)) && (zx2 < sk_bitcast<float>(2139095040u))) ? zx2 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li3 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e124 = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e124 == row_m) ? (1.0f) : (sk_e124 / row_m)))); \
+            float rm_z = (((zx3 > (0.0f)) && (zx3 < sk_bitcast<float>(2139095040u))) ? zx3 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li4 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e125 = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e125 == row_m) ? (1.0f) : (sk_e125 / row_m)))); \
+            float rm_z = (((zx4 > (0.0f)) && (zx4 < sk_bitcast<float>(2139095040u))) ? zx4 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li5 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e126 = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e126 == row_m) ? (1.0f) : (sk_e126 / row_m)))); \
+            float rm_z = (((zx5 > (0.0f)) && (zx5 < sk_bitcast<float>(2139095040u))) ? zx5 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li6 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e127 = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e127 == row_m) ? (1.0f) : (sk_e127 / row_m)))); \
+            float rm_z = (((zx6 > (0.0f)) && (zx6 < sk_bitcast<float>(2139095040u))) ? zx6 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li7 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e128 = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e128 == row_m) ? (1.0f) : (sk_e128 / row_m)))); \
+            float rm_z = (((zx7 > (0.0f)) && (zx7 < sk_bitcast<float>(2139095040u))) ? zx7 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li8 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e129 = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e129 == row_m) ? (1.0f) : (sk_e129 / row_m)))); \
+            float rm_z = (((zx8 > (0.0f)) && (zx8 < sk_bitcast<float>(2139095040u))) ? zx8 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li9 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e130 = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e130 == row_m) ? (1.0f) : (sk_e130 / row_m)))); \
+            float rm_z = (((zx9 > (0.0f)) && (zx9 < sk_bitcast<float>(2139095040u))) ? zx9 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li10 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e131 = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e131 == row_m) ? (1.0f) : (sk_e131 / row_m)))); \
+            float rm_z = (((zx10 > (0.0f)) && (zx10 < sk_bitcast<float>(2139095040u))) ? zx10 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li11 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e132 = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e132 == row_m) ? (1.0f) : (sk_e132 / row_m)))); \
+            float rm_z = (((zx11 > (0.0f)) && (zx11 < sk_bitcast<float>(2139095040u))) ? zx11 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li12 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e133 = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e133 == row_m) ? (1.0f) : (sk_e133 / row_m)))); \
+            float rm_z = (((zx12 > (0.0f)) && (zx12 < sk_bitcast<float>(2139095040u))) ? zx12 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li13 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e134 = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e134 == row_m) ? (1.0f) : (sk_e134 / row_m)))); \
+            float rm_z = (((zx13 > (0.0f)) && (zx13 < sk_bitcast<float>(2139095040u))) ? zx13 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li14 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e135 = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e135 == row_m) ? (1.0f) : (sk_e135 / row_m)))); \
+            float rm_z = (((zx14 > (0.0f)) && (zx14 < sk_bitcast<float>(2139095040u))) ? zx14 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
         if ((li15 < (col_hi - col_lo))) { \
             /* built by kernels::filter_values::read_step */ \
-            const float sk_e136 = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f)); \
-            rm_own = (rm_own + sk_fixed(((sk_e136 == row_m) ? (1.0f) : (sk_e136 / row_m)))); \
+            float rm_z = (((zx15 > (0.0f)) && (zx15 < sk_bitcast<float>(2139095040u))) ? zx15 : (0.0f)); \
+            unsigned long long rm_m = sk_fixed(((rm_z == row_m) ? (1.0f) : (rm_z / row_m))); \
+            rm_own = (rm_own + rm_m); \
         } \
     } \
     unsigned long long rm_row = 0ull; \
@@ -178,9 +194,9 @@
     unsigned long long lim_row = sk_fraction(pp, rm_row); \
     n_lo = 0u; \
     for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-        const unsigned int sk_e138 = listed_cols[(1285u + r)]; \
-        const float sk_e137 = sk_bitcast<float>((sk_e138 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e138) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        float wr = ((sk_e137 == row_m) ? (1.0f) : (sk_e137 / row_m)); \
+        const unsigned int sk_e145 = listed_cols[(1285u + r)]; \
+        const float sk_e144 = sk_bitcast<float>((sk_e145 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e145) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        float wr = ((sk_e144 == row_m) ? (1.0f) : (sk_e144 / row_m)); \
         unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
         bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
         if ((base_r && (br <= lim_row))) { \

@@ -13,6 +13,9 @@
             hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>(((sk_fast_exp((hz - ((hg_i + (1.0f)) * (0.0625f)))) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
             unsigned int hist_n_old = 0u; \
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
+        } else { \
+            unsigned int hist_tail_old = 0u; \
+            hist_tail_old = atomicAdd(&part_hist[2048u], 1u); \
         } \
         if ((hk0 >= grid_f_low)) { \
             float hfg_i = floorf((hz * (32768.0f))); \

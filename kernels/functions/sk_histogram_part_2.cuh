@@ -10,9 +10,12 @@
             unsigned int hbits = sk_bitcast<unsigned int>(hz); \
             unsigned int hgu = ((unsigned int)hg); \
             unsigned int hist_old = 0u; \
-            hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>((((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * sk_bitcast<float>(part_hist[(2048u + ((sk_bitcast<unsigned int>(hz) >> (23u - 4u)) & 15u))])) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
+            hist_old = atomicAdd(&part_hist[hgu], (sk_bitcast<unsigned int>((((sk_bitcast<float>(((hbits & 8388607u) | 1065353216u)) * sk_bitcast<float>(part_hist[(2049u + ((sk_bitcast<unsigned int>(hz) >> (23u - 4u)) & 15u))])) * (524288.0f)) + (8388608.0f))) - 1258291200u)); \
             unsigned int hist_n_old = 0u; \
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u); \
+        } else { \
+            unsigned int hist_tail_old = 0u; \
+            hist_tail_old = atomicAdd(&part_hist[2048u], 1u); \
         } \
         if ((hk0 >= grid_f_low)) { \
             unsigned int hfg = (grid_rfu - (sk_bitcast<unsigned int>(hz) >> (23u - 14u))); \

@@ -6,21 +6,21 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e105 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e105 + 3u)], partials[(sk_e105 + 4u)]); \
-        const float sk_e108 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e106 = ((sk_e108 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
-        const float sk_e107 = (sk_e108 - row_m); \
-        const bool sk_e109 = (row_m == sk_bitcast<float>(4286578688u)); \
-        const bool sk_e110 = (row_m == sk_bitcast<float>(2139095040u)); \
-        if (((mo_lk != 0u) && (((sk_e110 ? sk_e106 : (sk_e109 ? (0.0f) : sk_exp(sk_e107))) > (0.0f)) && ((sk_e110 ? sk_e106 : (sk_e109 ? (0.0f) : sk_exp(sk_e107))) >= mp)))) { \
+        const unsigned int sk_e162 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e162 + 3u)], partials[(sk_e162 + 4u)]); \
+        const float sk_e165 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e163 = ((sk_e165 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
+        const float sk_e164 = (sk_e165 - row_m); \
+        const bool sk_e166 = (row_m == sk_bitcast<float>(4286578688u)); \
+        const bool sk_e167 = (row_m == sk_bitcast<float>(2139095040u)); \
+        if (((mo_lk != 0u) && (((sk_e167 ? sk_e163 : (sk_e166 ? (0.0f) : sk_exp(sk_e164))) > (0.0f)) && ((sk_e167 ? sk_e163 : (sk_e166 ? (0.0f) : sk_exp(sk_e164))) >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e111 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e111 + 1u)] == 1u) && (rows[(sk_e111 + 6u)] == 1u))))) { \
+    const unsigned int sk_e168 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e168 + 1u)] == 1u) && (rows[(sk_e168 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -34,12 +34,12 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e112 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e112) && (sk_e112 != 4294967295u))) { \
-                const unsigned int sk_e113 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e113 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e113) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e114 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
-                if (((sk_e114 > (0.0f)) && (sk_e114 >= mp))) { \
+            const unsigned int sk_e169 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e169) && (sk_e169 != 4294967295u))) { \
+                const unsigned int sk_e170 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e170 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e170) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e171 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
+                if (((sk_e171 > (0.0f)) && (sk_e171 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i); \
@@ -50,14 +50,14 @@
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e118 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e117 = (sk_e118 + 7u); \
-            const bool sk_e119 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e120 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if (((partials[(sk_e118 + 2u)] == 4294967295u) && (((sk_e120 ? ((sk_bitcast<float>((partials[sk_e117] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e117]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e119 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e117] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e117]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e120 ? ((sk_bitcast<float>((partials[sk_e117] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e117]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e119 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e117] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e117]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
-                const unsigned int sk_e122 = (((slot * parts) + p) * 1317u); \
-                const float sk_e121 = sk_bitcast<float>(partials[(sk_e122 + 5u)]); \
-                if (((sk_e121 > best) || ((sk_e121 == best) && (partials[(sk_e122 + 6u)] < best_i)))) { \
+            const unsigned int sk_e175 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e174 = (sk_e175 + 7u); \
+            const bool sk_e176 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e177 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if (((partials[(sk_e175 + 2u)] == 4294967295u) && (((sk_e177 ? ((sk_bitcast<float>((partials[sk_e174] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e174]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e176 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e174] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e174]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e177 ? ((sk_bitcast<float>((partials[sk_e174] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e174]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e176 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e174] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e174]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
+                const unsigned int sk_e179 = (((slot * parts) + p) * 1317u); \
+                const float sk_e178 = sk_bitcast<float>(partials[(sk_e179 + 5u)]); \
+                if (((sk_e178 > best) || ((sk_e178 == best) && (partials[(sk_e179 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -66,12 +66,12 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e125 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e123 = (sk_e125 + 7u); \
-            const unsigned int sk_e124 = (sk_e125 + 0u); \
-            const bool sk_e126 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e127 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if ((((partials[(sk_e125 + 2u)] == 4294967295u) && (((sk_e127 ? ((sk_bitcast<float>(partials[sk_e124]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e126 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e124]) - row_m)))) > (0.0f)) && ((sk_e127 ? ((sk_bitcast<float>(partials[sk_e124]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e126 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e124]) - row_m)))) >= mp))) && (!(((sk_e127 ? ((sk_bitcast<float>((partials[sk_e123] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e123]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e126 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e123] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e123]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e127 ? ((sk_bitcast<float>((partials[sk_e123] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e123]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e126 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e123] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e123]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
+            const unsigned int sk_e182 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e180 = (sk_e182 + 7u); \
+            const unsigned int sk_e181 = (sk_e182 + 0u); \
+            const bool sk_e183 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e184 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if ((((partials[(sk_e182 + 2u)] == 4294967295u) && (((sk_e184 ? ((sk_bitcast<float>(partials[sk_e181]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e183 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e181]) - row_m)))) > (0.0f)) && ((sk_e184 ? ((sk_bitcast<float>(partials[sk_e181]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e183 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e181]) - row_m)))) >= mp))) && (!(((sk_e184 ? ((sk_bitcast<float>((partials[sk_e180] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e180]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e183 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e180] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e180]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e184 ? ((sk_bitcast<float>((partials[sk_e180] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e180]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e183 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e180] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e180]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
@@ -91,33 +91,33 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_37(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_40(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
                             /* built by kernels::filter_values::read_step */ \
-                            const unsigned int sk_e133 = (col_hi - col_lo); \
-                            const float sk_e132 = sk_load_x(((base + col_lo) + ((li0 < sk_e133) ? li0 : (sk_e133 - 1u)))); \
-                            zx0 = (((sk_bitcast<unsigned int>(sk_e132) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e132); \
-                            const unsigned int sk_e135 = (col_hi - col_lo); \
-                            const float sk_e134 = sk_load_x(((base + col_lo) + ((li1 < sk_e135) ? li1 : (sk_e135 - 1u)))); \
-                            zx1 = (((sk_bitcast<unsigned int>(sk_e134) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e134); \
-                            const unsigned int sk_e137 = (col_hi - col_lo); \
-                            const float sk_e136 = sk_load_x(((base + col_lo) + ((li2 < sk_e137) ? li2 : (sk_e137 - 1u)))); \
-                            zx2 = (((sk_bitcast<unsigned int>(sk_e136) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e136); \
-                            const unsigned int sk_e139 = (col_hi - col_lo); \
-                            const float sk_e138 = sk_load_x(((base + col_lo) + ((li3 < sk_e139) ? li3 : (sk_e139 - 1u)))); \
-                            zx3 = (((sk_bitcast<unsigned int>(sk_e138) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e138); \
+                            const unsigned int sk_e190 = (col_hi - col_lo); \
+                            const float sk_e189 = sk_load_x(((base + col_lo) + ((li0 < sk_e190) ? li0 : (sk_e190 - 1u)))); \
+                            zx0 = (((sk_bitcast<unsigned int>(sk_e189) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e189); \
+                            const unsigned int sk_e192 = (col_hi - col_lo); \
+                            const float sk_e191 = sk_load_x(((base + col_lo) + ((li1 < sk_e192) ? li1 : (sk_e192 - 1u)))); \
+                            zx1 = (((sk_bitcast<unsigned int>(sk_e191) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e191); \
+                            const unsigned int sk_e194 = (col_hi - col_lo); \
+                            const float sk_e193 = sk_load_x(((base + col_lo) + ((li2 < sk_e194) ? li2 : (sk_e194 - 1u)))); \
+                            zx2 = (((sk_bitcast<unsigned int>(sk_e193) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e193); \
+                            const unsigned int sk_e196 = (col_hi - col_lo); \
+                            const float sk_e195 = sk_load_x(((base + col_lo) + ((li3 < sk_e196) ? li3 : (sk_e196 - 1u)))); \
+                            zx3 = (((sk_bitcast<unsigned int>(sk_e195) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e195); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_36(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_39(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_36(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_39(zx1, temp, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_36(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_39(zx2, temp, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_36(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_39(zx3, temp, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \
@@ -145,13 +145,7 @@
             } \
         } \
         if (((flags & 1u) != 0u)) { \
-            /* built by kernels::abi::write_results_as */ \
-            const float sk_e148 = sk_load_x((base + ow_at)); \
-            float ow_v_x = (((sk_bitcast<unsigned int>(sk_e148) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e148); \
-            float ow_v = (ow_v_x / temp); \
-            if ((threadIdx.x == 0u)) { \
-                logprobs[row] = (ow_valid ? ((ow_v - row_m) - sk_log(row_s)) : sk_bitcast<float>(4286578688u)); \
-            } \
+            sk_write_results_as(base, ow_at, temp, row, ow_valid, row_m, row_s); \
         } \
         if ((((flags & 4u) != 0u) && (threadIdx.x == 0u))) { \
             /* built by kernels::filter_top_k::finish_race */ \

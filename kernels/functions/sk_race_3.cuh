@@ -26,9 +26,9 @@
                 unsigned int li3 = (c0 + 3u); \
                 float zx3 = (0.0f); \
                 if ((li3 < sweep_n)) { \
-                    sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                    sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                 } else { \
-                    sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                    sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                 } \
                 if ((li0 < sweep_n)) { \
                     sk_read_step_9(col_lo, li0, zx0, temp, mx, searched, s_key, mp, s_ties, tie_col, all_mass, tie_rank); \
@@ -85,13 +85,13 @@
         unsigned int bestrk64_i = 4294967295u; \
         for (unsigned int r = threadIdx.x; r < rank_n; r += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_rank::race_ranks */ \
-            const unsigned int sk_e329 = listed_cols[r]; \
-            float rk_v = sk_bitcast<float>((sk_e329 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e329) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+            const unsigned int sk_e370 = listed_cols[r]; \
+            float rk_v = sk_bitcast<float>((sk_e370 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e370) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             double s64 = ((double)rk_v); \
             if (noisy) { \
                 /* built by kernels::seeded::score64 */ \
-                const unsigned int sk_e330 = (row * 12u); \
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e330 + 8u)], rows[(sk_e330 + 9u)], rows[(sk_e330 + 10u)], r))); \
+                const unsigned int sk_e371 = (row * 12u); \
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e371 + 8u)], rows[(sk_e371 + 9u)], rows[(sk_e371 + 10u)], r))); \
             } \
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) { \
                 /* built by kernels::filter_top_k::keep_lower */ \
@@ -140,9 +140,9 @@
                         unsigned int li3 = (c0 + 3u); \
                         float zx3 = (0.0f); \
                         if ((li3 < sweep_n)) { \
-                            sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < sweep_n)) { \
                             sk_read_step_6(col_lo, li0, zx0, temp, mx, rk_key, rk_mine); \
@@ -182,9 +182,9 @@
                     unsigned int li3 = (c0 + 3u); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_35(base, col_lo, c0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3); \
                     } else { \
-                        sk_read_step_34(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                        sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \
                     if ((li0 < sweep_n)) { \
                         sk_read_step_5(col_lo, li0, zx0, temp, mx, rk_key, rk_t, rk_seen, rk_found); \

@@ -43,170 +43,105 @@ fn sk_for_each_read_3(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, temp: f3
         var li15: u32 = (i0 + (BLOCK * 15u));
         var zx15: f32 = (0.0f);
         if ((li15 < (col_hi - col_lo))) {
-            // built by kernels::filter_values::read_step
-            var zx_at: u32 = ((base + col_lo) + i0);
-            let sk_e155: f32 = sk_load_x(zx_at);
-            zx0 = select(sk_e155, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e155) & 2147483647u) > 2139095040u));
-            let sk_e156: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-            zx1 = select(sk_e156, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e156) & 2147483647u) > 2139095040u));
-            let sk_e157: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-            zx2 = select(sk_e157, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e157) & 2147483647u) > 2139095040u));
-            let sk_e158: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-            zx3 = select(sk_e158, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e158) & 2147483647u) > 2139095040u));
-            let sk_e159: f32 = sk_load_x((zx_at + (BLOCK * 4u)));
-            zx4 = select(sk_e159, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e159) & 2147483647u) > 2139095040u));
-            let sk_e160: f32 = sk_load_x((zx_at + (BLOCK * 5u)));
-            zx5 = select(sk_e160, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e160) & 2147483647u) > 2139095040u));
-            let sk_e161: f32 = sk_load_x((zx_at + (BLOCK * 6u)));
-            zx6 = select(sk_e161, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e161) & 2147483647u) > 2139095040u));
-            let sk_e162: f32 = sk_load_x((zx_at + (BLOCK * 7u)));
-            zx7 = select(sk_e162, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e162) & 2147483647u) > 2139095040u));
-            let sk_e163: f32 = sk_load_x((zx_at + (BLOCK * 8u)));
-            zx8 = select(sk_e163, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e163) & 2147483647u) > 2139095040u));
-            let sk_e164: f32 = sk_load_x((zx_at + (BLOCK * 9u)));
-            zx9 = select(sk_e164, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e164) & 2147483647u) > 2139095040u));
-            let sk_e165: f32 = sk_load_x((zx_at + (BLOCK * 10u)));
-            zx10 = select(sk_e165, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e165) & 2147483647u) > 2139095040u));
-            let sk_e166: f32 = sk_load_x((zx_at + (BLOCK * 11u)));
-            zx11 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
-            let sk_e167: f32 = sk_load_x((zx_at + (BLOCK * 12u)));
-            zx12 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
-            let sk_e168: f32 = sk_load_x((zx_at + (BLOCK * 13u)));
-            zx13 = select(sk_e168, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e168) & 2147483647u) > 2139095040u));
-            let sk_e169: f32 = sk_load_x((zx_at + (BLOCK * 14u)));
-            zx14 = select(sk_e169, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e169) & 2147483647u) > 2139095040u));
-            let sk_e170: f32 = sk_load_x((zx_at + (BLOCK * 15u)));
-            zx15 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
+            sk_read_step_37(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         } else {
-            // built by kernels::filter_values::read_step
-            let sk_e172: u32 = (col_hi - col_lo);
-            let sk_e171: f32 = sk_load_x(((base + col_lo) + select((sk_e172 - 1u), li0, (li0 < sk_e172))));
-            zx0 = select(sk_e171, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e171) & 2147483647u) > 2139095040u));
-            let sk_e174: u32 = (col_hi - col_lo);
-            let sk_e173: f32 = sk_load_x(((base + col_lo) + select((sk_e174 - 1u), li1, (li1 < sk_e174))));
-            zx1 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
-            let sk_e176: u32 = (col_hi - col_lo);
-            let sk_e175: f32 = sk_load_x(((base + col_lo) + select((sk_e176 - 1u), li2, (li2 < sk_e176))));
-            zx2 = select(sk_e175, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e175) & 2147483647u) > 2139095040u));
-            let sk_e178: u32 = (col_hi - col_lo);
-            let sk_e177: f32 = sk_load_x(((base + col_lo) + select((sk_e178 - 1u), li3, (li3 < sk_e178))));
-            zx3 = select(sk_e177, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e177) & 2147483647u) > 2139095040u));
-            let sk_e180: u32 = (col_hi - col_lo);
-            let sk_e179: f32 = sk_load_x(((base + col_lo) + select((sk_e180 - 1u), li4, (li4 < sk_e180))));
-            zx4 = select(sk_e179, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e179) & 2147483647u) > 2139095040u));
-            let sk_e182: u32 = (col_hi - col_lo);
-            let sk_e181: f32 = sk_load_x(((base + col_lo) + select((sk_e182 - 1u), li5, (li5 < sk_e182))));
-            zx5 = select(sk_e181, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e181) & 2147483647u) > 2139095040u));
-            let sk_e184: u32 = (col_hi - col_lo);
-            let sk_e183: f32 = sk_load_x(((base + col_lo) + select((sk_e184 - 1u), li6, (li6 < sk_e184))));
-            zx6 = select(sk_e183, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e183) & 2147483647u) > 2139095040u));
-            let sk_e186: u32 = (col_hi - col_lo);
-            let sk_e185: f32 = sk_load_x(((base + col_lo) + select((sk_e186 - 1u), li7, (li7 < sk_e186))));
-            zx7 = select(sk_e185, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e185) & 2147483647u) > 2139095040u));
-            let sk_e188: u32 = (col_hi - col_lo);
-            let sk_e187: f32 = sk_load_x(((base + col_lo) + select((sk_e188 - 1u), li8, (li8 < sk_e188))));
-            zx8 = select(sk_e187, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e187) & 2147483647u) > 2139095040u));
-            let sk_e190: u32 = (col_hi - col_lo);
-            let sk_e189: f32 = sk_load_x(((base + col_lo) + select((sk_e190 - 1u), li9, (li9 < sk_e190))));
-            zx9 = select(sk_e189, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e189) & 2147483647u) > 2139095040u));
-            let sk_e192: u32 = (col_hi - col_lo);
-            let sk_e191: f32 = sk_load_x(((base + col_lo) + select((sk_e192 - 1u), li10, (li10 < sk_e192))));
-            zx10 = select(sk_e191, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e191) & 2147483647u) > 2139095040u));
-            let sk_e194: u32 = (col_hi - col_lo);
-            let sk_e193: f32 = sk_load_x(((base + col_lo) + select((sk_e194 - 1u), li11, (li11 < sk_e194))));
-            zx11 = select(sk_e193, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e193) & 2147483647u) > 2139095040u));
-            let sk_e196: u32 = (col_hi - col_lo);
-            let sk_e195: f32 = sk_load_x(((base + col_lo) + select((sk_e196 - 1u), li12, (li12 < sk_e196))));
-            zx12 = select(sk_e195, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e195) & 2147483647u) > 2139095040u));
-            let sk_e198: u32 = (col_hi - col_lo);
-            let sk_e197: f32 = sk_load_x(((base + col_lo) + select((sk_e198 - 1u), li13, (li13 < sk_e198))));
-            zx13 = select(sk_e197, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e197) & 2147483647u) > 2139095040u));
-            let sk_e200: u32 = (col_hi - col_lo);
-            let sk_e199: f32 = sk_load_x(((base + col_lo) + select((sk_e200 - 1u), li14, (li14 < sk_e200))));
-            zx14 = select(sk_e199, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e199) & 2147483647u) > 2139095040u));
-            let sk_e202: u32 = (col_hi - col_lo);
-            let sk_e201: f32 = sk_load_x(((base + col_lo) + select((sk_e202 - 1u), li15, (li15 < sk_e202))));
-            zx15 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
+            sk_read_step_38(col_hi, col_lo, base, li0, li1, li2, li3, li4, li5, li6, li7, li8, li9, li10, li11, li12, li13, li14, li15, &zx0, &zx1, &zx2, &zx3, &zx4, &zx5, &zx6, &zx7, &zx8, &zx9, &zx10, &zx11, &zx12, &zx13, &zx14, &zx15);
         }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e203: f32 = (zx0 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e203 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e203 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx0 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li1 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e204: f32 = (zx1 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e204 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e204 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx1 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li2 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e205: f32 = (zx2 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e205 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e205 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx2 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li3 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e206: f32 = (zx3 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e206 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e206 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx3 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li4 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e207: f32 = (zx4 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e207 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e207 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx4 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li5 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e208: f32 = (zx5 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e208 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e208 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx5 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li6 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e209: f32 = (zx6 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e209 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e209 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx6 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li7 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e210: f32 = (zx7 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e210 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e210 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx7 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li8 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e211: f32 = (zx8 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e211 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e211 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx8 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li9 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e212: f32 = (zx9 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e212 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e212 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx9 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li10 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e213: f32 = (zx10 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e213 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e213 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx10 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li11 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e214: f32 = (zx11 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e214 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e214 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx11 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li12 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e215: f32 = (zx12 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e215 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e215 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx12 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li13 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e216: f32 = (zx13 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e216 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e216 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx13 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li14 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e217: f32 = (zx14 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e217 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e217 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx14 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
         if ((li15 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e218: f32 = (zx15 / temp);
-            rm_own = (rm_own + sk_fixed(select(select(sk_exp((sk_e218 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e218 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))));
+            var rm_z: f32 = (zx15 / temp);
+            var rm_m: u64 = sk_fixed(select(select(sk_exp((rm_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (rm_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))));
+            rm_own = (rm_own + rm_m);
         }
     }
     var rm_row: u64 = 0lu;
@@ -214,9 +149,9 @@ fn sk_for_each_read_3(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, temp: f3
     var lim_row: u64 = sk_fraction(pp, rm_row);
     n_lo = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e220: u32 = listed_cols[(1285u + r)];
-        let sk_e219: f32 = bitcast<f32>((sk_e220 ^ ((bitcast<u32>((bitcast<i32>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select(select(sk_exp((sk_e219 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e219 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+        let sk_e261: u32 = listed_cols[(1285u + r)];
+        let sk_e260: f32 = bitcast<f32>((sk_e261 ^ ((bitcast<u32>((bitcast<i32>(sk_e261) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select(select(sk_exp((sk_e260 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e260 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         if ((base_r && (br <= lim_row))) {

@@ -63,118 +63,134 @@ fn sk_for_each_read_4(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row_m: f
             zx15 = sk_load_x((zx_at + (BLOCK * 15u)));
         } else {
             // built by kernels::filter_values::read_step
-            let sk_e105: u32 = (col_hi - col_lo);
-            zx0 = sk_load_x(((base + col_lo) + select((sk_e105 - 1u), li0, (li0 < sk_e105))));
-            let sk_e106: u32 = (col_hi - col_lo);
-            zx1 = sk_load_x(((base + col_lo) + select((sk_e106 - 1u), li1, (li1 < sk_e106))));
-            let sk_e107: u32 = (col_hi - col_lo);
-            zx2 = sk_load_x(((base + col_lo) + select((sk_e107 - 1u), li2, (li2 < sk_e107))));
-            let sk_e108: u32 = (col_hi - col_lo);
-            zx3 = sk_load_x(((base + col_lo) + select((sk_e108 - 1u), li3, (li3 < sk_e108))));
-            let sk_e109: u32 = (col_hi - col_lo);
-            zx4 = sk_load_x(((base + col_lo) + select((sk_e109 - 1u), li4, (li4 < sk_e109))));
-            let sk_e110: u32 = (col_hi - col_lo);
-            zx5 = sk_load_x(((base + col_lo) + select((sk_e110 - 1u), li5, (li5 < sk_e110))));
-            let sk_e111: u32 = (col_hi - col_lo);
-            zx6 = sk_load_x(((base + col_lo) + select((sk_e111 - 1u), li6, (li6 < sk_e111))));
-            let sk_e112: u32 = (col_hi - col_lo);
-            zx7 = sk_load_x(((base + col_lo) + select((sk_e112 - 1u), li7, (li7 < sk_e112))));
-            let sk_e113: u32 = (col_hi - col_lo);
-            zx8 = sk_load_x(((base + col_lo) + select((sk_e113 - 1u), li8, (li8 < sk_e113))));
-            let sk_e114: u32 = (col_hi - col_lo);
-            zx9 = sk_load_x(((base + col_lo) + select((sk_e114 - 1u), li9, (li9 < sk_e114))));
-            let sk_e115: u32 = (col_hi - col_lo);
-            zx10 = sk_load_x(((base + col_lo) + select((sk_e115 - 1u), li10, (li10 < sk_e115))));
-            let sk_e116: u32 = (col_hi - col_lo);
-            zx11 = sk_load_x(((base + col_lo) + select((sk_e116 - 1u), li11, (li11 < sk_e116))));
-            let sk_e117: u32 = (col_hi - col_lo);
-            zx12 = sk_load_x(((base + col_lo) + select((sk_e117 - 1u), li12, (li12 < sk_e117))));
-            let sk_e118: u32 = (col_hi - col_lo);
-            zx13 = sk_load_x(((base + col_lo) + select((sk_e118 - 1u), li13, (li13 < sk_e118))));
-            let sk_e119: u32 = (col_hi - col_lo);
-            zx14 = sk_load_x(((base + col_lo) + select((sk_e119 - 1u), li14, (li14 < sk_e119))));
-            let sk_e120: u32 = (col_hi - col_lo);
-            zx15 = sk_load_x(((base + col_lo) + select((sk_e120 - 1u), li15, (li15 < sk_e120))));
+            let sk_e128: u32 = (col_hi - col_lo);
+            zx0 = sk_load_x(((base + col_lo) + select((sk_e128 - 1u), li0, (li0 < sk_e128))));
+            let sk_e129: u32 = (col_hi - col_lo);
+            zx1 = sk_load_x(((base + col_lo) + select((sk_e129 - 1u), li1, (li1 < sk_e129))));
+            let sk_e130: u32 = (col_hi - col_lo);
+            zx2 = sk_load_x(((base + col_lo) + select((sk_e130 - 1u), li2, (li2 < sk_e130))));
+            let sk_e131: u32 = (col_hi - col_lo);
+            zx3 = sk_load_x(((base + col_lo) + select((sk_e131 - 1u), li3, (li3 < sk_e131))));
+            let sk_e132: u32 = (col_hi - col_lo);
+            zx4 = sk_load_x(((base + col_lo) + select((sk_e132 - 1u), li4, (li4 < sk_e132))));
+            let sk_e133: u32 = (col_hi - col_lo);
+            zx5 = sk_load_x(((base + col_lo) + select((sk_e133 - 1u), li5, (li5 < sk_e133))));
+            let sk_e134: u32 = (col_hi - col_lo);
+            zx6 = sk_load_x(((base + col_lo) + select((sk_e134 - 1u), li6, (li6 < sk_e134))));
+            let sk_e135: u32 = (col_hi - col_lo);
+            zx7 = sk_load_x(((base + col_lo) + select((sk_e135 - 1u), li7, (li7 < sk_e135))));
+            let sk_e136: u32 = (col_hi - col_lo);
+            zx8 = sk_load_x(((base + col_lo) + select((sk_e136 - 1u), li8, (li8 < sk_e136))));
+            let sk_e137: u32 = (col_hi - col_lo);
+            zx9 = sk_load_x(((base + col_lo) + select((sk_e137 - 1u), li9, (li9 < sk_e137))));
+            let sk_e138: u32 = (col_hi - col_lo);
+            zx10 = sk_load_x(((base + col_lo) + select((sk_e138 - 1u), li10, (li10 < sk_e138))));
+            let sk_e139: u32 = (col_hi - col_lo);
+            zx11 = sk_load_x(((base + col_lo) + select((sk_e139 - 1u), li11, (li11 < sk_e139))));
+            let sk_e140: u32 = (col_hi - col_lo);
+            zx12 = sk_load_x(((base + col_lo) + select((sk_e140 - 1u), li12, (li12 < sk_e140))));
+            let sk_e141: u32 = (col_hi - col_lo);
+            zx13 = sk_load_x(((base + col_lo) + select((sk_e141 - 1u), li13, (li13 < sk_e141))));
+            let sk_e142: u32 = (col_hi - col_lo);
+            zx14 = sk_load_x(((base + col_lo) + select((sk_e142 - 1u), li14, (li14 < sk_e142))));
+            let sk_e143: u32 = (col_hi - col_lo);
+            zx15 = sk_load_x(((base + col_lo) + select((sk_e143 - 1u), li15, (li15 < sk_e143))));
         }
         if ((li0 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e121: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e121 / row_m), (1.0f), (sk_e121 == row_m))));
+            var rm_z: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li1 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e122: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e122 / row_m), (1.0f), (sk_e122 == row_m))));
+            var rm_z: f32 = select((0.0f), zx1, ((zx1 > (0.0f)) && (zx1 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li2 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e123: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e123 / row_m), (1.0f), (sk_e123 == row_m))));
+            var rm_z: f32 = select((0.0f), zx2, ((zx2 > (0.0f)) && (zx2 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li3 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e124: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e124 / row_m), (1.0f), (sk_e124 == row_m))));
+            var rm_z: f32 = select((0.0f), zx3, ((zx3 > (0.0f)) && (zx3 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li4 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e125: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e125 / row_m), (1.0f), (sk_e125 == row_m))));
+            var rm_z: f32 = select((0.0f), zx4, ((zx4 > (0.0f)) && (zx4 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li5 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e126: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e126 / row_m), (1.0f), (sk_e126 == row_m))));
+            var rm_z: f32 = select((0.0f), zx5, ((zx5 > (0.0f)) && (zx5 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li6 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e127: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e127 / row_m), (1.0f), (sk_e127 == row_m))));
+            var rm_z: f32 = select((0.0f), zx6, ((zx6 > (0.0f)) && (zx6 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li7 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e128: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e128 / row_m), (1.0f), (sk_e128 == row_m))));
+            var rm_z: f32 = select((0.0f), zx7, ((zx7 > (0.0f)) && (zx7 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li8 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e129: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e129 / row_m), (1.0f), (sk_e129 == row_m))));
+            var rm_z: f32 = select((0.0f), zx8, ((zx8 > (0.0f)) && (zx8 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li9 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e130: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e130 / row_m), (1.0f), (sk_e130 == row_m))));
+            var rm_z: f32 = select((0.0f), zx9, ((zx9 > (0.0f)) && (zx9 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li10 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e131: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e131 / row_m), (1.0f), (sk_e131 == row_m))));
+            var rm_z: f32 = select((0.0f), zx10, ((zx10 > (0.0f)) && (zx10 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li11 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e132: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e132 / row_m), (1.0f), (sk_e132 == row_m))));
+            var rm_z: f32 = select((0.0f), zx11, ((zx11 > (0.0f)) && (zx11 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li12 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e133: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e133 / row_m), (1.0f), (sk_e133 == row_m))));
+            var rm_z: f32 = select((0.0f), zx12, ((zx12 > (0.0f)) && (zx12 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li13 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e134: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e134 / row_m), (1.0f), (sk_e134 == row_m))));
+            var rm_z: f32 = select((0.0f), zx13, ((zx13 > (0.0f)) && (zx13 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li14 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e135: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e135 / row_m), (1.0f), (sk_e135 == row_m))));
+            var rm_z: f32 = select((0.0f), zx14, ((zx14 > (0.0f)) && (zx14 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
         if ((li15 < (col_hi - col_lo))) {
             // built by kernels::filter_values::read_step
-            let sk_e136: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
-            rm_own = (rm_own + sk_fixed(select((sk_e136 / row_m), (1.0f), (sk_e136 == row_m))));
+            var rm_z: f32 = select((0.0f), zx15, ((zx15 > (0.0f)) && (zx15 < bitcast<f32>(2139095040u))));
+            var rm_m: u64 = sk_fixed(select((rm_z / row_m), (1.0f), (rm_z == row_m)));
+            rm_own = (rm_own + rm_m);
         }
     }
     var rm_row: u64 = 0lu;
@@ -182,9 +198,9 @@ fn sk_for_each_read_4(sk_lid: u32, col_hi: u32, col_lo: u32, base: u32, row_m: f
     var lim_row: u64 = sk_fraction(pp, rm_row);
     n_lo = 0u;
     for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-        let sk_e138: u32 = listed_cols[(1285u + r)];
-        let sk_e137: f32 = bitcast<f32>((sk_e138 ^ ((bitcast<u32>((bitcast<i32>(sk_e138) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        var wr: f32 = select((sk_e137 / row_m), (1.0f), (sk_e137 == row_m));
+        let sk_e145: u32 = listed_cols[(1285u + r)];
+        let sk_e144: f32 = bitcast<f32>((sk_e145 ^ ((bitcast<u32>((bitcast<i32>(sk_e145) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        var wr: f32 = select((sk_e144 / row_m), (1.0f), (sk_e144 == row_m));
         var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
         var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
         if ((base_r && (br <= lim_row))) {

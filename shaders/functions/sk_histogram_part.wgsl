@@ -13,6 +13,9 @@ fn sk_histogram_part(hk0: u32, grid_r: f32, grid_f_low: u32, grid_rf: f32) {
             hist_old = atomicAdd(&part_hist[hgu], (bitcast<u32>(((exp((hz - ((hg_i + (1.0f)) * (0.0625f)))) * (524288.0f)) + (8388608.0f))) - 1258291200u));
             var hist_n_old: u32 = 0u;
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
+        } else {
+            var hist_tail_old: u32 = 0u;
+            hist_tail_old = atomicAdd(&part_hist[2048u], 1u);
         }
         if ((hk0 >= grid_f_low)) {
             var hfg_i: f32 = floor((hz * (32768.0f)));

@@ -10,9 +10,12 @@ fn sk_histogram_part_2(hk0: u32, grid_ru: u32, grid_f_low: u32, grid_rfu: u32) {
             var hbits: u32 = bitcast<u32>(hz);
             var hgu: u32 = u32(hg);
             var hist_old: u32 = 0u;
-            hist_old = atomicAdd(&part_hist[hgu], (bitcast<u32>((((bitcast<f32>(((hbits & 8388607u) | 1065353216u)) * bitcast<f32>(atomicLoad(&part_hist[(2048u + ((bitcast<u32>(hz) >> (23u - 4u)) & 15u))]))) * (524288.0f)) + (8388608.0f))) - 1258291200u));
+            hist_old = atomicAdd(&part_hist[hgu], (bitcast<u32>((((bitcast<f32>(((hbits & 8388607u) | 1065353216u)) * bitcast<f32>(atomicLoad(&part_hist[(2049u + ((bitcast<u32>(hz) >> (23u - 4u)) & 15u))]))) * (524288.0f)) + (8388608.0f))) - 1258291200u));
             var hist_n_old: u32 = 0u;
             hist_n_old = atomicAdd(&part_hist[(512u + hgu)], 1u);
+        } else {
+            var hist_tail_old: u32 = 0u;
+            hist_tail_old = atomicAdd(&part_hist[2048u], 1u);
         }
         if ((hk0 >= grid_f_low)) {
             var hfg: u32 = (grid_rfu - (bitcast<u32>(hz) >> (23u - 14u)));

@@ -17,7 +17,7 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
         row_m = sk_block_max_f32(sk_lid, m);
         var s: f32 = (0.0f);
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            // built by kernels::filter_top_k::row_estimate
+            // built by kernels::filter_top_k::parts_mass
             var mp_p: f32 = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 0u)]));
             if ((mp_p > bitcast<f32>(4286578688u))) {
                 s = (s + (bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 1u)])) * select((mp_p / row_m), (1.0f), (mp_p == row_m))));
@@ -93,8 +93,8 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
                     var t_run: u32 = 0u;
                     for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                         // built by kernels::select::choose_bin
-                        let sk_e99: u32 = (t_lo + tj);
-                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e99, 463u)]), (sk_e99 < 464u)));
+                        let sk_e122: u32 = (t_lo + tj);
+                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e122, 463u)]), (sk_e122 < 464u)));
                     }
                     var t_start: u32 = 0u;
                     t_start = sk_block_scan(sk_lid, t_run);
@@ -194,8 +194,8 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
                     }
                     if (g_take) {
                         listed_cols[(0u + g_out)] = gk;
-                        let sk_e101: u32 = (gj / want);
-                        listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e101) * 1317u) + (6u + ((gj - (sk_e101 * want)) * 2u)))]);
+                        let sk_e124: u32 = (gj / want);
+                        listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e124) * 1317u) + (6u + ((gj - (sk_e124 * want)) * 2u)))]);
                         g_out = (g_out + 1u);
                     }
                 }
@@ -203,8 +203,8 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             var n_sel: u32 = (t_above + t_take);
             workgroupBarrier();
             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                let sk_e102: u32 = listed_cols[(0u + i)];
-                var zi: f32 = bitcast<f32>((sk_e102 ^ ((bitcast<u32>((bitcast<i32>(sk_e102) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e125: u32 = listed_cols[(0u + i)];
+                var zi: f32 = bitcast<f32>((sk_e125 ^ ((bitcast<u32>((bitcast<i32>(sk_e125) >> 31u)) ^ 4294967295u) | 2147483648u)));
                 listed_cols[(514u + i)] = bitcast<u32>(zi);
                 listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                 listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -241,9 +241,9 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             var n_lo: u32 = 0u;
             var n_unsure: u32 = 0u;
             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                let sk_e104: u32 = listed_cols[(1285u + r)];
-                let sk_e103: f32 = bitcast<f32>((sk_e104 ^ ((bitcast<u32>((bitcast<i32>(sk_e104) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                var wr: f32 = select((sk_e103 / row_m), (1.0f), (sk_e103 == row_m));
+                let sk_e127: u32 = listed_cols[(1285u + r)];
+                let sk_e126: f32 = bitcast<f32>((sk_e127 ^ ((bitcast<u32>((bitcast<i32>(sk_e127) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                var wr: f32 = select((sk_e126 / row_m), (1.0f), (sk_e126 == row_m));
                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                 var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                 var bf: f32 = sk_fixed_f32(br);
@@ -263,10 +263,10 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             }
             var zt: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-            let sk_e139: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-            var cut_above: bool = (bitcast<f32>((sk_e139 ^ ((bitcast<u32>((bitcast<i32>(sk_e139) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt);
-            let sk_e140: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-            var k_above: bool = ((!k_first) || (bitcast<f32>((listed_cols[sk_e140] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e140]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt));
+            let sk_e146: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+            var cut_above: bool = (bitcast<f32>((sk_e146 ^ ((bitcast<u32>((bitcast<i32>(sk_e146) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt);
+            let sk_e147: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+            var k_above: bool = ((!k_first) || (bitcast<f32>((listed_cols[sk_e147] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e147]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt));
             var prefix_exact: bool = all_in;
             if (((!all_in) && (!(cut_above && k_above)))) {
                 // built by kernels::filter_top_k::prefix_is_exact
@@ -310,7 +310,7 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             }
             var decided: bool = (((((kept_n > 0u) && (prefix_exact || cut_above)) && (prefix_exact || k_above)) && ((!capped) || ((kept_n < n_sel) || all_in))) && (unsure_n == 0u));
             if (decided) {
-                sk_write_results_as_3(sk_lid, row, kept_n, noisy, base, reads_before, &one_read_done);
+                sk_write_results_as_4(sk_lid, row, kept_n, noisy, base, reads_before, &one_read_done);
             }
             var undecided: bool = (!decided);
             if ((undecided && capped)) {

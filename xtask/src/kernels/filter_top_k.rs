@@ -487,12 +487,19 @@ pub(super) fn row_max(b: &mut Block, row_slot: Expr, read: Read) -> (Expr, Expr)
 /// sums it (`filters::decide`'s `row_mass`): one more read of the row, counted in `reads_before`
 /// by the caller.
 fn row_mass(b: &mut Block, input: Input, mx: Expr) -> Expr {
+    row_mass_and(b, input, mx, &|_, _, _| {})
+}
+
+/// [`row_mass`], calling `also(z, mass)` with each column's value and fixed-point mass.
+pub(super) fn row_mass_and(b: &mut Block, input: Input, mx: Expr, also: &dyn Fn(&mut Block, Expr, Expr)) -> Expr {
     b.let_("rm_own", Ty::U64, Expr::Lit(Lit::U64(0)));
     let n = var("col_hi") - var("col_lo");
     // Sixteen reads in flight an invocation: the workgroup reads the row alone.
     values::for_each_read(b, input, (n, None), 16, |b, _, _, x| {
-        let w = values::weight(input, values::value(input, x), mx.clone());
-        b.set("rm_own", var("rm_own") + call(FIXED, vec![w]));
+        let z = b.let_("rm_z", Ty::F32, values::value(input, x));
+        let m = b.let_("rm_m", Ty::U64, call(FIXED, vec![values::weight(input, z.clone(), mx.clone())]));
+        b.set("rm_own", var("rm_own") + m.clone());
+        also(b, z, m);
     });
     b.reduce(ReduceOp::Sum, Ty::U64, var("rm_own"), "rm_row")
 }
@@ -500,18 +507,24 @@ fn row_mass(b: &mut Block, input: Input, mx: Expr) -> Expr {
 /// The row's maximum from its parts' records, whether it is finite, and its softmax sum at it
 /// estimated from the parts' sums at their own maxima, in the merge.
 pub(super) fn row_estimate(b: &mut Block, input: Input) -> (Expr, Expr, Expr) {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let (mx, finite) = row_max(b, var("slot"), load_settled);
+    let mass = parts_mass(b, input, (var("slot"), mx.clone()), load_settled);
+    (mx, finite, mass)
+}
+
+/// The softmax sum at `mx` of the row in slot `row_slot`, estimated from its parts' sums at
+/// their own maxima (their records' word 1, as `read_part` writes it).
+pub(super) fn parts_mass(b: &mut Block, input: Input, (row_slot, mx): (Expr, Expr), read: Read) -> Expr {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     b.let_("s", Ty::F32, f(0.0));
     b.for_("p", lid, var("parts"), bs, |b, p| {
-        let mp = b.let_("mp_p", Ty::F32, part_m(var("slot"), p.clone(), load_settled));
-        let sp = load_settled(SCRATCH, record(p, u(1))).bitcast(Ty::F32);
+        let mp = b.let_("mp_p", Ty::F32, part_m(row_slot.clone(), p.clone(), read));
+        let sp = read(SCRATCH, slot_word(row_slot.clone(), p, u(1))).bitcast(Ty::F32);
         b.if_(mp.clone().gt(f(f32::NEG_INFINITY)), |b| {
             b.set("s", var("s") + sp * values::weight(input, mp, mx.clone()))
         });
     });
-    let mass = b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s");
-    (mx, finite, mass)
+    b.reduce(ReduceOp::Sum, Ty::F32, var("s"), "row_s")
 }
 
 /// The merge of one row (after [`one_read_row`]): sets `one_read_done` where the candidates

@@ -43,14 +43,14 @@ use super::combine::last_part_on;
 use super::filter_min_p::{self, left_out_kept};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, race_one, row_max, slot_word, AREA_WORDS,
-    HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, parts_mass, race_one, row_mass_and, row_max,
+    slot_word, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
     add_digit, count_digits, declare_best, declare_best_as, declare_select, filter_buffers, functions, key_value,
-    listed_row, order_key, select_step, takes_row, ties, Input, Output, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION, LIST,
-    LIST_CAP, NONE,
+    listed_row, order_key, select_step, takes_row, ties, Input, Output, ALL, DIGIT_PASSES, FIXED, FIXED_F32, FRACTION,
+    LIST, LIST_CAP, MASS_BITS, NONE,
 };
 use super::select::{select_top, Items};
 use crate::ir::*;
@@ -68,40 +68,63 @@ pub const BINS: u32 = 512;
 /// a bin.
 pub const FINE_BINS: u32 = 1024;
 /// The two grids of a top-p row's histograms (see the module's step 1).
-const COARSE: Level =
-    Level { bins: BINS, shift: (4, 4), masses: true, counts_at: BINS, margin: ESTIMATE_MARGIN, name: "ec" };
+const COARSE: Level = Level {
+    bins: BINS,
+    shift: (4, 4),
+    masses: true,
+    counts_at: BINS,
+    margin: ESTIMATE_MARGIN,
+    spread: (0.0, 0.0),
+    name: "ec",
+};
 const FINE: Level = Level {
     bins: FINE_BINS,
     shift: (15, 14),
     masses: false,
     counts_at: BINS + BINS / 2,
     margin: FINE_MARGIN,
+    spread: (1.0 / 65536.0, 1.0 / 32768.0),
     name: "ef",
 };
 /// What the row's mass (its coarse bins' sum) weighs in the cut's estimate, in u32: room under
 /// 2^32 for the conversions' rounding.
 const ESTIMATE_UNITS: f32 = 3.5e9;
 /// How near (a share of the row's mass) the limit may lie to a bin's edge before the cut's range
-/// takes the neighbouring bin too: three times a bound on the estimate's error (the bins'
-/// rounding to 2^-20 of their tokens, the float sums and exponentials, 5e-6 together), as the
-/// limit and the bins' sum may each be off by it. So the neighbour is listed only where the
-/// estimate may lie on the wrong side of the edge. It was 50 times the bound (2^-12): on Zipf
+/// takes the neighbouring bin too: twice [`COARSE_ERROR`], as the limit and the mass above the
+/// edge may each be off by it, so that the merge's bounds ([`Bounds`]) place the first listed
+/// token inside the set and the first token below outside it for certain. So the neighbour is
+/// listed only where the estimate may lie on the wrong side of the edge. It was 50 times the bound (2^-12): on Zipf
 /// rows at T 1.0, a fifth of top-p 0.99 rows listed two deep-tail bins, more tokens than the
 /// parts list, and read nine or ten times; with no margin at all, none of 384 such rows was
 /// misplaced (lavapipe). An estimate off by more only costs the filter kernel's passes: the
 /// merge checks where the cut lies.
-const ESTIMATE_MARGIN: f32 = 1.0 / 65536.0;
+const ESTIMATE_MARGIN: f32 = 2.0 * COARSE_ERROR;
+/// A bound on the coarse grid's estimate of a mass (the row's, or above a bin's edge) against
+/// the exact one the merge would sum (`sk_fixed` of each token's `sk_exp(z - max)`), as a share
+/// of the row's: each token's rounding to 2^-20 of its bin's edge weight (1.0e-6 of its own),
+/// the target's fast exponential against the bin's edge (3.7e-7 on Vulkan, 3 + 2|x| ulp), the
+/// rounding of `z - max` in the exact weight and of `edge - max` in the bin's (each 2^-24 of
+/// the distance, 1.9e-6 at the grid's 32 units), the two `sk_exp`s, the products and the
+/// conversions to f32 and to the estimate's units (4e-7 together), and the exact sums' truncation
+/// to 2^-40 a token (1.4e-7 at 151936 tokens): 5.9e-6. The parts' masses of a bin are summed in
+/// integers, exactly.
+const COARSE_ERROR: f32 = 1.0 / 131072.0;
+/// Weight under which a token lies outside a part's coarse grid, which the bins miss: `e^-31.9`
+/// below the part's largest from logits, `2^-31` from probabilities.
+const TAIL_WEIGHT: (f32, f32) = (1.0 / 35_184_372_088_832.0, 1.0 / 2_147_483_648.0);
 /// The same on the fine grid, whose bins carry counts only: each weighed at its middle, within
-/// `2^-16` (relative) of its tokens' mass (from probabilities, `2^-15.5`), so the sum from the
-/// top is off by at most that share of it, besides the coarse grid's 5e-6: three times the two
-/// together (2.3 times from probabilities).
+/// `2^-16` (relative) of its tokens' mass (from probabilities, `2^-15`, `Level::spread`), so the
+/// mass above an edge is off by at most that share of it, besides [`COARSE_ERROR`], as is the
+/// row's (from the coarse grid): twice the two together from logits (3.1e-5 of the row's mass),
+/// 1.3 times from probabilities (4.6e-5).
 const FINE_MARGIN: f32 = 1.0 / 16384.0;
 /// 2^23: a float at or above it and below 2^24 is an integer, its bits that integer plus these.
 const ROUNDER: f32 = 8_388_608.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
-/// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array.
-const _: () = assert!(3 * BINS <= super::filter_top_k::PART_COLS && 3 * FINE_BINS <= super::filter_top_k::PART_COLS);
+/// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array: the
+/// coarse grid's masses in two words a bin (u64 halves), the fine grid's counts alone.
+const _: () = assert!(4 * BINS <= super::filter_top_k::PART_COLS && 3 * FINE_BINS <= super::filter_top_k::PART_COLS);
 /// Words of a part's histograms in its slot: the coarse bins' masses, then their counts and the
 /// fine bins', two u16 a word (a part's bin holds at most `PART_COLS` = 4096 tokens).
 pub const HIST_WORDS: u32 = BINS + (BINS + FINE_BINS) / 2;
@@ -129,16 +152,17 @@ mod tail {
     pub const HI: u32 = 2;
     pub const R: u32 = 3;
     pub const MX: u32 = 4;
-    /// A part's counts and fixed-point masses (u64 in two words) above and in the range, and
-    /// its mass below it.
-    pub const N_ABOVE: u32 = 5;
-    pub const N_RANGE: u32 = 6;
-    pub const M_ABOVE: u32 = 7;
-    pub const M_RANGE: u32 = 9;
-    pub const M_BELOW: u32 = 11;
+    /// The estimate's bounds on the exact masses above the range and of the row, least then
+    /// most (f32 bits, in weights of the row's maximum: [`super::Bounds`]).
+    pub const BOUNDS: u32 = 5;
+    /// A part's counts above and in the range, and its fixed-point mass in it (u64 in two
+    /// words).
+    pub const N_ABOVE: u32 = 9;
+    pub const N_RANGE: u32 = 10;
+    pub const M_RANGE: u32 = 11;
     /// How many range tokens it listed; the smallest key above and in the range (complemented:
-    /// 0 for none), the largest in the range and below (0: none); the largest weight below (f32
-    /// bits).
+    /// 0 for none), the largest in the range and below (0: none); the weight of the largest
+    /// below (f32 bits).
     pub const LISTED: u32 = 13;
     pub const MIN_ABOVE_NOT: u32 = 14;
     pub const MIN_RANGE_NOT: u32 = 15;
@@ -160,7 +184,7 @@ pub(super) const GO_RACED: u32 = 2;
 /// Words of a winners' record (see `tail::BEST`).
 const WIN_WORDS: u32 = 5;
 const _: () = assert!(tail::RBEST + WIN_WORDS <= tail::ARRIVED && tail::SHIFT < TAIL_WORDS);
-const _: () = assert!(tail::BEST + WIN_WORDS <= tail::RBEST);
+const _: () = assert!(tail::BEST + WIN_WORDS <= tail::RBEST && tail::BOUNDS + 4 <= tail::N_ABOVE);
 
 /// The first word of a slot's tail.
 const TAIL: u32 = SLOT_WORDS - TAIL_WORDS;
@@ -194,8 +218,10 @@ const COARSE_STEPS: u32 = 1 << 4;
 /// Keys a step of [`histogram_part`]'s binning loop takes an invocation, at most.
 const UNROLL: u32 = 4;
 const _: () = assert!(super::filter_top_k::PART_COLS.is_multiple_of(UNROLL * 1024));
-/// Words of [`histogram_shared`].
-const HIST_SHARED: u32 = 2 * BINS + FINE_BINS;
+/// Words of [`histogram_shared`]: the histograms, then the count of the part's tokens with mass
+/// outside its coarse grid (`TAIL_COUNT`), whose weight the estimate bounds by [`TAIL_WEIGHT`].
+const HIST_SHARED: u32 = 2 * BINS + FINE_BINS + 1;
+const TAIL_COUNT: u32 = HIST_SHARED - 1;
 
 /// One grid of a top-p row's histograms.
 struct Level {
@@ -209,6 +235,9 @@ struct Level {
     counts_at: u32,
     /// The estimate's margin on it (see [`ESTIMATE_MARGIN`]).
     margin: f32,
+    /// How far (relative) its bins' tokens may weigh from what the estimate weighs them at,
+    /// from logits, then from probabilities (besides [`COARSE_ERROR`]).
+    spread: (f32, f32),
     /// The prefix of the estimate's variables for it.
     name: &'static str,
 }
@@ -223,6 +252,15 @@ impl Level {
 
     fn grid(&self, input: Input) -> Grid {
         Grid::fixed(self.shift(input))
+    }
+
+    /// A bound on its estimate of the mass above a bin's edge, as a share of the row's.
+    fn error(&self, input: Input) -> f32 {
+        COARSE_ERROR
+            + match input {
+                Input::Logits(_) => self.spread.0,
+                Input::Probs => self.spread.1,
+            }
     }
 }
 
@@ -279,37 +317,43 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                 b.if_(k.clone().ne_(u(0)), |b| {
                     let z = b.let_("hz", Ty::F32, part_value(input, k.clone()));
                     let (g, inside) = part_bin(b, input, (&coarse, r_at.clone(), BINS), z.clone(), "hg");
-                    b.if_(inside, |b| {
-                        // Against the bin's upper edge, not the part's maximum: a tail of
-                        // thousands of tokens under 2^-19 of the maximum each would round to a
-                        // unit or to nothing. An estimate (the cut sums exact masses), so the
-                        // target's fast exponential.
-                        let we = match input {
-                            Input::Logits(_) => {
-                                let edge = coarse.edge(input, var("hg_i") + f(1.0));
-                                values::estimate_weight(input, z.clone(), edge)
-                            }
-                            // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge is
-                            // `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the ratio
-                            // is `(1 + m) 16 / (17 + j)`, within an ulp (a subnormal `p`, in no
-                            // bin of a part whose largest is above 2^-94, would be off: an
-                            // estimate, which the merge checks).
-                            Input::Probs => {
-                                let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
-                                let j = coarse.bits_index(z.clone()) & u(COARSE_STEPS - 1);
-                                let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
-                                mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
-                            }
-                        };
-                        // Rounded to an integer by the float add of 2^23 (the weight is at most
-                        // about 1, so the sum lies where floats are integers) and read from its
-                        // bits: no conversion, whose pipe is an eighth of the float pipe's.
-                        let placed = we * f((1u32 << HIST_BITS) as f32) + f(ROUNDER);
-                        let mass = placed.bitcast(Ty::U32) - u(ROUNDER.to_bits());
-                        let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
-                        b.atomic_add(HIST, g.clone(), mass, "hist_old");
-                        count(b, BINS, g, "hist_n_old");
-                    });
+                    b.if_else(
+                        inside,
+                        |b| {
+                            // Against the bin's upper edge, not the part's maximum: a tail of
+                            // thousands of tokens under 2^-19 of the maximum each would round to a
+                            // unit or to nothing. An estimate (the cut sums exact masses), so the
+                            // target's fast exponential.
+                            let we = match input {
+                                Input::Logits(_) => {
+                                    let edge = coarse.edge(input, var("hg_i") + f(1.0));
+                                    values::estimate_weight(input, z.clone(), edge)
+                                }
+                                // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge is
+                                // `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the ratio
+                                // is `(1 + m) 16 / (17 + j)`, within an ulp (a subnormal `p`, in no
+                                // bin of a part whose largest is above 2^-94, would be off: an
+                                // estimate, which the merge checks).
+                                Input::Probs => {
+                                    let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
+                                    let j = coarse.bits_index(z.clone()) & u(COARSE_STEPS - 1);
+                                    let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
+                                    mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
+                                }
+                            };
+                            // Rounded to an integer by the float add of 2^23 (the weight is at most
+                            // about 1, so the sum lies where floats are integers) and read from its
+                            // bits: no conversion, whose pipe is an eighth of the float pipe's.
+                            let placed = we * f((1u32 << HIST_BITS) as f32) + f(ROUNDER);
+                            let mass = placed.bitcast(Ty::U32) - u(ROUNDER.to_bits());
+                            let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
+                            b.atomic_add(HIST, g.clone(), mass, "hist_old");
+                            count(b, BINS, g, "hist_n_old");
+                        },
+                        |b| {
+                            b.atomic_add(HIST, u(TAIL_COUNT), u(1), "hist_tail_old");
+                        },
+                    );
                     b.if_(k.ge(lowest.clone()), |b| {
                         let (g, fits) = part_bin(b, input, (&fine, rf_at.clone(), FINE_BINS), z, "hfg");
                         b.if_(fits, |b| count(b, 2 * BINS, g.cast(Ty::U32), "hist_f_old"));
@@ -320,10 +364,11 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     });
     b.barrier();
     // No sum: the estimate weighs the row from its bins, which miss only the tokens past their
-    // 32 units (under e^-32 each).
+    // 32 units (under e^-32 each), counted in word 1.
     b.if_(lid.clone().eq_(u(0)), |b| {
         b.store(SCRATCH, own_word(u(0)), m.bitcast(Ty::U32));
-        for k in 1..HEAD_WORDS {
+        b.store(SCRATCH, own_word(u(1)), load_shared(HIST, u(TAIL_COUNT)));
+        for k in 2..HEAD_WORDS {
             b.store(SCRATCH, own_word(u(k)), u(0));
         }
     });
@@ -403,6 +448,8 @@ fn estimate_cut(b: &mut Block, input: Input) {
             b.let_("e_lo", Ty::U32, coarse.lo);
             b.let_("e_hi", Ty::U32, coarse.hi);
             b.let_("e_r", Ty::F32, coarse.r);
+            b.let_("e_above", Ty::F32, coarse.above);
+            b.let_("e_error", Ty::F32, f(COARSE.error(input)));
             // The fine grid's 1/32 lies within the coarse bins 0 to 2.
             b.if_(coarse.bin.le(u(2)), |b| {
                 let (fine, _) = place_cut(b, input, &FINE, (mx.clone(), Some(unit)));
@@ -411,23 +458,57 @@ fn estimate_cut(b: &mut Block, input: Input) {
                     b.set("e_lo", fine.lo);
                     b.set("e_hi", fine.hi);
                     b.set("e_r", fine.r);
+                    b.set("e_above", fine.above);
+                    b.set("e_error", f(FINE.error(input)));
                 });
             });
             let range = (var("e_lo"), var("e_hi"));
-            write_state(b, u(1), range, (var("e_r"), var("e_shift")), mx);
+            let bounds = estimate_bounds(b, input, (var("e_above"), var("e_error")), var("ec_total"));
+            write_state(b, u(1), range, (var("e_r"), var("e_shift")), mx, bounds);
         },
         |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
     );
 }
 
+/// The row's bounds for its state (`tail::BOUNDS`): the exact mass above the range and the
+/// row's, least then most, from the estimate's `above` (off by at most `error` of the row's
+/// mass) and `total` (by [`COARSE_ERROR`] of it, less the tokens outside the parts' grids: at
+/// most [`TAIL_WEIGHT`] each, counted in the parts' records); the exact sums' truncation takes
+/// at most 2^-40 a token from either. In weights of the row's maximum (f32: each bound within
+/// 2^-24 of its own, inside the errors' margins).
+fn estimate_bounds(b: &mut Block, input: Input, (above, error): (Expr, Expr), total: Expr) -> [Expr; 4] {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    b.let_("tail_own", Ty::U32, u(0));
+    b.for_("p", lid, var("parts"), bs, |b, p| {
+        b.set("tail_own", var("tail_own") + load(SCRATCH, slot_word(var("row_slot"), p, u(1))))
+    });
+    let tail = b.reduce(ReduceOp::Sum, Ty::U32, var("tail_own"), "tail_n");
+    let weight = match input {
+        Input::Logits(_) => TAIL_WEIGHT.0,
+        Input::Probs => TAIL_WEIGHT.1,
+    };
+    let total = b.let_("eb_total", Ty::F32, total);
+    let cut = b.let_("eb_cut", Ty::F32, param("vocab").cast(Ty::F32) * f(1.0 / (1u64 << MASS_BITS) as f32));
+    let off = b.let_("eb_off", Ty::F32, error * total.clone());
+    let total_off = b.let_("eb_total_off", Ty::F32, total.clone() * f(COARSE_ERROR));
+    [
+        (above.clone() - off.clone() - cut.clone()).max(f(0.0)),
+        above + off,
+        (total.clone() - total_off.clone() - cut).max(f(0.0)),
+        total + total_off + tail.cast(Ty::F32) * f(weight),
+    ]
+}
+
 /// Where [`place_cut`] puts a row's cut on one grid: the bin and the range listed around it
-/// (first and last bin), the grid's origin at the row's maximum, and whether the grid holds
-/// the crossing (else `bin` is the grid's last).
+/// (first and last bin), the grid's origin at the row's maximum, the mass above the range, and
+/// whether the grid holds the crossing (else `bin` is the grid's last).
 struct Placed {
     bin: Expr,
     lo: Expr,
     hi: Expr,
     r: Expr,
+    /// The estimated mass above `lo`, in the row's weights.
+    above: Expr,
     found: Expr,
 }
 
@@ -445,13 +526,18 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
     let per = b.let_(&v("per"), Ty::U32, (u(bins) + bs.clone() - u(1)) / bs);
     let g0 = b.let_(&v("g0"), Ty::U32, (lid * per.clone()).min(u(bins)));
     let g1 = b.let_(&v("g1"), Ty::U32, (g0.clone() + per).min(u(bins)));
-    // Counts at `g`, the most of any one part at `bins + g`, masses at `2 bins + g` (f32 sums
-    // of the parts' fixed-point masses, then weighed, then the estimate's u32 units).
+    // Counts at `g`, the most of any one part at `bins + g`, masses at `2 bins + g` (the sums
+    // of the parts' fixed-point masses, their high words at `3 bins + g`, then weighed (f32),
+    // then the estimate's u32 units).
     let (count, most, mass) = (|g: Expr| g, move |g: Expr| u(bins) + g, move |g: Expr| u(2 * bins) + g);
+    let mass_hi = move |g: Expr| u(3 * bins) + g;
     b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
         b.store_shared(KEYS, count(g.clone()), u(0));
         b.store_shared(KEYS, most(g.clone()), u(0));
-        b.store_shared(KEYS, mass(g), f(0.0).bitcast(Ty::U32));
+        b.store_shared(KEYS, mass(g.clone()), u(0));
+        if level.masses {
+            b.store_shared(KEYS, mass_hi(g), u(0));
+        }
     });
     b.for_("p", u(0), var("parts"), u(1), |b, p| {
         let mp = b.let_(&v("mp"), Ty::F32, part_m(var("row_slot"), p.clone(), load));
@@ -467,8 +553,14 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
                     b.store_shared(KEYS, count(g.clone()), load_shared(KEYS, count(g.clone())) + n.clone());
                     b.store_shared(KEYS, most(g.clone()), load_shared(KEYS, most(g.clone())).max(n));
                     if level.masses {
-                        let e = load_shared(KEYS, mass(g.clone())).bitcast(Ty::F32) + hist(at).cast(Ty::F32);
-                        b.store_shared(KEYS, mass(g), e.bitcast(Ty::U32));
+                        // In integers: the merge bounds the estimate's error, which float sums
+                        // would make grow with the parts.
+                        let x = b.let_(&v("x"), Ty::U32, hist(at));
+                        let sum = b.let_(&v("sum"), Ty::U32, load_shared(KEYS, mass(g.clone())) + x.clone());
+                        b.store_shared(KEYS, mass(g.clone()), sum.clone());
+                        b.if_(sum.lt(x), |b| {
+                            b.store_shared(KEYS, mass_hi(g.clone()), load_shared(KEYS, mass_hi(g)) + u(1))
+                        });
                     }
                 });
             });
@@ -480,8 +572,9 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
         let edge = b.let_(&v("edge"), Ty::F32, grid.edge(input, k.clone()));
         let weighed = if level.masses {
             // Each bin's masses are at its upper edge, the same value in every part's grid.
-            let at_edge = load_shared(KEYS, mass(g.clone())).bitcast(Ty::F32) * f(1.0 / (1u32 << HIST_BITS) as f32);
-            at_edge * values::weight(input, edge, mx.clone())
+            let high = load_shared(KEYS, mass_hi(g.clone())).cast(Ty::F32) * f((1u64 << (32 - HIST_BITS)) as f32);
+            let low = load_shared(KEYS, mass(g.clone())).cast(Ty::F32) * f(1.0 / (1u32 << HIST_BITS) as f32);
+            (high + low) * values::weight(input, edge, mx.clone())
         } else {
             // A bin's tokens weigh within `2^-shift` of one another: its count at its middle.
             let middle = (edge + grid.edge(input, k - f(1.0))) * f(0.5);
@@ -498,6 +591,7 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
             b.let_(&v("unit"), Ty::F32, f(ESTIMATE_UNITS) / total)
         }
     };
+    let own = (g0.clone(), g1.clone());
     // Each invocation's own bins: no barrier between the two loops.
     b.for_("g", g0.clone(), g1.clone(), u(1), |b, g| {
         let weighed = load_shared(KEYS, mass(g.clone())).bitcast(Ty::F32);
@@ -537,7 +631,14 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
     });
     let lo = b.let_(&v("first_bin"), Ty::U32, bin.clone() - bin.clone().min(above));
     let hi = b.let_(&v("last_bin"), Ty::U32, bin.clone() + below);
-    (Placed { bin, lo, hi, r, found: first.gt(u(0)) }, unit)
+    // The mass above the range, back in the row's weights.
+    b.let_(&v("a_own"), Ty::U32, u(0));
+    b.for_("g", own.0, own.1, u(1), |b, g| {
+        b.if_(g.clone().lt(lo.clone()), |b| b.set(&v("a_own"), var(&v("a_own")) + load_shared(KEYS, mass(g))))
+    });
+    let above = b.reduce(ReduceOp::Sum, Ty::U32, var(&v("a_own")), &v("a_units"));
+    let above = b.let_(&v("a_w"), Ty::F32, above.cast(Ty::F32) / unit.clone());
+    (Placed { bin, lo, hi, r, above, found: first.gt(u(0)) }, unit)
 }
 
 /// After [`place_cut`] summed the row's histogram into the part's workgroup array of keys,
@@ -620,8 +721,15 @@ const EXTREMES: [(&str, f32); 4] = [
     ("max_below_v", f32::NEG_INFINITY),
 ];
 
-/// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts and
-/// masses, its listed range tokens and its winners, into its record.
+/// Whether min-p keeps a token of order value `ov` in a row whose largest is `mx`: its weight at
+/// least `mp` (every weight is, without min-p). Where a raced column is scored, not where it is
+/// read: no column is weighed on the cut's common path.
+fn min_p_keeps(input: Input, ov: Expr, mx: Expr) -> Expr {
+    var("mp").le(f(0.0)).or(values::order_weight(input, ov, mx).ge(var("mp")))
+}
+
+/// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts, the
+/// range's mass, its listed range tokens and its winners, into its record.
 fn cut_part(b: &mut Block, input: Input) {
     let lid = builtin(Builtin::LocalId);
     let state = |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), k));
@@ -637,9 +745,7 @@ fn cut_part(b: &mut Block, input: Input) {
     for name in ["n_above", "n_range"] {
         b.let_(name, Ty::U32, u(0));
     }
-    for name in ["m_above", "m_range", "m_below"] {
-        b.let_(name, Ty::U64, Expr::Lit(Lit::U64(0)));
-    }
+    b.let_("m_range", Ty::U64, Expr::Lit(Lit::U64(0)));
     // Each class's extreme order values as floats, one compare a column (their keys, and the
     // weight of the largest below, once the loop is done: both are monotone in the value).
     for (name, start) in EXTREMES {
@@ -653,61 +759,57 @@ fn cut_part(b: &mut Block, input: Input) {
     declare_best(b);
     declare_best_as(b, "r");
     // The loop once for seeded rows and once for the others (a row is one or the other), so
-    // each races with only its own winners' registers live. A column's class, mass and listing;
-    // `race(b, suffix, (col, z, ov))` where it races into `best{suffix}` (above the range: "",
-    // in it: "r").
+    // each races with only its own winners' registers live. A column's class and listing, and
+    // a range token's mass (the merge bounds the rest's from the estimate: no column above or
+    // below the range is weighed); `race(b, suffix, (col, z, ov))` where it races into
+    // `best{suffix}` (above the range: "", in it: "r"), min-p tested where it is scored
+    // ([`min_p_keeps`]).
     let column = |b: &mut Block, i: Expr, x: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
         let col = b.let_("col", Ty::U32, var("col_lo") + i);
         let z = b.let_("cz", Ty::F32, values::value(input, x));
         let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
-        // The row's largest is finite here, and at least every column's value.
-        let w = b.let_("cw", Ty::F32, values::weight_below(input, z.clone(), mx.clone()));
-        b.if_(w.clone().gt(f(0.0)), |b| {
-            let mv = b.let_("cmv", Ty::U64, call(FIXED, vec![w.clone()]));
-            let least = |b: &mut Block, name: &str| b.set(name, var(name).min(ov.clone()));
-            let most = |b: &mut Block, name: &str| b.set(name, var(name).max(ov.clone()));
-            let race = |b: &mut Block, suffix: &str| {
-                b.if_(w.clone().ge(var("mp")), |b| race(b, suffix, [col.clone(), z.clone(), ov.clone()]))
-            };
-            b.if_else(
-                grid.reaches(input, z.clone(), above_from.clone()),
-                |b| {
-                    b.set("n_above", var("n_above") + u(1));
-                    b.set("m_above", var("m_above") + mv.clone());
-                    least(b, "min_above");
-                    race(b, "");
-                },
-                |b| {
-                    b.if_else(
-                        grid.reaches(input, z.clone(), range_from.clone()),
-                        |b| {
-                            b.set("n_range", var("n_range") + u(1));
-                            b.set("m_range", var("m_range") + mv.clone());
-                            least(b, "min_range");
-                            most(b, "max_range_v");
-                            race(b, "r");
-                            let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
-                            b.if_(at.clone().lt(u(PART_LIST)), |b| {
-                                let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
-                                b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), order_key(ov.clone()));
-                                b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
-                            });
-                        },
-                        |b| {
-                            b.set("m_below", var("m_below") + mv.clone());
-                            most(b, "max_below_v");
-                        },
-                    );
-                },
-            );
-        });
+        let least = |b: &mut Block, name: &str| b.set(name, var(name).min(ov.clone()));
+        let most = |b: &mut Block, name: &str| b.set(name, var(name).max(ov.clone()));
+        let race = |b: &mut Block, suffix: &str| race(b, suffix, [col.clone(), z.clone(), ov.clone()]);
+        // Every token at or above the range lies within the coarse grid's 32 units of the
+        // maximum: it has mass. One below may have none (or be NaN, which no compare passes).
+        b.if_else(
+            grid.reaches(input, z.clone(), above_from.clone()),
+            |b| {
+                b.set("n_above", var("n_above") + u(1));
+                least(b, "min_above");
+                race(b, "");
+            },
+            |b| {
+                b.if_else(
+                    grid.reaches(input, z.clone(), range_from.clone()),
+                    |b| {
+                        b.set("n_range", var("n_range") + u(1));
+                        let w = values::order_weight(input, ov.clone(), mx.clone());
+                        b.set("m_range", var("m_range") + call(FIXED, vec![w]));
+                        least(b, "min_range");
+                        most(b, "max_range_v");
+                        race(b, "r");
+                        let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
+                        b.if_(at.clone().lt(u(PART_LIST)), |b| {
+                            let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
+                            b.store(SCRATCH, own(u(HEAD_WORDS) + at.clone() * u(2)), order_key(ov.clone()));
+                            b.store(SCRATCH, own(u(HEAD_WORDS + 1) + at * u(2)), col.clone());
+                        });
+                    },
+                    |b| b.if_(ov.clone().gt(var("max_below_v")), |b| b.set("max_below_v", ov.clone())),
+                );
+            },
+        );
     };
     let n = var("col_hi") - var("col_lo");
     // The seeded race hashes each column alone: it races where the column is read.
     let seeded_columns = |b: &mut Block| {
         values::for_each_read(b, input, (n.clone(), None), 4, |b, i, _, x| {
             let race = |b: &mut Block, suffix: &str, [col, z, ov]: [Expr; 3]| {
-                race_one(b, input, suffix, (boolean(true), &pkey), col, z, ov)
+                b.if_(min_p_keeps(input, ov.clone(), mx.clone()), |b| {
+                    race_one(b, input, suffix, (boolean(true), &pkey), col, z, ov)
+                })
             };
             column(b, i, x, &race)
         })
@@ -748,14 +850,17 @@ fn cut_part(b: &mut Block, input: Input) {
                     let may = values::may_win(b, input, x.clone(), rcp_t.clone(), word.clone(), best, "cut_may");
                     let raced = (var("cut_race") & u(0x11 << j)).ne_(u(0));
                     b.if_(may.and(raced), |b| {
-                        let score = values::philox_score(input, values::value(input, x), word);
-                        let score = b.let_("score", Ty::F32, score);
-                        let col = var("col_lo") + i0.clone() + u(u32::from(j));
-                        b.if_else(
-                            above,
-                            |b| keep_lower(b, "", score.clone(), col.clone()),
-                            |b| keep_lower(b, "r", score.clone(), col.clone()),
-                        );
+                        let z = b.let_("cut_z", Ty::F32, values::value(input, x));
+                        let ov = values::order_value(input, z.clone(), mx.clone());
+                        b.if_(min_p_keeps(input, ov, mx.clone()), |b| {
+                            let score = b.let_("score", Ty::F32, values::philox_score(input, z, word));
+                            let col = var("col_lo") + i0.clone() + u(u32::from(j));
+                            b.if_else(
+                                above,
+                                |b| keep_lower(b, "", score.clone(), col.clone()),
+                                |b| keep_lower(b, "r", score.clone(), col.clone()),
+                            );
+                        });
                     });
                 });
             }
@@ -789,11 +894,7 @@ fn cut_part(b: &mut Block, input: Input) {
     b.if_else(seeded.clone(), seeded_columns, philox_columns);
     let names = |v: &[&str]| v.iter().map(|n| format!("part_{n}")).collect::<Vec<_>>();
     b.sum_many(Ty::U32, vec![var("n_above"), var("n_range")], &names(&["n_above", "n_range"]));
-    b.sum_many(
-        Ty::U64,
-        vec![var("m_above"), var("m_range"), var("m_below")],
-        &names(&["m_above", "m_range", "m_below"]),
-    );
+    b.reduce(ReduceOp::Sum, Ty::U64, var("m_range"), "part_m_range");
     // The extremes as the merge takes them: keys (0 for a class with no token), the smallest
     // with its bits flipped, and the weight of the largest below (0 for none: exp(-inf)).
     let key_of = |v: &str, least: bool| {
@@ -816,9 +917,7 @@ fn cut_part(b: &mut Block, input: Input) {
     b.if_(lid.clone().eq_(u(0)), |b| {
         b.store(SCRATCH, at(tail::N_ABOVE), var("part_n_above"));
         b.store(SCRATCH, at(tail::N_RANGE), var("part_n_range"));
-        store64(b, at(tail::M_ABOVE), var("part_m_above"));
         store64(b, at(tail::M_RANGE), var("part_m_range"));
-        store64(b, at(tail::M_BELOW), var("part_m_below"));
         b.store(SCRATCH, at(tail::LISTED), load_shared(LISTING, u(0)).min(u(PART_LIST)));
         for (name, k) in maxima.iter().zip([tail::MIN_ABOVE_NOT, tail::MIN_RANGE_NOT, tail::MAX_RANGE, tail::MAX_BELOW])
         {
@@ -845,12 +944,16 @@ pub(super) fn merge_cut(b: &mut Block, input: Input) {
     });
 }
 
-/// [`merge_cut`]'s row, its maximum `mx` known.
+/// [`merge_cut`]'s row, its maximum `mx` known: the parts' records summed, then at most two
+/// tries at its set. The first takes the masses above the range and of the row from the
+/// estimate's bounds (`tail::BOUNDS`, as fixed-point masses), the second from one more read of
+/// the row ([`exact_masses`]), where the first could not tell: where a check holds at one end
+/// of the bounds and not at the other, or where the race's winner in the largest set the
+/// bounds allow may lie outside the least ([`attempt_cut`]).
 fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let word = |p: Expr, k: u32| tail_word(var("row_slot"), p, k);
     let counts = ["n_above", "n_range", "short"];
-    let masses = ["m_above", "m_range", "m_below"];
     let maxima = [
         ("min_above_not", tail::MIN_ABOVE_NOT),
         ("min_range_not", tail::MIN_RANGE_NOT),
@@ -861,9 +964,7 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     for name in counts.iter().chain(maxima.iter().map(|(n, _)| n)) {
         b.let_(&mine(name), Ty::U32, u(0));
     }
-    for name in masses {
-        b.let_(&mine(name), Ty::U64, Expr::Lit(Lit::U64(0)));
-    }
+    b.let_("r_m_range", Ty::U64, Expr::Lit(Lit::U64(0)));
     b.let_("r_w_below", Ty::F32, f(0.0));
     declare_best(b);
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
@@ -872,9 +973,7 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
         b.set("r_n_above", var("r_n_above") + get(tail::N_ABOVE));
         b.set("r_n_range", var("r_n_range") + n_range.clone());
         b.if_(get(tail::LISTED).lt(n_range), |b| b.set("r_short", u(1)));
-        for (name, k) in masses.iter().zip([tail::M_ABOVE, tail::M_RANGE, tail::M_BELOW]) {
-            b.set(&mine(name), var(&mine(name)) + load64(word(p.clone(), k)));
-        }
+        b.set("r_m_range", var("r_m_range") + load64(word(p.clone(), tail::M_RANGE)));
         for (name, k) in maxima {
             b.set(&mine(name), var(&mine(name)).max(get(k)));
         }
@@ -882,47 +981,117 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
         take_winners(b, &|k| word(p.clone(), tail::BEST + k));
     });
     let all = |n: &str| format!("{n}_all");
-    let sum = |b: &mut Block, ty: Ty, list: &[&str]| {
-        let outs: Vec<String> = list.iter().map(|n| all(n)).collect();
-        b.sum_many(ty, list.iter().map(|n| var(&mine(n))).collect(), &outs);
-    };
-    sum(b, Ty::U32, &counts);
-    sum(b, Ty::U64, &masses);
+    let outs: Vec<String> = counts.iter().map(|n| all(n)).collect();
+    b.sum_many(Ty::U32, counts.iter().map(|n| var(&mine(n))).collect(), &outs);
+    b.reduce(ReduceOp::Sum, Ty::U64, var("r_m_range"), "m_range_all");
     for (name, _) in maxima {
         b.reduce(ReduceOp::Max, Ty::U32, var(&mine(name)), &all(name));
     }
     let w_below = b.reduce(ReduceOp::Max, Ty::F32, var("r_w_below"), "w_below_all");
+    // No token below the range has mass, or none that min-p keeps.
+    b.let_("cut_below_ends", Ty::Bool, w_below.clone().le(f(0.0)).or(w_below.lt(var("mp"))));
+    // The parts' winners above the range, which each try starts from.
+    for name in ["best", "best_i", "best64", "best64_i"] {
+        let ty = if name.ends_with("_i") {
+            Ty::U32
+        } else if name.ends_with("64") {
+            Ty::F64
+        } else {
+            Ty::F32
+        };
+        b.let_(&format!("parts_{name}"), ty, var(name));
+    }
+    // The bounds as fixed-point masses (truncated: the most's one unit more), and the row's
+    // mass for the log-probability, their middle.
+    let bound = |k: u32| {
+        let w = load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k)).bitcast(Ty::F32);
+        call(FIXED, vec![w])
+    };
+    let unit = || Expr::Lit(Lit::U64(1));
+    b.let_("a_lo", Ty::U64, bound(0));
+    b.let_("a_hi", Ty::U64, bound(1) + unit());
+    b.let_("t_lo", Ty::U64, bound(2));
+    b.let_("t_hi", Ty::U64, bound(3) + unit());
+    let state_w = |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k)).bitcast(Ty::F32);
+    b.let_("cut_mass", Ty::F32, (state_w(2) + state_w(3)) * f(0.5));
+    b.let_("cut_retry", Ty::Bool, boolean(false));
+    b.for_("cut_try", u(0), u(2), u(1), |b, attempt| {
+        b.if_(attempt.clone().eq_(u(0)).or(var("cut_retry")), |b| {
+            b.if_(attempt.gt(u(0)), |b| {
+                let (above, row) = exact_masses(b, input, mx.clone());
+                for name in ["a_lo", "a_hi"] {
+                    b.set(name, above.clone());
+                }
+                for name in ["t_lo", "t_hi"] {
+                    b.set(name, row.clone());
+                }
+                b.set("cut_mass", call(FIXED_F32, vec![row]));
+                b.set("reads_before", var("reads_before") + u(1));
+            });
+            b.set("cut_retry", boolean(false));
+            b.scope(|b| attempt_cut(b, input, mx.clone(), seeded.clone()));
+        });
+    });
+}
+
+/// One try of [`cut_row`] at the row's set, from the masses above the range and of the row
+/// between `a_lo` and `a_hi`, `t_lo` and `t_hi`. Each check holds for certain (at the bounds'
+/// worst) or the row goes to the filter kernel's body where it fails at their best, else to
+/// the next try (`cut_retry`). The select runs with the largest set the bounds allow (the least
+/// mass above, the largest limit), whose race's winner is the row's where the least set holds
+/// it too (`cut_sure`, [`winner_surely_kept`]); then the results (`one_read_done`).
+///
+/// Exact: the classes and counts are integers, the range's masses exact; the checks hold for
+/// every mass between the bounds, so for the exact one; and the winner of a set holding the
+/// row's set, which it lies in, is its winner.
+fn attempt_cut(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let (n_above, n_range) = (var("n_above_all"), var("n_range_all"));
-    let (m_above, m_range) = (var("m_above_all"), var("m_range_all"));
+    let m_range = var("m_range_all");
     let min_above = var("min_above_not_all") ^ u(NONE);
     let (range_min, range_max) = (var("min_range_not_all") ^ u(NONE), var("max_range_all"));
     let max_below = var("max_below_all");
-    let row_mass = b.let_("cut_row_mass", Ty::U64, m_above.clone() + m_range.clone() + var("m_below_all"));
-    let lim = b.let_("cut_lim", Ty::U64, call(FRACTION, vec![var("pp"), row_mass.clone()]));
+    let below_ends = var("cut_below_ends");
+    let limit =
+        |t: &str| select(var("pp").lt(f(1.0)), call(FRACTION, vec![var("pp"), var(t)]), Expr::Lit(Lit::U64(ALL)));
+    let lim_lo = b.let_("lim_lo", Ty::U64, limit("t_lo"));
+    let lim_hi = b.let_("lim_hi", Ty::U64, limit("t_hi"));
     let listed = b.let_("cut_listed", Ty::Bool, var("short_all").eq_(u(0)));
     let fits = b.let_("cut_fits", Ty::Bool, listed.clone().and(n_range.clone().le(u(CUT_CAP))));
     let apart = min_above.clone().gt(range_max.clone()).and(range_min.clone().gt(max_below.clone()));
-    let apart = apart.and(min_above.gt(max_below.clone()));
-    let starts = n_above.clone().lt(var("kk")).and(m_above.clone().le(lim.clone()));
-    let through =
-        (m_above.clone() + m_range.clone()).gt(lim.clone()).or((n_above.clone() + n_range.clone()).ge(var("kk")));
-    let below_ends = b.let_("cut_below_ends", Ty::Bool, max_below.clone().eq_(u(0)).or(w_below.lt(var("mp"))));
-    let ends = through.or(below_ends.clone());
+    let apart = b.let_("cut_apart", Ty::Bool, apart.and(min_above.gt(max_below)));
+    // The set starts before the range's end (its first token is kept: the mass above it within
+    // the limit) and ends inside it (the mass through it past the limit, or the top-k's count),
+    // or no token below could be kept.
+    let checks = |(a_start, lim_start): (&str, Expr), (a_end, lim_end): (&str, Expr)| {
+        let starts = n_above.clone().lt(var("kk")).and(var(a_start).le(lim_start));
+        let through = (var(a_end) + m_range.clone())
+            .gt(lim_end)
+            .or((n_above.clone() + n_range.clone()).ge(var("kk")))
+            .or(below_ends.clone());
+        apart.clone().and(starts).and(through)
+    };
     // Min-p alone has no range: every token with mass lies above it or below it, so its set is
     // the tokens above that min-p keeps, which the parts raced, where none below weighs `min_p`.
     // (A row here with neither top-p nor a top-k is min-p alone: from its parameters, not a
     // flag held from the row's start, which took the merge's registers past 128.)
     let min_p_alone = var("pp").ge(f(1.0)).and(var("kk").ge(param("vocab")));
-    let sound = b.let_("cut_sound", Ty::Bool, select(min_p_alone, below_ends, apart.and(starts).and(ends)));
+    let sure = checks(("a_hi", lim_lo.clone()), ("a_lo", lim_hi.clone()));
+    let sound = b.let_("cut_sound", Ty::Bool, select(min_p_alone.clone(), below_ends.clone(), sure));
+    let maybe = checks(("a_lo", lim_hi.clone()), ("a_hi", lim_lo));
+    b.if_(sound.clone().not().and(min_p_alone.not()).and(maybe), |b| b.set("cut_retry", boolean(true)));
     let sorted = b.let_("cut_sorted", Ty::Bool, sound.clone().and(fits.clone()));
     let tied = b.let_("cut_one_value", Ty::Bool, range_min.eq_(range_max.clone()).and(n_range.clone().gt(u(0))));
     let flat = b.let_("cut_tied", Ty::Bool, sound.clone().and(fits.clone().not()).and(tied.clone()));
     let dense = b.let_("cut_dense", Ty::Bool, sound.and(listed).and(fits.not()).and(tied.not()));
-    // The select's state: what lies above the range, and the limit.
+    // The select's state: what lies above the range, and the limit, at the largest set.
     declare_select(b);
     b.set("sel_n", n_above);
-    b.set("sel_m", m_above);
-    b.set("lim", lim);
+    b.set("sel_m", var("a_lo"));
+    b.set("lim", lim_hi);
+    for name in ["best", "best_i", "best64", "best64_i"] {
+        b.set(name, var(&format!("parts_{name}")));
+    }
+    b.let_("cut_sure", Ty::Bool, boolean(true));
     let pkey = PhiloxKey::bound(b);
     let race = (seeded.clone(), &pkey);
     let listing = sorted.clone().and(n_range.clone().gt(u(0)));
@@ -934,9 +1103,32 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
         tied_range(b, input, range_max, race, mx.clone());
     });
     b.if_(sorted.or(flat).or(dense), |b| {
-        finish_race(b, input, (seeded, &|t| t), mx, call(FIXED_F32, vec![row_mass]), u(2));
-        b.set("one_read_done", boolean(true));
+        b.if_else(
+            var("cut_sure"),
+            |b| {
+                finish_race(b, input, (seeded, &|t| t), mx, var("cut_mass"), var("reads_before"));
+                b.set("one_read_done", boolean(true));
+            },
+            |b| b.set("cut_retry", boolean(true)),
+        );
     });
+}
+
+/// The exact fixed-point masses above the range (the cut's class, from the row's state) and of
+/// the row, where the estimate's bounds could not tell the row's set ([`cut_row`]): one more
+/// read of the row, counted in `reads_before` by the caller.
+fn exact_masses(b: &mut Block, input: Input, mx: Expr) -> (Expr, Expr) {
+    let state = |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), k));
+    let grid = Grid::bound(b, state(tail::SHIFT), "xm_grid");
+    let r = state(tail::R).bitcast(Ty::F32);
+    let above_from = grid.threshold(b, input, r - state(tail::LO).cast(Ty::F32) + f(1.0), "xm_above_from");
+    b.let_("xm_above", Ty::U64, Expr::Lit(Lit::U64(0)));
+    let row = row_mass_and(b, input, mx, &|b, z, m| {
+        b.if_(grid.reaches(input, z, above_from.clone()), |b| b.set("xm_above", var("xm_above") + m))
+    });
+    let row = b.let_("xm_row", Ty::U64, row);
+    let above = b.reduce(ReduceOp::Sum, Ty::U64, var("xm_above"), "xm_above_all");
+    (above, row)
 }
 
 /// Where [`select_in_range`] reads the range's tokens.
@@ -1019,7 +1211,7 @@ fn select_in_range(b: &mut Block, input: Input, range: Range, race: (Expr, &Phil
     };
     select_top(b, Items { n: n.clone(), top: u(NONE), scratch: SELECT_SCRATCH, key_at: &tied }, var("ties"));
     let tie_col = b.let_("tie_col_max", Ty::U32, var("t_key") ^ u(NONE));
-    b.for_("i", lid, n, bs, |b, i| {
+    b.for_("i", lid, n.clone(), bs, |b, i| {
         let k = key_of(b, i.clone());
         let k = b.let_("rk", Ty::U32, k);
         let col = b.let_("rcol", Ty::U32, col_of(i));
@@ -1031,6 +1223,41 @@ fn select_in_range(b: &mut Block, input: Input, range: Range, race: (Expr, &Phil
             race_one(b, input, "", race.clone(), col, z, ov);
         });
     });
+    let unsure = var("lim_lo").ne_(var("lim_hi")).or(var("a_lo").ne_(var("a_hi")));
+    b.if_(var("pp").lt(f(1.0)).and(unsure), |b| {
+        winner_surely_kept(b, input, (race.0.clone(), mx.clone()), (n.clone(), &key_of, &col_of))
+    });
+}
+
+/// Sets `cut_sure` to whether the race's winner so far is kept at the least set the bounds
+/// allow: the mass ahead of it (the range's tokens ahead of it in the order, from `key_of` and
+/// `col_of` of the range's `n` items, with the most mass above the range) within the least
+/// limit. A winner above the range has none of the range's ahead of it.
+fn winner_surely_kept(
+    b: &mut Block,
+    input: Input,
+    (seeded, mx): (Expr, Expr),
+    (n, key_of, col_of): (Expr, &dyn Fn(&mut Block, Expr) -> Expr, &dyn Fn(Expr) -> Expr),
+) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let (_, tok32) = b.argmax(var("best"), var("best_i"), "sk_win", "sk_tok32");
+    let (_, tok64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "sk_win64", "sk_tok64");
+    let tok = b.let_("sk_tok", Ty::U32, select(seeded, tok64, tok32));
+    let valid = b.let_("sk_valid", Ty::Bool, tok.clone().lt(param("vocab")));
+    let z = values::column(b, input, select(valid.clone(), tok.clone(), u(0)), "sk_z");
+    let key = b.let_("sk_key", Ty::U32, order_key(values::order_value(input, z, mx.clone())));
+    b.let_("sk_ahead", Ty::U64, Expr::Lit(Lit::U64(0)));
+    b.for_("i", lid, n, bs, |b, i| {
+        let k = key_of(b, i.clone());
+        let k = b.let_("sk_k", Ty::U32, k);
+        let ahead = k.clone().gt(key.clone()).or(k.clone().eq_(key.clone()).and(col_of(i).lt(tok.clone())));
+        b.if_(k.clone().ne_(u(0)).and(ahead), |b| {
+            let w = values::order_weight(input, key_value(k), mx.clone());
+            b.set("sk_ahead", var("sk_ahead") + call(FIXED, vec![w]));
+        });
+    });
+    let ahead = b.reduce(ReduceOp::Sum, Ty::U64, var("sk_ahead"), "sk_ahead_all");
+    b.set("cut_sure", valid.not().or((var("a_hi") + ahead).le(var("lim_lo"))));
 }
 
 /// Visits the row's parts in order, a block of them at once: `body(p, n, start)` with part `p`'s
@@ -1060,8 +1287,19 @@ fn parts_in_order(b: &mut Block, name: &str, k: u32, body: &dyn Fn(&mut Block, E
 fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     ties(b);
-    let kept = select(values::order_weight(input, key_value(key.clone()), mx.clone()).ge(var("mp")), var("ties"), u(0));
-    let t = b.let_("t_kept", Ty::U32, kept);
+    // As many as the least set the bounds allow keeps (`attempt_cut`): ranks from it to `t` are
+    // unsure.
+    b.let_("t_least", Ty::U32, u(0));
+    b.scope(|b| {
+        b.set("sel_m", var("a_hi"));
+        b.set("lim", var("lim_lo"));
+        ties(b);
+        b.set("t_least", var("ties"));
+    });
+    let by_min_p =
+        b.let_("t_min_p", Ty::Bool, values::order_weight(input, key_value(key.clone()), mx.clone()).ge(var("mp")));
+    let t = b.let_("t_kept", Ty::U32, select(by_min_p.clone(), var("ties"), u(0)));
+    let unsure = b.let_("t_unsure", Ty::U32, t.clone() - select(by_min_p, var("t_least"), u(0)));
     b.let_("t_part", Ty::U32, u(0));
     b.let_("t_left", Ty::U32, u(0));
     parts_in_order(b, "t", tail::N_RANGE, &|b, p, n, start| {
@@ -1080,6 +1318,10 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
     });
     let part = b.reduce(ReduceOp::Max, Ty::U32, var("t_part"), "t_cut_part");
     let left = b.reduce(ReduceOp::Max, Ty::U32, var("t_left"), "t_cut_left");
+    // The unsure ranks lie in the part read again (or there are none), its ranks from
+    // `left - unsure` on, which race apart: sure where none beats the rest.
+    b.set("cut_sure", unsure.clone().eq_(u(0)).or(part.clone().gt(u(0)).and(unsure.clone().le(left.clone()))));
+    declare_best_as(b, "u");
     b.if_(part.clone().gt(u(0)), |b| {
         // That part's columns in chunks, in order: each invocation's tied tokens, then their ranks.
         let per = quads_per_part(var("parts")) * u(4);
@@ -1105,11 +1347,24 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
         b.for_("col", first, last, u(1), |b, col| {
             let (z, o, is) = tied(b, col.clone());
             b.if_(is, |b| {
-                b.if_(var("t_rank").lt(left.clone()), |b| race_one(b, input, "", race.clone(), col, z, o));
+                b.if_(var("t_rank").lt(left.clone()), |b| {
+                    b.if_else(
+                        (var("t_rank") + unsure.clone()).lt(left.clone()),
+                        |b| race_one(b, input, "", race.clone(), col.clone(), z.clone(), o.clone()),
+                        |b| race_one(b, input, "u", race.clone(), col.clone(), z.clone(), o.clone()),
+                    )
+                });
                 b.set("t_rank", var("t_rank") + u(1));
             });
         });
     });
+    let (v, i) = b.argmax(var("best"), var("best_i"), "t_win", "t_win_i");
+    let (vu, iu) = b.argmax(var("bestu"), var("bestu_i"), "t_winu", "t_winu_i");
+    let (v64, i64) = b.argmax_of(Ty::F64, var("best64"), var("best64_i"), "t_win64", "t_win64_i");
+    let (vu64, iu64) = b.argmax_of(Ty::F64, var("bestu64"), var("bestu64_i"), "t_winu64", "t_winu64_i");
+    let beats = |v: Expr, i: Expr, by: Expr, by_i: Expr| by.clone().gt(v.clone()).or(by.eq_(v).and(by_i.lt(i)));
+    let unsure_wins = select(race.0, beats(v64, i64, vu64, iu64), beats(v, i, vu, iu));
+    b.set("cut_sure", var("cut_sure").and(unsure_wins.not()));
 }
 
 /// Whether the row (after `one_read_row`) may take the cut: a top-p row, or min-p alone, which
@@ -1145,15 +1400,22 @@ pub(super) fn min_p_state(b: &mut Block, input: Input) {
     let raced = filter_min_p::any_raced(b);
     let go = select(finite.clone().and(long), u(1), select(finite.and(raced), u(GO_RACED), u(0)));
     let grid = (COARSE.grid(input).origin(input, mx.clone()), u(COARSE.shift(input)));
-    write_state(b, go, (u(BINS), u(BINS - 1)), grid, mx);
+    // No mass above its empty range; the row's mass only for the log-probability.
+    let mass = parts_mass(b, input, (var("row_slot"), mx.clone()), load);
+    let bounds = [f(0.0), f(0.0), mass.clone(), mass];
+    write_state(b, go, (u(BINS), u(BINS - 1)), grid, mx, bounds);
 }
 
 /// The row's state for the cut (by its first invocation): whether the cut takes the row
 /// (`go`, 1 or 0), the range of bins it lists (first and last), the grid's origin at the row's
-/// maximum and its shift, the maximum `mx`, and no part arrived yet.
-fn write_state(b: &mut Block, go: Expr, (lo, hi): (Expr, Expr), (r, shift): (Expr, Expr), mx: Expr) {
+/// maximum and its shift, the maximum `mx`, the mass bounds ([`estimate_bounds`]), and no part
+/// arrived yet.
+fn write_state(b: &mut Block, go: Expr, (lo, hi): (Expr, Expr), (r, shift): (Expr, Expr), mx: Expr, bounds: [Expr; 4]) {
     let state = |k: u32| tail_word(var("row_slot"), u(0), k);
     b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        for (k, bound) in (0u32..).zip(bounds) {
+            b.store(SCRATCH, state(tail::BOUNDS + k), bound.bitcast(Ty::U32));
+        }
         b.store(SCRATCH, state(tail::GO), go);
         b.store(SCRATCH, state(tail::LO), lo);
         b.store(SCRATCH, state(tail::HI), hi);

@@ -184,16 +184,6 @@ pub(super) fn weight(input: Input, v: Expr, m: Expr) -> Expr {
     }
 }
 
-/// [`weight`] where `m` is finite and `v` at most `m` (a row's largest, as the top-p cut's read
-/// weighs its columns): the same value, without the tests of the softmax's limits and of
-/// overflow, which no such column takes.
-pub(super) fn weight_below(input: Input, v: Expr, m: Expr) -> Expr {
-    match input {
-        Input::Logits(_) => call(math::EXP_NONPOSITIVE, vec![v - m]),
-        Input::Probs => weight(input, v, m),
-    }
-}
-
 /// [`weight`] where `m` is finite (no test of the limits, which a loop's compiler would
 /// unswitch into a copy of the loop for each), for a sum that is only an estimate: the target's
 /// fast exponential ([`approx_exp`], within 3 + 2|x| ulp), or its fast division ([`approx_div`],
@@ -220,8 +210,8 @@ pub(super) fn order_value(input: Input, v: Expr, mx: Expr) -> Expr {
 }
 
 /// The weight of a token from its [`order_value`] `ov` in a row whose largest is `mx`: from
-/// logits `exp(z - mx)`, by [`math::exp_nonpositive`] (an order value is at most 0), the
-/// function [`weight_below`] weighs a column with.
+/// logits `exp(z - mx)`, by [`math::exp_nonpositive`] (an order value is at most 0): [`weight`]'s
+/// value, without its tests of the softmax's limits.
 pub(super) fn order_weight(input: Input, ov: Expr, mx: Expr) -> Expr {
     match input {
         Input::Logits(_) => call(math::EXP_NONPOSITIVE, vec![ov]),

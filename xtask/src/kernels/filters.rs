@@ -77,7 +77,7 @@ const BUCKET_CAP: u32 = 64;
 const BUCKET_COLS: &str = "bucket_cols";
 const BUCKET_KEYS: &str = "bucket_keys";
 const BUCKET_MASSES: &str = "bucket_masses";
-const ALL: u64 = u64::MAX;
+pub(super) const ALL: u64 = u64::MAX;
 
 /// What the filter kernels read.
 #[derive(Clone, Copy)]
