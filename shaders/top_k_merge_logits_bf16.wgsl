@@ -37,6 +37,7 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
+var<workgroup> race_key: array<u32, 20>;
 var<workgroup> select_scratch: array<atomic<u32>, 512>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
@@ -71,6 +72,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed_f32.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_philox_table.wgsl
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_gumbel.wgsl
@@ -100,12 +102,12 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_load_quad_as_10.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
+// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_read_step_39.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_8.wgsl
-// shaders/functions/sk_read_step_39.wgsl
-// shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_read_step_40.wgsl
-// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_read_step_9.wgsl
 // shaders/functions/sk_read_step_41.wgsl
 // shaders/functions/sk_read_step_42.wgsl
 // shaders/functions/sk_race_one_2.wgsl
@@ -123,11 +125,11 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_attempt_cut_3.wgsl
 // shaders/functions/sk_cut_row.wgsl
 // shaders/functions/sk_merge_cut.wgsl
+// shaders/functions/sk_cut_part_2.wgsl
+// shaders/functions/sk_cut_here.wgsl
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_for_each_read_3.wgsl
-// shaders/functions/sk_cut_part_2.wgsl
-// shaders/functions/sk_cut_here.wgsl
 // shaders/functions/sk_write_results_as_2.wgsl
 // shaders/functions/sk_row_max.wgsl
 

@@ -37,6 +37,7 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
+var<workgroup> race_key: array<u32, 20>;
 var<workgroup> select_scratch: array<atomic<u32>, 512>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
@@ -68,6 +69,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed_f32.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_philox.wgsl
+// shaders/functions/sk_philox_table.wgsl
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_log64.wgsl
@@ -116,10 +118,10 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_row_2.wgsl
 // shaders/functions/sk_merge_cut_2.wgsl
 // shaders/functions/sk_for_each_read_4.wgsl
-// shaders/functions/sk_find_set_5.wgsl
-// shaders/functions/sk_sweep_2.wgsl
 // shaders/functions/sk_cut_part_4.wgsl
 // shaders/functions/sk_cut_here_2.wgsl
+// shaders/functions/sk_find_set_5.wgsl
+// shaders/functions/sk_sweep_2.wgsl
 // shaders/functions/sk_write_results_as_4.wgsl
 // shaders/functions/sk_row_max_2.wgsl
 

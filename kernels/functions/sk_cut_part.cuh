@@ -4,8 +4,8 @@
 #define sk_cut_part(cut_race, zx0, cut_rcp_t, cut_w0, cut_floor, temp, mp, cut_mx, col_lo, i0, sk_c0, sk_c1, sk_c2, sk_c3, sk_c4, sk_c5, best, bestr, best_i, bestr_i) { \
     /* built by kernels::filter_top_p::cut_part */ \
     bool cut_above = ((cut_race & sk_c0) != 0u); \
-    const float sk_e39 = (zx0 * cut_rcp_t); \
-    bool cut_may = ((((sk_e39 + (fabsf(sk_e39) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= (cut_above ? fmaxf(best, cut_floor) : bestr)) || (sk_e39 >= (1.7014118e38f))); \
+    const float sk_e48 = (zx0 * cut_rcp_t); \
+    bool cut_may = ((((sk_e48 + (fabsf(sk_e48) * (9.536743e-7f))) + ((0.0045f) - (((((float)sk_bitcast<unsigned int>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= (cut_above ? fmaxf(best, cut_floor) : bestr)) || (sk_e48 >= (1.7014118e38f))); \
     if ((cut_may && ((cut_race & sk_c1) != 0u))) { \
         float cut_z = (zx0 / temp); \
         if (((mp <= (0.0f)) || (sk_exp_nonpositive((cut_z - cut_mx)) >= mp))) { \

@@ -8,8 +8,8 @@
         double s64 = sk_log64(((double)cz)); \
         if (noisy) { \
             /* built by kernels::seeded::score64 */ \
-            const unsigned int sk_e6 = (row * 12u); \
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col))); \
+            const unsigned int sk_e10 = (row * 12u); \
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col))); \
         } \
         if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \

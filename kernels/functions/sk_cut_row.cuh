@@ -7,8 +7,8 @@
         if ((cut_try > 0u)) { \
             unsigned int xm_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
             float xm_grid_scale = sk_bitcast<float>(((127u + xm_grid_shift) << 23u)); \
-            const unsigned int sk_e70 = (((row_slot * parts) + 0u) * 1317u); \
-            float xm_above_from = ((sk_bitcast<float>(partials[(sk_e70 + 1288u)]) - ((float)(partials[(sk_e70 + 1286u)]))) + (1.0f)); \
+            const unsigned int sk_e85 = (((row_slot * parts) + 0u) * 1317u); \
+            float xm_above_from = ((sk_bitcast<float>(partials[(sk_e85 + 1288u)]) - ((float)(partials[(sk_e85 + 1286u)]))) + (1.0f)); \
             unsigned long long xm_above = 0ull; \
             unsigned long long rm_own = 0ull; \
             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
@@ -117,8 +117,8 @@
             unsigned long long lim_hi = ((pp < (1.0f)) ? sk_fraction(pp, t_hi) : 18446744073709551615ull); \
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
-            const unsigned int sk_e119 = (min_above_not_all ^ 4294967295u); \
-            bool cut_apart = (((sk_e119 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e119 > max_below_all)); \
+            const unsigned int sk_e134 = (min_above_not_all ^ 4294967295u); \
+            bool cut_apart = (((sk_e134 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e134 > max_below_all)); \
             bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : ((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \

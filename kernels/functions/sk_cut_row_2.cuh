@@ -7,8 +7,8 @@
         if ((cut_try > 0u)) { \
             unsigned int xm_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]; \
             float xm_grid_scale = sk_bitcast<float>(((127u + xm_grid_shift) << 23u)); \
-            const unsigned int sk_e38 = (((row_slot * parts) + 0u) * 1317u); \
-            unsigned int xm_above_from = ((unsigned int)fmaxf(((sk_bitcast<float>(partials[(sk_e38 + 1288u)]) - ((float)(partials[(sk_e38 + 1286u)]))) + (1.0f)), (0.0f))); \
+            const unsigned int sk_e42 = (((row_slot * parts) + 0u) * 1317u); \
+            unsigned int xm_above_from = ((unsigned int)fmaxf(((sk_bitcast<float>(partials[(sk_e42 + 1288u)]) - ((float)(partials[(sk_e42 + 1286u)]))) + (1.0f)), (0.0f))); \
             unsigned long long xm_above = 0ull; \
             unsigned long long rm_own = 0ull; \
             for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 16u)) { \
@@ -66,38 +66,38 @@
                     zx15 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 15u); \
                 } else { \
                     /* built by kernels::filter_values::read_step */ \
-                    const unsigned int sk_e39 = (col_hi - col_lo); \
-                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e39) ? li0 : (sk_e39 - 1u)))); \
-                    const unsigned int sk_e40 = (col_hi - col_lo); \
-                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e40) ? li1 : (sk_e40 - 1u)))); \
-                    const unsigned int sk_e41 = (col_hi - col_lo); \
-                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e41) ? li2 : (sk_e41 - 1u)))); \
-                    const unsigned int sk_e42 = (col_hi - col_lo); \
-                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e42) ? li3 : (sk_e42 - 1u)))); \
                     const unsigned int sk_e43 = (col_hi - col_lo); \
-                    zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e43) ? li4 : (sk_e43 - 1u)))); \
+                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e43) ? li0 : (sk_e43 - 1u)))); \
                     const unsigned int sk_e44 = (col_hi - col_lo); \
-                    zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e44) ? li5 : (sk_e44 - 1u)))); \
+                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e44) ? li1 : (sk_e44 - 1u)))); \
                     const unsigned int sk_e45 = (col_hi - col_lo); \
-                    zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e45) ? li6 : (sk_e45 - 1u)))); \
+                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e45) ? li2 : (sk_e45 - 1u)))); \
                     const unsigned int sk_e46 = (col_hi - col_lo); \
-                    zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e46) ? li7 : (sk_e46 - 1u)))); \
+                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e46) ? li3 : (sk_e46 - 1u)))); \
                     const unsigned int sk_e47 = (col_hi - col_lo); \
-                    zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e47) ? li8 : (sk_e47 - 1u)))); \
+                    zx4 = sk_load_x(((base + col_lo) + ((li4 < sk_e47) ? li4 : (sk_e47 - 1u)))); \
                     const unsigned int sk_e48 = (col_hi - col_lo); \
-                    zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e48) ? li9 : (sk_e48 - 1u)))); \
+                    zx5 = sk_load_x(((base + col_lo) + ((li5 < sk_e48) ? li5 : (sk_e48 - 1u)))); \
                     const unsigned int sk_e49 = (col_hi - col_lo); \
-                    zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e49) ? li10 : (sk_e49 - 1u)))); \
+                    zx6 = sk_load_x(((base + col_lo) + ((li6 < sk_e49) ? li6 : (sk_e49 - 1u)))); \
                     const unsigned int sk_e50 = (col_hi - col_lo); \
-                    zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e50) ? li11 : (sk_e50 - 1u)))); \
+                    zx7 = sk_load_x(((base + col_lo) + ((li7 < sk_e50) ? li7 : (sk_e50 - 1u)))); \
                     const unsigned int sk_e51 = (col_hi - col_lo); \
-                    zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e51) ? li12 : (sk_e51 - 1u)))); \
+                    zx8 = sk_load_x(((base + col_lo) + ((li8 < sk_e51) ? li8 : (sk_e51 - 1u)))); \
                     const unsigned int sk_e52 = (col_hi - col_lo); \
-                    zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e52) ? li13 : (sk_e52 - 1u)))); \
+                    zx9 = sk_load_x(((base + col_lo) + ((li9 < sk_e52) ? li9 : (sk_e52 - 1u)))); \
                     const unsigned int sk_e53 = (col_hi - col_lo); \
-                    zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e53) ? li14 : (sk_e53 - 1u)))); \
+                    zx10 = sk_load_x(((base + col_lo) + ((li10 < sk_e53) ? li10 : (sk_e53 - 1u)))); \
                     const unsigned int sk_e54 = (col_hi - col_lo); \
-                    zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e54) ? li15 : (sk_e54 - 1u)))); \
+                    zx11 = sk_load_x(((base + col_lo) + ((li11 < sk_e54) ? li11 : (sk_e54 - 1u)))); \
+                    const unsigned int sk_e55 = (col_hi - col_lo); \
+                    zx12 = sk_load_x(((base + col_lo) + ((li12 < sk_e55) ? li12 : (sk_e55 - 1u)))); \
+                    const unsigned int sk_e56 = (col_hi - col_lo); \
+                    zx13 = sk_load_x(((base + col_lo) + ((li13 < sk_e56) ? li13 : (sk_e56 - 1u)))); \
+                    const unsigned int sk_e57 = (col_hi - col_lo); \
+                    zx14 = sk_load_x(((base + col_lo) + ((li14 < sk_e57) ? li14 : (sk_e57 - 1u)))); \
+                    const unsigned int sk_e58 = (col_hi - col_lo); \
+                    zx15 = sk_load_x(((base + col_lo) + ((li15 < sk_e58) ? li15 : (sk_e58 - 1u)))); \
                 } \
                 if ((li0 < (col_hi - col_lo))) { \
                     sk_read_step_43(zx0, cut_mx, xm_grid_shift, xm_above_from, rm_own, xm_above); \
@@ -166,8 +166,8 @@
             unsigned long long lim_hi = ((pp < (1.0f)) ? sk_fraction(pp, t_hi) : 18446744073709551615ull); \
             bool cut_listed = (short_all == 0u); \
             bool cut_fits = (cut_listed && (n_range_all <= 2048u)); \
-            const unsigned int sk_e55 = (min_above_not_all ^ 4294967295u); \
-            bool cut_apart = (((sk_e55 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e55 > max_below_all)); \
+            const unsigned int sk_e59 = (min_above_not_all ^ 4294967295u); \
+            bool cut_apart = (((sk_e59 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e59 > max_below_all)); \
             bool cut_sound = (((pp >= (1.0f)) && (kk >= vocab)) ? cut_below_ends : ((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends))); \
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \

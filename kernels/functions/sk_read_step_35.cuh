@@ -3,12 +3,12 @@
 // `sk_read_step_35`, included by each kernel that calls it
 #define sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
-    const float sk_e318 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e318) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e318); \
-    const float sk_e319 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e319) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e319); \
-    const float sk_e320 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e320) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e320); \
-    const float sk_e321 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e321) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e321); \
+    const float sk_e333 = sk_load_x(((base + col_lo) + ((li0 < sweep_n) ? li0 : (sweep_n - 1u)))); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e333) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e333); \
+    const float sk_e334 = sk_load_x(((base + col_lo) + ((li1 < sweep_n) ? li1 : (sweep_n - 1u)))); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e334) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e334); \
+    const float sk_e335 = sk_load_x(((base + col_lo) + ((li2 < sweep_n) ? li2 : (sweep_n - 1u)))); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e335) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e335); \
+    const float sk_e336 = sk_load_x(((base + col_lo) + ((li3 < sweep_n) ? li3 : (sweep_n - 1u)))); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e336) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e336); \
 }

@@ -8,8 +8,8 @@ fn sk_cut_part(cut_race: u32, zx0: f32, cut_rcp_t: f32, cut_w0: u32, cut_floor: 
     var bestr_i: u32 = *sk_io_bestr_i;
     // built by kernels::filter_top_p::cut_part
     var cut_above: bool = ((cut_race & sk_c0) != 0u);
-    let sk_e39: f32 = (zx0 * cut_rcp_t);
-    var cut_may: bool = ((((sk_e39 + (abs(sk_e39) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= select(bestr, max(best, cut_floor), cut_above)) || (sk_e39 >= (1.7014118e38f)));
+    let sk_e48: f32 = (zx0 * cut_rcp_t);
+    var cut_may: bool = ((((sk_e48 + (abs(sk_e48) * (9.536743e-7f))) + ((0.0045f) - (((f32(bitcast<u32>(sk_uniform((cut_w0 ^ 4294967295u)))) * (1.1920929e-7f)) - (127.0f)) * (0.6931472f)))) >= select(bestr, max(best, cut_floor), cut_above)) || (sk_e48 >= (1.7014118e38f)));
     if ((cut_may && ((cut_race & sk_c1) != 0u))) {
         var cut_z: f32 = (zx0 / temp);
         if (((mp <= (0.0f)) || (sk_exp_nonpositive((cut_z - cut_mx)) >= mp))) {

@@ -10,8 +10,8 @@ fn sk_cut_part_7(cz: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<fun
         var s64: f64 = sk_log64(f64(cz));
         if (noisy) {
             // built by kernels::seeded::score64
-            let sk_e6: u32 = (row * 12u);
-            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e6 + 8u)], rows[(sk_e6 + 9u)], rows[(sk_e6 + 10u)], col)));
+            let sk_e10: u32 = (row * 12u);
+            s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e10 + 8u)], rows[(sk_e10 + 9u)], rows[(sk_e10 + 10u)], col)));
         }
         if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
             // built by kernels::filter_top_k::keep_lower

@@ -19,8 +19,8 @@ fn sk_cut_row(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u32,
         if ((cut_try > 0u)) {
             var xm_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
             var xm_grid_scale: f32 = bitcast<f32>(((127u + xm_grid_shift) << 23u));
-            let sk_e70: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e70 + 1288u)])) - f32(atomicLoad(&partials[(sk_e70 + 1286u)]))) + (1.0f));
+            let sk_e85: u32 = (((row_slot * parts) + 0u) * 1317u);
+            var xm_above_from: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e85 + 1288u)])) - f32(atomicLoad(&partials[(sk_e85 + 1286u)]))) + (1.0f));
             var xm_above: u64 = 0lu;
             var rm_own: u64 = 0lu;
             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -129,8 +129,8 @@ fn sk_cut_row(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u32,
             var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, t_hi), (pp < (1.0f)));
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-            let sk_e119: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_apart: bool = (((sk_e119 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e119 > max_below_all));
+            let sk_e134: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_apart: bool = (((sk_e134 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e134 > max_below_all));
             var cut_sound: bool = select(((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= params.vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) {
                 // built by kernels::filter_top_p::attempt_cut

@@ -19,8 +19,8 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
         if ((cut_try > 0u)) {
             var xm_grid_shift: u32 = atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)]);
             var xm_grid_scale: f32 = bitcast<f32>(((127u + xm_grid_shift) << 23u));
-            let sk_e38: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var xm_above_from: u32 = u32(max(((bitcast<f32>(atomicLoad(&partials[(sk_e38 + 1288u)])) - f32(atomicLoad(&partials[(sk_e38 + 1286u)]))) + (1.0f)), (0.0f)));
+            let sk_e42: u32 = (((row_slot * parts) + 0u) * 1317u);
+            var xm_above_from: u32 = u32(max(((bitcast<f32>(atomicLoad(&partials[(sk_e42 + 1288u)])) - f32(atomicLoad(&partials[(sk_e42 + 1286u)]))) + (1.0f)), (0.0f)));
             var xm_above: u64 = 0lu;
             var rm_own: u64 = 0lu;
             for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 16u)) {
@@ -78,38 +78,38 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
                     zx15 = sk_load_x((zx_at + (BLOCK * 15u)));
                 } else {
                     // built by kernels::filter_values::read_step
-                    let sk_e39: u32 = (col_hi - col_lo);
-                    zx0 = sk_load_x(((base + col_lo) + select((sk_e39 - 1u), li0, (li0 < sk_e39))));
-                    let sk_e40: u32 = (col_hi - col_lo);
-                    zx1 = sk_load_x(((base + col_lo) + select((sk_e40 - 1u), li1, (li1 < sk_e40))));
-                    let sk_e41: u32 = (col_hi - col_lo);
-                    zx2 = sk_load_x(((base + col_lo) + select((sk_e41 - 1u), li2, (li2 < sk_e41))));
-                    let sk_e42: u32 = (col_hi - col_lo);
-                    zx3 = sk_load_x(((base + col_lo) + select((sk_e42 - 1u), li3, (li3 < sk_e42))));
                     let sk_e43: u32 = (col_hi - col_lo);
-                    zx4 = sk_load_x(((base + col_lo) + select((sk_e43 - 1u), li4, (li4 < sk_e43))));
+                    zx0 = sk_load_x(((base + col_lo) + select((sk_e43 - 1u), li0, (li0 < sk_e43))));
                     let sk_e44: u32 = (col_hi - col_lo);
-                    zx5 = sk_load_x(((base + col_lo) + select((sk_e44 - 1u), li5, (li5 < sk_e44))));
+                    zx1 = sk_load_x(((base + col_lo) + select((sk_e44 - 1u), li1, (li1 < sk_e44))));
                     let sk_e45: u32 = (col_hi - col_lo);
-                    zx6 = sk_load_x(((base + col_lo) + select((sk_e45 - 1u), li6, (li6 < sk_e45))));
+                    zx2 = sk_load_x(((base + col_lo) + select((sk_e45 - 1u), li2, (li2 < sk_e45))));
                     let sk_e46: u32 = (col_hi - col_lo);
-                    zx7 = sk_load_x(((base + col_lo) + select((sk_e46 - 1u), li7, (li7 < sk_e46))));
+                    zx3 = sk_load_x(((base + col_lo) + select((sk_e46 - 1u), li3, (li3 < sk_e46))));
                     let sk_e47: u32 = (col_hi - col_lo);
-                    zx8 = sk_load_x(((base + col_lo) + select((sk_e47 - 1u), li8, (li8 < sk_e47))));
+                    zx4 = sk_load_x(((base + col_lo) + select((sk_e47 - 1u), li4, (li4 < sk_e47))));
                     let sk_e48: u32 = (col_hi - col_lo);
-                    zx9 = sk_load_x(((base + col_lo) + select((sk_e48 - 1u), li9, (li9 < sk_e48))));
+                    zx5 = sk_load_x(((base + col_lo) + select((sk_e48 - 1u), li5, (li5 < sk_e48))));
                     let sk_e49: u32 = (col_hi - col_lo);
-                    zx10 = sk_load_x(((base + col_lo) + select((sk_e49 - 1u), li10, (li10 < sk_e49))));
+                    zx6 = sk_load_x(((base + col_lo) + select((sk_e49 - 1u), li6, (li6 < sk_e49))));
                     let sk_e50: u32 = (col_hi - col_lo);
-                    zx11 = sk_load_x(((base + col_lo) + select((sk_e50 - 1u), li11, (li11 < sk_e50))));
+                    zx7 = sk_load_x(((base + col_lo) + select((sk_e50 - 1u), li7, (li7 < sk_e50))));
                     let sk_e51: u32 = (col_hi - col_lo);
-                    zx12 = sk_load_x(((base + col_lo) + select((sk_e51 - 1u), li12, (li12 < sk_e51))));
+                    zx8 = sk_load_x(((base + col_lo) + select((sk_e51 - 1u), li8, (li8 < sk_e51))));
                     let sk_e52: u32 = (col_hi - col_lo);
-                    zx13 = sk_load_x(((base + col_lo) + select((sk_e52 - 1u), li13, (li13 < sk_e52))));
+                    zx9 = sk_load_x(((base + col_lo) + select((sk_e52 - 1u), li9, (li9 < sk_e52))));
                     let sk_e53: u32 = (col_hi - col_lo);
-                    zx14 = sk_load_x(((base + col_lo) + select((sk_e53 - 1u), li14, (li14 < sk_e53))));
+                    zx10 = sk_load_x(((base + col_lo) + select((sk_e53 - 1u), li10, (li10 < sk_e53))));
                     let sk_e54: u32 = (col_hi - col_lo);
-                    zx15 = sk_load_x(((base + col_lo) + select((sk_e54 - 1u), li15, (li15 < sk_e54))));
+                    zx11 = sk_load_x(((base + col_lo) + select((sk_e54 - 1u), li11, (li11 < sk_e54))));
+                    let sk_e55: u32 = (col_hi - col_lo);
+                    zx12 = sk_load_x(((base + col_lo) + select((sk_e55 - 1u), li12, (li12 < sk_e55))));
+                    let sk_e56: u32 = (col_hi - col_lo);
+                    zx13 = sk_load_x(((base + col_lo) + select((sk_e56 - 1u), li13, (li13 < sk_e56))));
+                    let sk_e57: u32 = (col_hi - col_lo);
+                    zx14 = sk_load_x(((base + col_lo) + select((sk_e57 - 1u), li14, (li14 < sk_e57))));
+                    let sk_e58: u32 = (col_hi - col_lo);
+                    zx15 = sk_load_x(((base + col_lo) + select((sk_e58 - 1u), li15, (li15 < sk_e58))));
                 }
                 if ((li0 < (col_hi - col_lo))) {
                     sk_read_step_43(zx0, cut_mx, xm_grid_shift, xm_above_from, &rm_own, &xm_above);
@@ -178,8 +178,8 @@ fn sk_cut_row_2(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u3
             var lim_hi: u64 = select(18446744073709551615lu, sk_fraction(pp, t_hi), (pp < (1.0f)));
             var cut_listed: bool = (short_all == 0u);
             var cut_fits: bool = (cut_listed && (n_range_all <= 2048u));
-            let sk_e55: u32 = (min_above_not_all ^ 4294967295u);
-            var cut_apart: bool = (((sk_e55 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e55 > max_below_all));
+            let sk_e59: u32 = (min_above_not_all ^ 4294967295u);
+            var cut_apart: bool = (((sk_e59 > max_range_all) && ((min_range_not_all ^ 4294967295u) > max_below_all)) && (sk_e59 > max_below_all));
             var cut_sound: bool = select(((cut_apart && ((n_above_all < kk) && (a_hi <= lim_lo))) && ((((a_lo + m_range_all) > lim_hi) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)), cut_below_ends, ((pp >= (1.0f)) && (kk >= params.vocab)));
             if ((((!cut_sound) && (!((pp >= (1.0f)) && (kk >= params.vocab)))) && ((cut_apart && ((n_above_all < kk) && (a_lo <= lim_hi))) && ((((a_hi + m_range_all) > lim_lo) || ((n_above_all + n_range_all) >= kk)) || cut_below_ends)))) {
                 // built by kernels::filter_top_p::attempt_cut

@@ -79,6 +79,13 @@ pub fn rare_loops(kernel: &str) -> Option<(usize, usize, &'static str)> {
              (once a row, a word a chunk) and the last is the rescan of an invocation with two possible winners or of \
              a row whose screen cannot hold (+inf, all -inf, |max| >= 2^20): counted at the rare rate",
         ))
+    } else if kernel.starts_with("top_p_cut") {
+        Some((
+            1,
+            2,
+            "a part reads its columns in one of two loops: the first for the Philox race's rows (the benchmark's), \
+             the second for SGLang's seeded sampler's, which hash each column apart: counted at the rare rate, none",
+        ))
     } else if kernel.starts_with("top_k_parts_") {
         // Taken as passes, the estimate's loop of 8 word loads looked costlier a column than the
         // read once it gained three instructions (the parts from probabilities at 256 x 151936
@@ -183,11 +190,12 @@ pub fn fine_share() -> (f64, &'static str) {
 pub fn flat_race(kernel: &str) -> Option<(f64, f64, &'static str)> {
     kernel.starts_with("top_p_cut").then_some((
         1.0,
-        0.111,
+        0.056,
         "top-p 0.9 keeps 90% of a flat row's tokens, so nearly every quad races; a numpy simulation of the \
-         cut's rule (docs/cut_scored.py: parts of 4096, blocks of 256, the workgroup's best shared as a floor \
-         after its first column and its first quad) has warps of 32 score 11.1% of the column slots (T 0.6 and \
-         0.8)",
+         cut's rule (docs/cut_scored.py: parts of 4096, blocks of 256, each invocation's first column screened \
+         and the workgroup's largest lower bound its floor, then a test a quad) has warps of 32 score 5.6% of \
+         the column slots exactly (T 0.6 and 0.8); the columns' own tests of the 12% of quad steps that pass \
+         theirs are counted with the scored column's alone",
     ))
 }
 
@@ -198,8 +206,8 @@ pub fn flat_band_race(kernel: &str) -> Option<(f64, &'static str)> {
     kernel.starts_with("top_k_parts").then_some((
         0.111,
         "min-p 0.05 keeps every token of a flat row and each part races its band, which holds every key; its floor \
-         is shared as the top-p cut's (after its first column and its first quad), whose simulation \
-         (docs/cut_scored.py) has warps of 32 score 11.1% of the column slots",
+         is shared after its first column and its first quad, as the top-p cut's was before its first column's \
+         screen, whose simulation (docs/cut_scored.py) had warps of 32 score 11.1% of the column slots",
     ))
 }
 

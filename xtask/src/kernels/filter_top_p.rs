@@ -721,6 +721,27 @@ const EXTREMES: [(&str, f32); 4] = [
     ("max_below_v", f32::NEG_INFINITY),
 ];
 
+/// The first column of a part's invocation in the cut's Philox loop (column 0 of its first quad,
+/// block `cw4`), where it races above the range: its screened bounds (`race::screen`, two fast
+/// logs) in `cut_lo` and `cut_up`, not its exact score, and its race's bit cleared. The
+/// workgroup's floor is then the largest of the lower bounds (each at most its column's exact
+/// score), and a column is scored exactly after it only where its upper bound reaches it: a
+/// few a part, where every invocation scored its first column exactly before (a warp runs the
+/// exact score where any of its lanes does: 1 column slot in 16 of a part of 4096 at block
+/// 256, `docs/cut_scored.py`). `rcp_t` is `1/T`.
+fn first_above(b: &mut Block, input: Input, (rcp_t, mx): (Expr, Expr)) {
+    b.if_((var("cut_race") & u(1)).ne_(u(0)), |b| {
+        let x = var("zx0");
+        let z = values::value(input, x.clone());
+        b.if_(min_p_keeps(input, values::order_value(input, z, mx.clone()), mx), |b| {
+            let (a, d, in_range) = super::race::screen(b, x * rcp_t, var("cw4").comp(0));
+            b.set("cut_lo", select(in_range.clone(), a.clone() - d.clone(), f(f32::NEG_INFINITY)));
+            b.set("cut_up", select(in_range, a + d, f(f32::INFINITY)));
+        });
+        b.set("cut_race", var("cut_race") & u(!1));
+    });
+}
+
 /// Whether min-p keeps a token of order value `ov` in a row whose largest is `mx`: its weight at
 /// least `mp` (every weight is, without min-p). Where a raced column is scored, not where it is
 /// read: no column is weighed on the cut's common path.
@@ -741,6 +762,7 @@ fn cut_part(b: &mut Block, input: Input) {
     let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
     let pkey = PhiloxKey::bound(b);
     b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
+    super::race::store_row_table(b);
     b.barrier();
     for name in ["n_above", "n_range"] {
         b.let_(name, Ty::U32, u(0));
@@ -756,23 +778,41 @@ fn cut_part(b: &mut Block, input: Input) {
     // `hi` (bins are whole numbers), so no bin is counted a column.
     let above_from = grid.threshold(b, input, r.clone() - lo + f(1.0), "cut_above_from");
     let range_from = grid.threshold(b, input, r.clone() - hi, "cut_range_from");
+    // From logits, a column farther than `cut_guard` (in z) from both edges takes its class
+    // from its logit alone, against the edges times the temperature: no division a column.
+    // The guard, 2^-18 of the edges' and the maximum's sizes, is more than the division's and
+    // the products' rounding (2.5 ulp on Vulkan) and than `z - max`'s (the order values of such
+    // a column and of one on the edge's other side differ, so the merge's checks that no value
+    // spans two classes need only the columns inside the guard, which take the division).
+    let sure = match input {
+        Input::Logits(_) => {
+            let edge = |t: &Expr| t.clone() * grid.inv.clone();
+            let (above_z, range_z) = (edge(&above_from), edge(&range_from));
+            let size = above_z.clone().abs() + range_z.clone().abs() + mx.clone().abs();
+            let guard = b.let_("cut_guard", Ty::F32, size * f(1.0 / 262_144.0) + f(f32::MIN_POSITIVE));
+            let above = b.let_("cut_x_above", Ty::F32, (above_z + guard.clone()) * var("temp"));
+            let below = b.let_("cut_x_below", Ty::F32, (range_z - guard.clone()) * var("temp"));
+            Some((above, below, guard))
+        }
+        Input::Probs => None,
+    };
+    b.let_("max_below_x", Ty::F32, f(f32::NEG_INFINITY));
     declare_best(b);
     declare_best_as(b, "r");
     // The loop once for seeded rows and once for the others (a row is one or the other), so
-    // each races with only its own winners' registers live. A column's class and listing, and
-    // a range token's mass (the merge bounds the rest's from the estimate: no column above or
-    // below the range is weighed); `race(b, suffix, (col, z, ov))` where it races into
-    // `best{suffix}` (above the range: "", in it: "r"), min-p tested where it is scored
-    // ([`min_p_keeps`]).
-    let column = |b: &mut Block, i: Expr, x: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
-        let col = b.let_("col", Ty::U32, var("col_lo") + i);
-        let z = b.let_("cz", Ty::F32, values::value(input, x));
-        let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
+    // each races with only its own winners' registers live. Only the range's tokens are weighed
+    // (the merge bounds the others' masses from the estimate), and min-p is tested where a
+    // raced column is scored ([`min_p_keeps`]).
+    //
+    // A column's class from its value, exactly, its count, the range's mass and listing, the
+    // classes' extreme order values and its race: `race(b, suffix, (col, z, ov))` where it races
+    // into `best{suffix}` (above the range: "", in it: "r"). Every token at or above the range
+    // lies within the coarse grid's 32 units of the maximum: it has mass. One below may have
+    // none (or be NaN, which no compare passes).
+    let classify = |b: &mut Block, col: Expr, z: Expr, ov: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
         let least = |b: &mut Block, name: &str| b.set(name, var(name).min(ov.clone()));
         let most = |b: &mut Block, name: &str| b.set(name, var(name).max(ov.clone()));
         let race = |b: &mut Block, suffix: &str| race(b, suffix, [col.clone(), z.clone(), ov.clone()]);
-        // Every token at or above the range lies within the coarse grid's 32 units of the
-        // maximum: it has mass. One below may have none (or be NaN, which no compare passes).
         b.if_else(
             grid.reaches(input, z.clone(), above_from.clone()),
             |b| {
@@ -801,6 +841,43 @@ fn cut_part(b: &mut Block, input: Input) {
                 );
             },
         );
+    };
+
+    let column = |b: &mut Block, i: Expr, x: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
+        let col = b.let_("col", Ty::U32, var("col_lo") + i);
+        // Its value and order value, bound where a branch needs them (the Philox race's
+        // `race` uses neither: no division where the class is sure).
+        let values = |b: &mut Block| {
+            let z = b.let_("cz", Ty::F32, values::value(input, x.clone()));
+            let ov = b.let_("cov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
+            (z, ov)
+        };
+        // A sure column above counts and races; one below only its logit's largest (for its
+        // weight, which min-p and `below_ends` need); the others take their class exactly.
+        match &sure {
+            Some((above, below, _)) => b.if_else(
+                x.clone().ge(above.clone()),
+                |b| {
+                    b.set("n_above", var("n_above") + u(1));
+                    let (z, ov) = values(b);
+                    race(b, "", [col.clone(), z, ov]);
+                },
+                |b| {
+                    b.if_else(
+                        x.clone().lt(below.clone()),
+                        |b| b.set("max_below_x", var("max_below_x").max(x.clone())),
+                        |b| {
+                            let (z, ov) = values(b);
+                            classify(b, col.clone(), z, ov, race)
+                        },
+                    )
+                },
+            ),
+            None => {
+                let (z, ov) = values(b);
+                classify(b, col, z, ov, race)
+            }
+        }
     };
     let n = var("col_hi") - var("col_lo");
     // The seeded race hashes each column alone: it races where the column is read.
@@ -866,23 +943,52 @@ fn cut_part(b: &mut Block, input: Input) {
             }
         };
         let raced = || var("cut_race").ne_(u(0));
-        let block = |i0: &Expr| pkey.block(var("col_lo") + i0.clone());
+        let block = |i0: &Expr| super::race::keyed_block(var("col_lo") + i0.clone());
         let after = |b: &mut Block, i0: Expr, first: bool| {
             if first {
                 b.let_("cw4", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
+                b.let_("cut_lo", Ty::F32, f(f32::NEG_INFINITY));
+                b.let_("cut_up", Ty::F32, f(f32::NEG_INFINITY));
                 b.if_(raced(), |b| {
                     b.set("cw4", block(&i0));
+                    if let Input::Logits(_) = input {
+                        first_above(b, input, (rcp_t.clone(), mx.clone()));
+                    }
                     columns(b, i0.clone(), 0..1);
                 });
-                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best"), "cut_first");
-                b.set("cut_floor", floor);
+                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best").max(var("cut_lo")), "cut_first");
+                b.set("cut_floor", floor.clone());
+                // The first column left unscored, exactly where its screen may reach the floor.
+                let pending = var("cut_up").gt(f(f32::NEG_INFINITY));
+                b.if_(pending.and(var("cut_up").ge(floor)), |b| {
+                    let z = b.let_("cut_z0", Ty::F32, values::value(input, var("zx0")));
+                    let score = b.let_("score0", Ty::F32, values::philox_score(input, z, var("cw4").comp(0)));
+                    keep_lower(b, "", score, var("col_lo") + i0.clone());
+                });
                 b.if_(raced(), |b| columns(b, i0.clone(), 1..4));
                 let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best"), "cut_step");
                 b.set("cut_floor", floor);
             } else {
                 b.if_(raced(), |b| {
                     b.let_("cw4", Ty::U32x4, block(&i0));
-                    columns(b, i0.clone(), 0..4);
+                    // One test a quad, as the race's (`race::prune_step`): its largest raced
+                    // value above the range with its largest word bounds all four, so most
+                    // quads of a flat row cost their block and this test alone; the columns'
+                    // own tests where it passes, or where one lies in the range.
+                    let above = |j: u8| (var("cut_race") & u(1 << j)).ne_(u(0));
+                    let (xs, ws): (Vec<Expr>, Vec<Expr>) = (0..4u8)
+                        .map(|j| {
+                            let x = select(above(j), var(&format!("zx{j}")), values::weightless(input));
+                            (x, select(above(j), var("cw4").comp(j), u(0)))
+                        })
+                        .unzip();
+                    let most = |v: Vec<Expr>| v.into_iter().reduce(|a, b| a.max(b)).expect("four columns");
+                    let (xmax, wmax) = (most(xs), most(ws));
+                    let floor = var("best").max(var("cut_floor"));
+                    let quad = values::may_win(b, input, xmax, rcp_t.clone(), wmax, floor, "cut_quad");
+                    let any_above = (var("cut_race") & u(0xf)).ne_(u(0));
+                    let any_range = (var("cut_race") & u(0xf0)).ne_(u(0));
+                    b.if_(any_above.and(quad).or(any_range), |b| columns(b, i0.clone(), 0..4));
                 });
             }
             b.set("cut_race", u(0));
@@ -902,9 +1008,15 @@ fn cut_part(b: &mut Block, input: Input) {
         let key = order_key(var(v));
         select(empty, u(0), if least { key ^ u(NONE) } else { key })
     };
-    let below = var("max_below_v");
-    let w_below =
-        select(below.clone().eq_(f(f32::NEG_INFINITY)), f(0.0), values::order_weight(input, below, mx.clone()));
+    let weight =
+        |ov: Expr| select(ov.clone().eq_(f(f32::NEG_INFINITY)), f(0.0), values::order_weight(input, ov, mx.clone()));
+    let mut w_below = weight(var("max_below_v"));
+    if let Some((_, _, guard)) = &sure {
+        // The sure ones' largest logit's order value, raised by the guard: at least theirs,
+        // whatever the division's rounding.
+        let ov = values::order_value(input, values::value(input, var("max_below_x")), mx.clone()) + guard.clone();
+        w_below = w_below.max(weight(ov.min(f(0.0))));
+    }
     let w_below = b.reduce(ReduceOp::Max, Ty::F32, w_below, "part_w_below");
     let maxima = ["min_above_not", "min_range_not", "max_range", "max_below"];
     for (name, (v, start)) in maxima.iter().zip(EXTREMES) {
@@ -1446,9 +1558,10 @@ pub(super) fn cut_here(b: &mut Block, input: Input) {
     });
 }
 
-/// The workgroup memory of [`cut_part`]: its count of listed range tokens.
-pub(super) fn cut_shared() -> SharedDecl {
-    SharedDecl::atomic(LISTING, 1)
+/// The workgroup memory of [`cut_part`]: its count of listed range tokens, and the row's Philox
+/// table (`race::keyed_block`).
+pub(super) fn cut_shared() -> Vec<SharedDecl> {
+    vec![SharedDecl::atomic(LISTING, 1), super::race::race_shared()]
 }
 
 fn cut_kernel(input: Input) -> Kernel {
@@ -1466,7 +1579,7 @@ fn cut_kernel(input: Input) -> Kernel {
     let name = format!("top_p_cut_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(true), b);
     k.workgroup = Workgroup::Part;
-    k.shared.push(cut_shared());
+    k.shared.extend(cut_shared());
     // Its read waits on loads (a step of four columns a DRAM round trip), so more blocks an SM
     // take fewer rounds: four at 64 registers, where ptxas chose three at 80 (with the column
     // loop split by seeded rows, nothing spills; before, held at 64 it spilled 24 bytes).

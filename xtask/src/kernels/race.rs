@@ -180,14 +180,9 @@ pub(super) fn noise_bound(w: Expr) -> Expr {
 /// -inf never wins.
 /// So a kept quad has no exact scoring on its path, and the cost model's rare path is just it.
 fn screened_column(b: &mut Block, za: Expr, wj: Expr, col: Expr) {
-    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![wj]));
-    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
-    let e = b.let_("en", Ty::F32, math::screen_neg_log(un, t));
-    let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
-    let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
+    let (a, d, in_range) = screen(b, za.clone(), wj);
     // Branch-free in range (out of it the bounds are -inf, which record nothing), so the cost
     // model, whose common path is the cheapest, counts the screen and not the rare exit.
-    let in_range = b.let_("in_range", Ty::Bool, za.clone().abs().lt(f(SCREEN_HUGE)));
     let none = f(f32::NEG_INFINITY);
     let col_at = col.clone();
     bound(b, select(in_range.clone(), a.clone() - d.clone(), none.clone()), select(in_range.clone(), a + d, none), col);
@@ -199,13 +194,41 @@ fn screened_column(b: &mut Block, za: Expr, wj: Expr, col: Expr) {
     });
 }
 
+/// A column's screened score `a` (its value scaled, `za`, and its Philox word `wj`: the fast
+/// log, two a column), within `d` of its exact score where `in_range` (see [`SCREEN_ZREL`]);
+/// bound as `an`, `dn` and `in_range`.
+pub(super) fn screen(b: &mut Block, za: Expr, wj: Expr) -> (Expr, Expr, Expr) {
+    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![wj]));
+    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
+    let e = b.let_("en", Ty::F32, math::screen_neg_log(un, t));
+    let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
+    let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
+    let in_range = b.let_("in_range", Ty::Bool, za.abs().lt(f(SCREEN_HUGE)));
+    (a, d, in_range)
+}
+
 /// The workgroup memory holding the row's Philox table ([`philox::row_table`]) during the
 /// pruned pass, declared by every kernel that races from logits ([`race_shared`]).
 const RACE_KEY: &str = "race_key";
 
+/// The row's Philox table into [`RACE_KEY`], by the first invocation (read after a barrier).
+pub(super) fn store_row_table(b: &mut Block) {
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        let table = philox::row_table(
+            row_word(word::SEED_LO),
+            row_word(word::SEED_HI),
+            row_word(word::OFFSET_LO),
+            row_word(word::OFFSET_HI),
+        );
+        for (k, w) in table.into_iter().enumerate() {
+            b.store_shared(RACE_KEY, u(k as u32), w);
+        }
+    });
+}
+
 /// The Philox block of the four columns from `c0`, from the row's table in [`RACE_KEY`]: what
 /// [`philox_block`] gives, for fewer instructions a block.
-fn keyed_block(c0: Expr) -> Expr {
+pub(super) fn keyed_block(c0: Expr) -> Expr {
     philox::block_from_table(c0 >> u(2), |k| load_shared(RACE_KEY, u(k)))
 }
 
@@ -269,17 +292,7 @@ fn screened_pass(b: &mut Block) {
     // in registers across the loop: 62 on sm_90, two blocks of 512 resident, where the key
     // alone took 40 and three; the table saves about 22 instructions a block, which the cost
     // model finds worth more (`docs/race-design.md`, stage H).
-    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        let table = philox::row_table(
-            row_word(word::SEED_LO),
-            row_word(word::SEED_HI),
-            row_word(word::OFFSET_LO),
-            row_word(word::OFFSET_HI),
-        );
-        for (k, w) in table.into_iter().enumerate() {
-            b.store_shared(RACE_KEY, u(k as u32), w);
-        }
-    });
+    store_row_table(b);
     b.barrier();
     let step = builtin(Builtin::BlockSize) * u(4);
     b.scope(|b| prune_step(b, var("col_lo")));
