@@ -62,7 +62,6 @@ __shared__ __align__(16) unsigned int bucket_cols[64];
 __shared__ __align__(16) unsigned int bucket_keys[64];
 __shared__ __align__(16) unsigned long long bucket_masses[64];
 __shared__ __align__(16) unsigned int cut_listing[1];
-__shared__ __align__(16) unsigned int race_key[20];
 __shared__ __align__(16) unsigned int select_scratch[512];
 
 #include "functions/sk_block_max_f32.cuh"
@@ -84,7 +83,6 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_fixed_f32.cuh"
 #include "functions/sk_fraction.cuh"
 #include "functions/sk_philox.cuh"
-#include "functions/sk_philox_table.cuh"
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
@@ -92,9 +90,9 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_for_each_quad.cuh"
-#include "functions/sk_sweep_set.cuh"
 #include "functions/sk_cut_part.cuh"
+#include "functions/sk_sweep_set.cuh"
+#include "functions/sk_cut_part_2.cuh"
 #include "functions/sk_read_step_34.cuh"
 #include "functions/sk_read_step_35.cuh"
 #include "functions/sk_read_step_36.cuh"
@@ -136,16 +134,16 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_select_in_range_4.cuh"
 #include "functions/sk_attempt_cut_3.cuh"
 #include "functions/sk_cut_row.cuh"
-#include "functions/sk_merge_cut.cuh"
-#include "functions/sk_cut_part_2.cuh"
+#include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_cut_here.cuh"
+#include "functions/sk_merge_cut.cuh"
 #include "functions/sk_find_set_4.cuh"
 #include "functions/sk_sweep.cuh"
 #include "functions/sk_for_each_read_3.cuh"
 #include "functions/sk_write_results_as_2.cuh"
 #include "functions/sk_row_max.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27256 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27256 + SK_BLOCK_RESERVED)))) top_k_merge_logits_f32(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)) ? (1 < SK_FULL_BLOCKS ? 1 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (27176 + SK_BLOCK_RESERVED)))) top_k_merge_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, unsigned int* __restrict__ tokens, float* __restrict__ logprobs, unsigned int* __restrict__ status, unsigned int* __restrict__ passes, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     bool cut_here = ((flags & 64u) != 0u);

@@ -41,7 +41,6 @@ __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_many_u32[96];
 __shared__ __align__(16) unsigned int cut_listing[1];
-__shared__ __align__(16) unsigned int race_key[20];
 
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_u64.cuh"
@@ -52,21 +51,21 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_exp_nonpositive.cuh"
 #include "functions/sk_log.cuh"
 #include "functions/sk_fixed.cuh"
-#include "functions/sk_philox_table.cuh"
+#include "functions/sk_philox.cuh"
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_gumbel.cuh"
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_for_each_quad_3.cuh"
-#include "functions/sk_cut_part.cuh"
-#include "functions/sk_load_quad_as_10.cuh"
-#include "functions/sk_cut_part_5.cuh"
-#include "functions/sk_read_step_48.cuh"
 #include "functions/sk_cut_part_6.cuh"
+#include "functions/sk_cut_part_2.cuh"
+#include "functions/sk_load_quad_as_10.cuh"
+#include "functions/sk_cut_part_7.cuh"
+#include "functions/sk_read_step_48.cuh"
+#include "functions/sk_cut_part_8.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1524 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1524 + SK_BLOCK_RESERVED)))) top_p_cut_logits_f32(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_logits_f32(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -117,33 +116,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                         // built by kernels::filter_top_p::cut_part
                         cut_listing[0u] = 0u;
                     }
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::race::store_row_table
-                        const unsigned int sk_e2 = (row * 12u);
-                        race_key[0u] = (rows[(sk_e2 + 11u)] ^ rows[(sk_e2 + 9u)]);
-                        const unsigned int sk_e3 = (row * 12u);
-                        race_key[1u] = ((3449720151u * rows[(sk_e3 + 10u)]) ^ (rows[(sk_e3 + 8u)] + 2654435769u));
-                        const unsigned int sk_e4 = (row * 12u);
-                        race_key[2u] = (__umulhi(3528531795u, (__umulhi(3449720151u, rows[(sk_e4 + 10u)]) ^ rows[(sk_e4 + 8u)])) ^ (rows[(sk_e4 + 9u)] + 3144134277u));
-                        const unsigned int sk_e5 = (row * 12u);
-                        race_key[3u] = (3528531795u * (__umulhi(3449720151u, rows[(sk_e5 + 10u)]) ^ rows[(sk_e5 + 8u)]));
-                        race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
-                        race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
-                        race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
-                        race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
-                        race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
-                        race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
-                        race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
-                        race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
-                        race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
-                        race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
-                        race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
-                        race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
-                        race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
-                        race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
-                        race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
-                        race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
-                    }
                     __syncthreads();
                     unsigned int n_above = 0u;
                     unsigned int n_range = 0u;
@@ -154,8 +126,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     float max_below_v = sk_bitcast<float>(4286578688u);
                     float cut_above_from = ((grid_r - cut_lo) + (1.0f));
                     float cut_range_from = (grid_r - cut_hi);
-                    const float sk_e6 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
-                    float cut_guard = ((((fabsf((cut_above_from * sk_e6)) + fabsf((cut_range_from * sk_e6))) + fabsf(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
+                    const float sk_e2 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
+                    float cut_guard = ((((fabsf((cut_above_from * sk_e2)) + fabsf((cut_range_from * sk_e2))) + fabsf(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
                     float cut_x_above = (((cut_above_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
                     float cut_x_below = (((cut_range_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
                     float max_below_x = sk_bitcast<float>(4286578688u);
@@ -183,28 +155,28 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                             if ((li3 < (col_hi - col_lo))) {
                                 // built by kernels::filter_values::read_step
                                 unsigned int zx_at = ((base + col_lo) + i0);
-                                const float sk_e7 = sk_load_x(zx_at);
-                                zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
-                                const float sk_e8 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
-                                zx1 = (((sk_bitcast<unsigned int>(sk_e8) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e8);
-                                const float sk_e9 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
-                                zx2 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
-                                const float sk_e10 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
-                                zx3 = (((sk_bitcast<unsigned int>(sk_e10) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e10);
+                                const float sk_e3 = sk_load_x(zx_at);
+                                zx0 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
+                                const float sk_e4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                                zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
+                                const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                                zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
+                                const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                                zx3 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
                             } else {
                                 // built by kernels::filter_values::read_step
+                                const unsigned int sk_e8 = (col_hi - col_lo);
+                                const float sk_e7 = sk_load_x(((base + col_lo) + ((li0 < sk_e8) ? li0 : (sk_e8 - 1u))));
+                                zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
+                                const unsigned int sk_e10 = (col_hi - col_lo);
+                                const float sk_e9 = sk_load_x(((base + col_lo) + ((li1 < sk_e10) ? li1 : (sk_e10 - 1u))));
+                                zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
                                 const unsigned int sk_e12 = (col_hi - col_lo);
-                                const float sk_e11 = sk_load_x(((base + col_lo) + ((li0 < sk_e12) ? li0 : (sk_e12 - 1u))));
-                                zx0 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
+                                const float sk_e11 = sk_load_x(((base + col_lo) + ((li2 < sk_e12) ? li2 : (sk_e12 - 1u))));
+                                zx2 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
                                 const unsigned int sk_e14 = (col_hi - col_lo);
-                                const float sk_e13 = sk_load_x(((base + col_lo) + ((li1 < sk_e14) ? li1 : (sk_e14 - 1u))));
-                                zx1 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
-                                const unsigned int sk_e16 = (col_hi - col_lo);
-                                const float sk_e15 = sk_load_x(((base + col_lo) + ((li2 < sk_e16) ? li2 : (sk_e16 - 1u))));
-                                zx2 = (((sk_bitcast<unsigned int>(sk_e15) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e15);
-                                const unsigned int sk_e18 = (col_hi - col_lo);
-                                const float sk_e17 = sk_load_x(((base + col_lo) + ((li3 < sk_e18) ? li3 : (sk_e18 - 1u))));
-                                zx3 = (((sk_bitcast<unsigned int>(sk_e17) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e17);
+                                const float sk_e13 = sk_load_x(((base + col_lo) + ((li3 < sk_e14) ? li3 : (sk_e14 - 1u))));
+                                zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
                             }
                             if ((li0 < (col_hi - col_lo))) {
                                 sk_read_step_48(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
@@ -220,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                             }
                         }
                     } else {
-                        sk_cut_part_6(base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, mp, cut_rcp_t, n_above, max_below_x, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
+                        sk_cut_part_8(base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, n_above, max_below_x, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;
@@ -228,8 +200,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     unsigned long long part_m_range = 0ull;
                     part_m_range = sk_block_sum_u64(m_range);
                     float part_w_below = (0.0f);
-                    const float sk_e78 = fminf((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
-                    part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e78 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e78))));
+                    const float sk_e74 = fminf((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
+                    part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e74 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e74))));
                     unsigned int part_min_above_not = 0u;
                     part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
                     unsigned int part_min_range_not = 0u;

@@ -41,7 +41,6 @@ __shared__ double sk_am_f64[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_many_u32[96];
 __shared__ __align__(16) unsigned int cut_listing[1];
-__shared__ __align__(16) unsigned int race_key[20];
 
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_sum_u64.cuh"
@@ -51,19 +50,19 @@ __shared__ __align__(16) unsigned int race_key[20];
 #include "functions/sk_block_argmax_f64.cuh"
 #include "functions/sk_log.cuh"
 #include "functions/sk_fixed.cuh"
-#include "functions/sk_philox_table.cuh"
+#include "functions/sk_philox.cuh"
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_for_each_quad_4.cuh"
-#include "functions/sk_cut_part_3.cuh"
-#include "functions/sk_cut_part_7.cuh"
+#include "functions/sk_for_each_quad_2.cuh"
+#include "functions/sk_cut_part_4.cuh"
+#include "functions/sk_cut_part_9.cuh"
 #include "functions/sk_read_step_49.cuh"
-#include "functions/sk_cut_part_8.cuh"
+#include "functions/sk_cut_part_10.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1524 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1524 + SK_BLOCK_RESERVED)))) top_p_cut_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -114,33 +113,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                         // built by kernels::filter_top_p::cut_part
                         cut_listing[0u] = 0u;
                     }
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::race::store_row_table
-                        const unsigned int sk_e2 = (row * 12u);
-                        race_key[0u] = (rows[(sk_e2 + 11u)] ^ rows[(sk_e2 + 9u)]);
-                        const unsigned int sk_e3 = (row * 12u);
-                        race_key[1u] = ((3449720151u * rows[(sk_e3 + 10u)]) ^ (rows[(sk_e3 + 8u)] + 2654435769u));
-                        const unsigned int sk_e4 = (row * 12u);
-                        race_key[2u] = (__umulhi(3528531795u, (__umulhi(3449720151u, rows[(sk_e4 + 10u)]) ^ rows[(sk_e4 + 8u)])) ^ (rows[(sk_e4 + 9u)] + 3144134277u));
-                        const unsigned int sk_e5 = (row * 12u);
-                        race_key[3u] = (3528531795u * (__umulhi(3449720151u, rows[(sk_e5 + 10u)]) ^ rows[(sk_e5 + 8u)]));
-                        race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
-                        race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
-                        race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
-                        race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
-                        race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
-                        race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
-                        race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
-                        race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
-                        race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
-                        race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
-                        race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
-                        race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
-                        race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
-                        race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
-                        race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
-                        race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
-                    }
                     __syncthreads();
                     unsigned int n_above = 0u;
                     unsigned int n_range = 0u;
@@ -181,14 +153,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                 zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                             } else {
                                 // built by kernels::filter_values::read_step
-                                const unsigned int sk_e6 = (col_hi - col_lo);
-                                zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e6) ? li0 : (sk_e6 - 1u))));
-                                const unsigned int sk_e7 = (col_hi - col_lo);
-                                zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e7) ? li1 : (sk_e7 - 1u))));
-                                const unsigned int sk_e8 = (col_hi - col_lo);
-                                zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e8) ? li2 : (sk_e8 - 1u))));
-                                const unsigned int sk_e9 = (col_hi - col_lo);
-                                zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e9) ? li3 : (sk_e9 - 1u))));
+                                const unsigned int sk_e2 = (col_hi - col_lo);
+                                zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))));
+                                const unsigned int sk_e3 = (col_hi - col_lo);
+                                zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))));
+                                const unsigned int sk_e4 = (col_hi - col_lo);
+                                zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))));
+                                const unsigned int sk_e5 = (col_hi - col_lo);
+                                zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))));
                             }
                             if ((li0 < (col_hi - col_lo))) {
                                 sk_read_step_49(col_lo, li0, zx0, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
@@ -204,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                             }
                         }
                     } else {
-                        sk_cut_part_8(base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, mp, n_above, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
+                        sk_cut_part_10(base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, n_above, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
                     }
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;

@@ -37,7 +37,6 @@ var<workgroup> bucket_cols: array<u32, 64>;
 var<workgroup> bucket_keys: array<u32, 64>;
 var<workgroup> bucket_masses: array<u64, 64>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
-var<workgroup> race_key: array<u32, 20>;
 var<workgroup> select_scratch: array<atomic<u32>, 512>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
@@ -72,7 +71,6 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_fixed_f32.wgsl
 // shaders/functions/sk_fraction.wgsl
 // shaders/functions/sk_philox.wgsl
-// shaders/functions/sk_philox_table.wgsl
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_gumbel.wgsl
@@ -80,9 +78,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_for_each_quad.wgsl
-// shaders/functions/sk_sweep_set.wgsl
 // shaders/functions/sk_cut_part.wgsl
+// shaders/functions/sk_sweep_set.wgsl
+// shaders/functions/sk_cut_part_2.wgsl
 // shaders/functions/sk_read_step_34.wgsl
 // shaders/functions/sk_read_step_35.wgsl
 // shaders/functions/sk_read_step_36.wgsl
@@ -124,9 +122,9 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_select_in_range_4.wgsl
 // shaders/functions/sk_attempt_cut_3.wgsl
 // shaders/functions/sk_cut_row.wgsl
-// shaders/functions/sk_merge_cut.wgsl
-// shaders/functions/sk_cut_part_2.wgsl
+// shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_cut_here.wgsl
+// shaders/functions/sk_merge_cut.wgsl
 // shaders/functions/sk_find_set_4.wgsl
 // shaders/functions/sk_sweep.wgsl
 // shaders/functions/sk_for_each_read_3.wgsl

@@ -27,7 +27,6 @@ var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_sum_lo: array<atomic<u32>, 2>;
 var<workgroup> sk_sum_hi: array<atomic<u32>, 2>;
 var<workgroup> cut_listing: array<atomic<u32>, 1>;
-var<workgroup> race_key: array<u32, 20>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -49,17 +48,17 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_block_argmax_f64.wgsl
 // shaders/functions/sk_log.wgsl
 // shaders/functions/sk_fixed.wgsl
-// shaders/functions/sk_philox_table.wgsl
+// shaders/functions/sk_philox.wgsl
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_for_each_quad_4.wgsl
-// shaders/functions/sk_cut_part_3.wgsl
-// shaders/functions/sk_cut_part_7.wgsl
+// shaders/functions/sk_for_each_quad_2.wgsl
+// shaders/functions/sk_cut_part_4.wgsl
+// shaders/functions/sk_cut_part_9.wgsl
 // shaders/functions/sk_read_step_49.wgsl
-// shaders/functions/sk_cut_part_8.wgsl
+// shaders/functions/sk_cut_part_10.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -112,33 +111,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         // built by kernels::filter_top_p::cut_part
                         atomicStore(&cut_listing[0u], 0u);
                     }
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::race::store_row_table
-                        let sk_e2: u32 = (row * 12u);
-                        race_key[0u] = (rows[(sk_e2 + 11u)] ^ rows[(sk_e2 + 9u)]);
-                        let sk_e3: u32 = (row * 12u);
-                        race_key[1u] = ((3449720151u * rows[(sk_e3 + 10u)]) ^ (rows[(sk_e3 + 8u)] + 2654435769u));
-                        let sk_e4: u32 = (row * 12u);
-                        race_key[2u] = (sk_mulhi(3528531795u, (sk_mulhi(3449720151u, rows[(sk_e4 + 10u)]) ^ rows[(sk_e4 + 8u)])) ^ (rows[(sk_e4 + 9u)] + 3144134277u));
-                        let sk_e5: u32 = (row * 12u);
-                        race_key[3u] = (3528531795u * (sk_mulhi(3449720151u, rows[(sk_e5 + 10u)]) ^ rows[(sk_e5 + 8u)]));
-                        race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
-                        race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
-                        race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
-                        race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
-                        race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
-                        race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
-                        race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
-                        race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
-                        race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
-                        race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
-                        race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
-                        race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
-                        race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
-                        race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
-                        race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
-                        race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
-                    }
                     workgroupBarrier();
                     var n_above: u32 = 0u;
                     var n_range: u32 = 0u;
@@ -179,14 +151,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                 zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
                             } else {
                                 // built by kernels::filter_values::read_step
-                                let sk_e6: u32 = (col_hi - col_lo);
-                                zx0 = sk_load_x(((base + col_lo) + select((sk_e6 - 1u), li0, (li0 < sk_e6))));
-                                let sk_e7: u32 = (col_hi - col_lo);
-                                zx1 = sk_load_x(((base + col_lo) + select((sk_e7 - 1u), li1, (li1 < sk_e7))));
-                                let sk_e8: u32 = (col_hi - col_lo);
-                                zx2 = sk_load_x(((base + col_lo) + select((sk_e8 - 1u), li2, (li2 < sk_e8))));
-                                let sk_e9: u32 = (col_hi - col_lo);
-                                zx3 = sk_load_x(((base + col_lo) + select((sk_e9 - 1u), li3, (li3 < sk_e9))));
+                                let sk_e2: u32 = (col_hi - col_lo);
+                                zx0 = sk_load_x(((base + col_lo) + select((sk_e2 - 1u), li0, (li0 < sk_e2))));
+                                let sk_e3: u32 = (col_hi - col_lo);
+                                zx1 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li1, (li1 < sk_e3))));
+                                let sk_e4: u32 = (col_hi - col_lo);
+                                zx2 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li2, (li2 < sk_e4))));
+                                let sk_e5: u32 = (col_hi - col_lo);
+                                zx3 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li3, (li3 < sk_e5))));
                             }
                             if ((li0 < (col_hi - col_lo))) {
                                 sk_read_step_49(col_lo, li0, zx0, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
@@ -202,7 +174,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                             }
                         }
                     } else {
-                        sk_cut_part_8(sk_lid, base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, mp, &n_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
+                        sk_cut_part_10(sk_lid, base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &n_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
                     }
                     var part_n_above: u32 = 0u;
                     var part_n_range: u32 = 0u;

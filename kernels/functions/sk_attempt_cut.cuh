@@ -7,8 +7,8 @@
     sel_tm = m_range_all; \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e164 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e164 ? tn64 : (((lim - sel_m) / (sk_e164 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e160 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e160 ? tn64 : (((lim - sel_m) / (sk_e160 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_least = 0u; \
     { \
         /* built by kernels::filter_top_p::tied_range */ \
@@ -16,8 +16,8 @@
         lim = lim_lo; \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e165 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e165 ? tn64 : (((lim - sel_m) / (sk_e165 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e161 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e161 ? tn64 : (((lim - sel_m) / (sk_e161 ? 1ull : tie_v)) + 1ull)))); \
         t_least = ties; \
     } \
     bool t_min_p = (sk_exp_nonpositive(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp); \
@@ -44,8 +44,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e166 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
-                    if (((sk_e166 > best) || ((sk_e166 == best) && (w_i < best_i)))) { \
+                    const float sk_e162 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
+                    if (((sk_e162 > best) || ((sk_e162 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
@@ -54,12 +54,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e168 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                    const double sk_e167 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e168 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e168 + 0u)])))); \
-                    if (((sk_e167 > best64) || ((sk_e167 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e164 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                    const double sk_e163 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e164 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e164 + 0u)])))); \
+                    if (((sk_e163 > best64) || ((sk_e163 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e169 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e169 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e169 + 0u)])))); \
+                        const unsigned int sk_e165 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e165 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e165 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -90,8 +90,8 @@
         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols)); \
         unsigned int t_mine = 0u; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e170 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e170) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e170); \
+            const float sk_e166 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
@@ -102,8 +102,8 @@
         t_rank0 = sk_block_scan(t_mine); \
         unsigned int t_rank = t_rank0; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e171 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e171) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e171); \
+            const float sk_e167 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \

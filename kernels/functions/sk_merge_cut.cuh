@@ -19,10 +19,6 @@
             unsigned int r_max_below = 0u; \
             unsigned long long r_m_range = 0ull; \
             float r_w_below = (0.0f); \
-            float best = sk_bitcast<float>(4286578688u); \
-            unsigned int best_i = 4294967295u; \
-            double best64 = sk_bitcast<double>(18442240474082181120ull); \
-            unsigned int best64_i = 4294967295u; \
             for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
                 /* built by kernels::filter_top_p::cut_row */ \
                 unsigned int q_n_range = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1295u)]); \
@@ -31,35 +27,13 @@
                 if (((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) { \
                     r_short = 1u; \
                 } \
-                const unsigned int sk_e79 = ((((row_slot * parts) + p) * 1317u) + 1296u); \
-                r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e79 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e79 + 0u)])))); \
+                const unsigned int sk_e75 = ((((row_slot * parts) + p) * 1317u) + 1296u); \
+                r_m_range = (r_m_range + ((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e75 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e75 + 0u)])))); \
                 r_min_above_not = max(r_min_above_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1299u)])); \
                 r_min_range_not = max(r_min_range_not, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1300u)])); \
                 r_max_range = max(r_max_range, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1301u)])); \
                 r_max_below = max(r_max_below, (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1302u)])); \
                 r_w_below = fmaxf(r_w_below, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1303u)]))); \
-                unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]); \
-                if ((w_i != 4294967295u)) { \
-                    /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e80 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                    if (((sk_e80 > best) || ((sk_e80 == best) && (w_i < best_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
-                        best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1304u)])); \
-                        best_i = w_i; \
-                    } \
-                } \
-                unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]); \
-                if ((w_i64 != 4294967295u)) { \
-                    /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e82 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                    const double sk_e81 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e82 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e82 + 0u)])))); \
-                    if (((sk_e81 > best64) || ((sk_e81 == best64) && (w_i64 < best64_i)))) { \
-                        /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e83 = ((((row_slot * parts) + p) * 1317u) + 1306u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e83 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e83 + 0u)])))); \
-                        best64_i = w_i64; \
-                    } \
-                } \
             } \
             unsigned int n_above_all = 0u; \
             unsigned int n_range_all = 0u; \
@@ -78,19 +52,9 @@
             float w_below_all = (0.0f); \
             w_below_all = sk_block_max_f32(r_w_below); \
             bool cut_below_ends = ((w_below_all <= (0.0f)) || (w_below_all < mp)); \
-            float parts_best = best; \
-            unsigned int parts_best_i = best_i; \
-            double parts_best64 = best64; \
-            unsigned int parts_best64_i = best64_i; \
-            unsigned long long a_lo = sk_fixed(sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)])); \
-            unsigned long long a_hi = (sk_fixed(sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)])) + 1ull); \
-            unsigned long long t_lo = sk_fixed(sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)])); \
-            unsigned long long t_hi = (sk_fixed(sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)])) + 1ull); \
-            const unsigned int sk_e84 = (((row_slot * parts) + 0u) * 1317u); \
-            float cut_mass = ((sk_bitcast<float>(partials[(sk_e84 + 1292u)]) + sk_bitcast<float>(partials[(sk_e84 + 1293u)])) * (0.5f)); \
             bool cut_retry = false; \
             for (unsigned int cut_try = 0u; cut_try < 2u; cut_try += 1u) { \
-                sk_cut_row(cut_try, row_slot, parts, col_hi, col_lo, base, temp, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, parts_best, parts_best_i, parts_best64, parts_best64_i, row, mp, cut_seeded, noisy, cut_retry, a_lo, a_hi, t_lo, t_hi, cut_mass, reads_before, best, best_i, best64, best64_i, one_read_done); \
+                sk_cut_row(cut_try, row_slot, parts, col_hi, col_lo, base, temp, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, row, mp, cut_seeded, noisy, cut_retry, reads_before, one_read_done); \
             } \
         } \
     } \

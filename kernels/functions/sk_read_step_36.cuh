@@ -4,12 +4,12 @@
 #define sk_read_step_36(base, col_lo, c0, zx0, zx1, zx2, zx3) { \
     /* built by kernels::filter_values::read_step */ \
     unsigned int zx_at = ((base + col_lo) + c0); \
-    const float sk_e350 = sk_load_x(zx_at); \
-    zx0 = (((sk_bitcast<unsigned int>(sk_e350) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e350); \
-    const float sk_e351 = sk_load_x((size_t)(zx_at) + 1u); \
-    zx1 = (((sk_bitcast<unsigned int>(sk_e351) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e351); \
-    const float sk_e352 = sk_load_x((size_t)(zx_at) + 2u); \
-    zx2 = (((sk_bitcast<unsigned int>(sk_e352) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e352); \
-    const float sk_e353 = sk_load_x((size_t)(zx_at) + 3u); \
-    zx3 = (((sk_bitcast<unsigned int>(sk_e353) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e353); \
+    const float sk_e346 = sk_load_x(zx_at); \
+    zx0 = (((sk_bitcast<unsigned int>(sk_e346) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e346); \
+    const float sk_e347 = sk_load_x((size_t)(zx_at) + 1u); \
+    zx1 = (((sk_bitcast<unsigned int>(sk_e347) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e347); \
+    const float sk_e348 = sk_load_x((size_t)(zx_at) + 2u); \
+    zx2 = (((sk_bitcast<unsigned int>(sk_e348) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e348); \
+    const float sk_e349 = sk_load_x((size_t)(zx_at) + 3u); \
+    zx3 = (((sk_bitcast<unsigned int>(sk_e349) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e349); \
 }

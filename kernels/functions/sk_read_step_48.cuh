@@ -10,7 +10,7 @@
         float cz = (zx0 / temp); \
         float cov = (cz - cut_mx); \
         if (((mp <= (0.0f)) || (sk_exp_nonpositive(cov) >= mp))) { \
-            sk_cut_part_5(cov, noisy, row, col, best64, best64_i); \
+            sk_cut_part_7(cov, noisy, row, col, best64, best64_i); \
         } \
     } else { \
         /* built by kernels::filter_top_p::cut_part */ \
@@ -23,7 +23,7 @@
                 n_above = (n_above + 1u); \
                 min_above = fminf(min_above, cov); \
                 if (((mp <= (0.0f)) || (sk_exp_nonpositive(cov) >= mp))) { \
-                    sk_cut_part_5(cov, noisy, row, col, best64, best64_i); \
+                    sk_cut_part_7(cov, noisy, row, col, best64, best64_i); \
                 } \
             } else { \
                 if (((cz * cut_grid_scale) >= cut_range_from)) { \
@@ -32,7 +32,7 @@
                     min_range = fminf(min_range, cov); \
                     max_range_v = fmaxf(max_range_v, cov); \
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(cov) >= mp))) { \
-                        sk_cut_part_5(cov, noisy, row, col, bestr64, bestr64_i); \
+                        sk_cut_part_7(cov, noisy, row, col, bestr64, bestr64_i); \
                     } \
                     unsigned int cut_at = 0u; \
                     cut_at = atomicAdd(&cut_listing[0u], 1u); \

@@ -11,7 +11,7 @@
         n_above = (n_above + 1u); \
         min_above = fminf(min_above, cov); \
         if (((mp <= (0.0f)) || (((cov == cut_mx) ? (1.0f) : (cov / cut_mx)) >= mp))) { \
-            sk_cut_part_7(cz, noisy, row, col, best64, best64_i); \
+            sk_cut_part_9(cz, noisy, row, col, best64, best64_i); \
         } \
     } else { \
         /* built by kernels::filter_top_p::cut_part */ \
@@ -21,7 +21,7 @@
             min_range = fminf(min_range, cov); \
             max_range_v = fmaxf(max_range_v, cov); \
             if (((mp <= (0.0f)) || (((cov == cut_mx) ? (1.0f) : (cov / cut_mx)) >= mp))) { \
-                sk_cut_part_7(cz, noisy, row, col, bestr64, bestr64_i); \
+                sk_cut_part_9(cz, noisy, row, col, bestr64, bestr64_i); \
             } \
             unsigned int cut_at = 0u; \
             cut_at = atomicAdd(&cut_listing[0u], 1u); \

@@ -4,7 +4,6 @@
 #define sk_screened_pass(row, col_lo, base, col_hi, rcp_t, temp, m, s, lo_best, sk_w, up1, up2, up1_i, best, best_i, best_z, top, top_i, top_n) { \
     /* built by kernels::race::screened_pass */ \
     if ((threadIdx.x == 0u)) { \
-        /* built by kernels::race::store_row_table */ \
         const unsigned int sk_e0 = (row * 12u); \
         race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]); \
         const unsigned int sk_e1 = (row * 12u); \

@@ -28,33 +28,6 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                     // built by kernels::filter_top_p::cut_part
                     atomicStore(&cut_listing[0u], 0u);
                 }
-                if ((sk_lid == 0u)) {
-                    // built by kernels::race::store_row_table
-                    let sk_e2: u32 = (row * 12u);
-                    race_key[0u] = (rows[(sk_e2 + 11u)] ^ rows[(sk_e2 + 9u)]);
-                    let sk_e3: u32 = (row * 12u);
-                    race_key[1u] = ((3449720151u * rows[(sk_e3 + 10u)]) ^ (rows[(sk_e3 + 8u)] + 2654435769u));
-                    let sk_e4: u32 = (row * 12u);
-                    race_key[2u] = (sk_mulhi(3528531795u, (sk_mulhi(3449720151u, rows[(sk_e4 + 10u)]) ^ rows[(sk_e4 + 8u)])) ^ (rows[(sk_e4 + 9u)] + 3144134277u));
-                    let sk_e5: u32 = (row * 12u);
-                    race_key[3u] = (3528531795u * (sk_mulhi(3449720151u, rows[(sk_e5 + 10u)]) ^ rows[(sk_e5 + 8u)]));
-                    race_key[4u] = (rows[((row * 12u) + 8u)] + 1013904242u);
-                    race_key[5u] = (rows[((row * 12u) + 9u)] + 1993301258u);
-                    race_key[6u] = (rows[((row * 12u) + 8u)] + 3668340011u);
-                    race_key[7u] = (rows[((row * 12u) + 9u)] + 842468239u);
-                    race_key[8u] = (rows[((row * 12u) + 8u)] + 2027808484u);
-                    race_key[9u] = (rows[((row * 12u) + 9u)] + 3986602516u);
-                    race_key[10u] = (rows[((row * 12u) + 8u)] + 387276957u);
-                    race_key[11u] = (rows[((row * 12u) + 9u)] + 2835769497u);
-                    race_key[12u] = (rows[((row * 12u) + 8u)] + 3041712726u);
-                    race_key[13u] = (rows[((row * 12u) + 9u)] + 1684936478u);
-                    race_key[14u] = (rows[((row * 12u) + 8u)] + 1401181199u);
-                    race_key[15u] = (rows[((row * 12u) + 9u)] + 534103459u);
-                    race_key[16u] = (rows[((row * 12u) + 8u)] + 4055616968u);
-                    race_key[17u] = (rows[((row * 12u) + 9u)] + 3678237736u);
-                    race_key[18u] = (rows[((row * 12u) + 8u)] + 2415085441u);
-                    race_key[19u] = (rows[((row * 12u) + 9u)] + 2527404717u);
-                }
                 workgroupBarrier();
                 var n_above: u32 = 0u;
                 var n_range: u32 = 0u;
@@ -65,8 +38,8 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                 var max_below_v: f32 = bitcast<f32>(4286578688u);
                 var cut_above_from: f32 = ((grid_r - cut_lo) + (1.0f));
                 var cut_range_from: f32 = (grid_r - cut_hi);
-                let sk_e6: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-                var cut_guard: f32 = ((((abs((cut_above_from * sk_e6)) + abs((cut_range_from * sk_e6))) + abs(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
+                let sk_e2: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                var cut_guard: f32 = ((((abs((cut_above_from * sk_e2)) + abs((cut_range_from * sk_e2))) + abs(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
                 var cut_x_above: f32 = (((cut_above_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
                 var cut_x_below: f32 = (((cut_range_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
                 var max_below_x: f32 = bitcast<f32>(4286578688u);
@@ -95,18 +68,18 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                             sk_read_step_41(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
                             // built by kernels::filter_values::read_step
+                            let sk_e8: u32 = (col_hi - col_lo);
+                            let sk_e7: f32 = sk_load_x(((base + col_lo) + select((sk_e8 - 1u), li0, (li0 < sk_e8))));
+                            zx0 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
+                            let sk_e10: u32 = (col_hi - col_lo);
+                            let sk_e9: f32 = sk_load_x(((base + col_lo) + select((sk_e10 - 1u), li1, (li1 < sk_e10))));
+                            zx1 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
                             let sk_e12: u32 = (col_hi - col_lo);
-                            let sk_e11: f32 = sk_load_x(((base + col_lo) + select((sk_e12 - 1u), li0, (li0 < sk_e12))));
-                            zx0 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
+                            let sk_e11: f32 = sk_load_x(((base + col_lo) + select((sk_e12 - 1u), li2, (li2 < sk_e12))));
+                            zx2 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
                             let sk_e14: u32 = (col_hi - col_lo);
-                            let sk_e13: f32 = sk_load_x(((base + col_lo) + select((sk_e14 - 1u), li1, (li1 < sk_e14))));
-                            zx1 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
-                            let sk_e16: u32 = (col_hi - col_lo);
-                            let sk_e15: f32 = sk_load_x(((base + col_lo) + select((sk_e16 - 1u), li2, (li2 < sk_e16))));
-                            zx2 = select(sk_e15, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e15) & 2147483647u) > 2139095040u));
-                            let sk_e18: u32 = (col_hi - col_lo);
-                            let sk_e17: f32 = sk_load_x(((base + col_lo) + select((sk_e18 - 1u), li3, (li3 < sk_e18))));
-                            zx3 = select(sk_e17, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e17) & 2147483647u) > 2139095040u));
+                            let sk_e13: f32 = sk_load_x(((base + col_lo) + select((sk_e14 - 1u), li3, (li3 < sk_e14))));
+                            zx3 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
                         }
                         if ((li0 < (col_hi - col_lo))) {
                             sk_read_step_39(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
@@ -122,7 +95,7 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                         }
                     }
                 } else {
-                    sk_cut_part_2(sk_lid, base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, mp, cut_rcp_t, &n_above, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
+                    sk_cut_part_3(sk_lid, base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &n_above, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
                 }
                 var part_n_above: u32 = 0u;
                 var part_n_range: u32 = 0u;
@@ -130,8 +103,8 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                 var part_m_range: u64 = 0lu;
                 part_m_range = sk_block_sum_u64(sk_lid, m_range);
                 var part_w_below: f32 = (0.0f);
-                let sk_e78: f32 = min((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
-                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e78), (0.0f), (sk_e78 == bitcast<f32>(4286578688u)))));
+                let sk_e74: f32 = min((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
+                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e74), (0.0f), (sk_e74 == bitcast<f32>(4286578688u)))));
                 var part_min_above_not: u32 = 0u;
                 part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                 var part_min_range_not: u32 = 0u;

@@ -30,8 +30,8 @@ fn sk_for_each_quad_2(col_lo: u32, li0: u32, zx0: f32, cut_grid_shift: u32, cut_
             var cut_at: u32 = 0u;
             cut_at = atomicAdd(&cut_listing[0u], 1u);
             if ((cut_at < 640u)) {
-                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))], (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u)));
-                atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))], col);
+                partials[((((row_slot * parts) + part) * 1317u) + (5u + (cut_at * 2u)))] = (bitcast<u32>(cov) ^ (bitcast<u32>((bitcast<i32>(cov) >> 31u)) | 2147483648u));
+                partials[((((row_slot * parts) + part) * 1317u) + (6u + (cut_at * 2u)))] = col;
             }
         } else {
             if ((cov > max_below_v)) {

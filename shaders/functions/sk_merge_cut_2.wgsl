@@ -21,10 +21,6 @@ fn sk_merge_cut_2(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
             var r_max_below: u32 = 0u;
             var r_m_range: u64 = 0lu;
             var r_w_below: f32 = (0.0f);
-            var best: f32 = bitcast<f32>(4286578688u);
-            var best_i: u32 = 4294967295u;
-            var best64: f64 = bitcast<f64>(18442240474082181120lu);
-            var best64_i: u32 = 4294967295u;
             for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                 // built by kernels::filter_top_p::cut_row
                 var q_n_range: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1295u)]);
@@ -33,35 +29,13 @@ fn sk_merge_cut_2(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
                 if ((atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1298u)]) < q_n_range)) {
                     r_short = 1u;
                 }
-                let sk_e36: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
-                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e36 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e36 + 0u)]))));
+                let sk_e32: u32 = ((((row_slot * parts) + p) * 1317u) + 1296u);
+                r_m_range = (r_m_range + ((u64(atomicLoad(&partials[(sk_e32 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e32 + 0u)]))));
                 r_min_above_not = max(r_min_above_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1299u)]));
                 r_min_range_not = max(r_min_range_not, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1300u)]));
                 r_max_range = max(r_max_range, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1301u)]));
                 r_max_below = max(r_max_below, atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1302u)]));
                 r_w_below = max(r_w_below, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1303u)])));
-                var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1305u)]);
-                if ((w_i != 4294967295u)) {
-                    // built by kernels::filter_top_p::take_winners
-                    let sk_e37: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                    if (((sk_e37 > best) || ((sk_e37 == best) && (w_i < best_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
-                        best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1304u)]));
-                        best_i = w_i;
-                    }
-                }
-                var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 1308u)]);
-                if ((w_i64 != 4294967295u)) {
-                    // built by kernels::filter_top_p::take_winners
-                    let sk_e39: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                    let sk_e38: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e39 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e39 + 0u)]))));
-                    if (((sk_e38 > best64) || ((sk_e38 == best64) && (w_i64 < best64_i)))) {
-                        // built by kernels::filter_top_k::keep_lower
-                        let sk_e40: u32 = ((((row_slot * parts) + p) * 1317u) + 1306u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e40 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e40 + 0u)]))));
-                        best64_i = w_i64;
-                    }
-                }
             }
             var n_above_all: u32 = 0u;
             var n_range_all: u32 = 0u;
@@ -80,19 +54,9 @@ fn sk_merge_cut_2(sk_lid: u32, slot: u32, parts: u32, row: u32, mp: f32, col_hi:
             var w_below_all: f32 = (0.0f);
             w_below_all = sk_block_max_f32(sk_lid, r_w_below);
             var cut_below_ends: bool = ((w_below_all <= (0.0f)) || (w_below_all < mp));
-            var parts_best: f32 = best;
-            var parts_best_i: u32 = best_i;
-            var parts_best64: f64 = best64;
-            var parts_best64_i: u32 = best64_i;
-            var a_lo: u64 = sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1290u)])));
-            var a_hi: u64 = (sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1291u)]))) + 1lu);
-            var t_lo: u64 = sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1292u)])));
-            var t_hi: u64 = (sk_fixed(bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1293u)]))) + 1lu);
-            let sk_e41: u32 = (((row_slot * parts) + 0u) * 1317u);
-            var cut_mass: f32 = ((bitcast<f32>(atomicLoad(&partials[(sk_e41 + 1292u)])) + bitcast<f32>(atomicLoad(&partials[(sk_e41 + 1293u)]))) * (0.5f));
             var cut_retry: bool = false;
             for (var cut_try: u32 = 0u; cut_try < 2u; cut_try = cut_try + 1u) {
-                sk_cut_row_2(sk_lid, cut_try, row_slot, parts, col_hi, col_lo, base, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, parts_best, parts_best_i, parts_best64, parts_best64_i, row, mp, cut_seeded, noisy, &cut_retry, &a_lo, &a_hi, &t_lo, &t_hi, &cut_mass, &reads_before, &best, &best_i, &best64, &best64_i, &one_read_done);
+                sk_cut_row_2(sk_lid, cut_try, row_slot, parts, col_hi, col_lo, base, cut_mx, pp, short_all, n_range_all, min_above_not_all, max_range_all, min_range_not_all, max_below_all, kk, cut_below_ends, n_above_all, m_range_all, row, mp, cut_seeded, noisy, &cut_retry, &reads_before, &one_read_done);
             }
         }
     }

@@ -8,8 +8,8 @@ fn sk_race_one(cov: f32, noisy: bool, row: u32, col: u32, sk_io_best64: ptr<func
     var s64: f64 = f64(cov);
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e19: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e19 + 8u)], rows[(sk_e19 + 9u)], rows[(sk_e19 + 10u)], col)));
+        let sk_e15: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e15 + 8u)], rows[(sk_e15 + 9u)], rows[(sk_e15 + 10u)], col)));
     }
     if (((s64 > best64) || ((s64 == best64) && (col < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower

@@ -6,8 +6,8 @@ fn sk_race_one_2(rc: u32, pk_off_lo: u32, pk_off_hi: u32, pk_seed_lo: u32, pk_se
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_k::race_one
     var w4: vec4<u32> = sk_philox(vec4<u32>(((rc & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-    let sk_e283: u32 = (rc & 3u);
-    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e283 == 1u)), w4[2], (sk_e283 == 2u)), w4[3], (sk_e283 == 3u))));
+    let sk_e279: u32 = (rc & 3u);
+    var score: f32 = (rz + sk_gumbel(select(select(select(w4[0], w4[1], (sk_e279 == 1u)), w4[2], (sk_e279 == 2u)), w4[3], (sk_e279 == 3u))));
     if (((score > best) || ((score == best) && (rc < best_i)))) {
         // built by kernels::filter_top_k::keep_lower
         best = score;

@@ -22,7 +22,7 @@ fn sk_read_step_48(col_lo: u32, li0: u32, zx0: f32, cut_x_above: f32, temp: f32,
         var cz: f32 = (zx0 / temp);
         var cov: f32 = (cz - cut_mx);
         if (((mp <= (0.0f)) || (sk_exp_nonpositive(cov) >= mp))) {
-            sk_cut_part_5(cov, noisy, row, col, &best64, &best64_i);
+            sk_cut_part_7(cov, noisy, row, col, &best64, &best64_i);
         }
     } else {
         // built by kernels::filter_top_p::cut_part
@@ -35,7 +35,7 @@ fn sk_read_step_48(col_lo: u32, li0: u32, zx0: f32, cut_x_above: f32, temp: f32,
                 n_above = (n_above + 1u);
                 min_above = min(min_above, cov);
                 if (((mp <= (0.0f)) || (sk_exp_nonpositive(cov) >= mp))) {
-                    sk_cut_part_5(cov, noisy, row, col, &best64, &best64_i);
+                    sk_cut_part_7(cov, noisy, row, col, &best64, &best64_i);
                 }
             } else {
                 if (((cz * cut_grid_scale) >= cut_range_from)) {
@@ -44,7 +44,7 @@ fn sk_read_step_48(col_lo: u32, li0: u32, zx0: f32, cut_x_above: f32, temp: f32,
                     min_range = min(min_range, cov);
                     max_range_v = max(max_range_v, cov);
                     if (((mp <= (0.0f)) || (sk_exp_nonpositive(cov) >= mp))) {
-                        sk_cut_part_5(cov, noisy, row, col, &bestr64, &bestr64_i);
+                        sk_cut_part_7(cov, noisy, row, col, &bestr64, &bestr64_i);
                     }
                     var cut_at: u32 = 0u;
                     cut_at = atomicAdd(&cut_listing[0u], 1u);

@@ -22,7 +22,7 @@ fn sk_read_step_49(col_lo: u32, li0: u32, zx0: f32, cut_grid_shift: u32, cut_abo
         n_above = (n_above + 1u);
         min_above = min(min_above, cov);
         if (((mp <= (0.0f)) || (select((cov / cut_mx), (1.0f), (cov == cut_mx)) >= mp))) {
-            sk_cut_part_7(cz, noisy, row, col, &best64, &best64_i);
+            sk_cut_part_9(cz, noisy, row, col, &best64, &best64_i);
         }
     } else {
         // built by kernels::filter_top_p::cut_part
@@ -32,7 +32,7 @@ fn sk_read_step_49(col_lo: u32, li0: u32, zx0: f32, cut_grid_shift: u32, cut_abo
             min_range = min(min_range, cov);
             max_range_v = max(max_range_v, cov);
             if (((mp <= (0.0f)) || (select((cov / cut_mx), (1.0f), (cov == cut_mx)) >= mp))) {
-                sk_cut_part_7(cz, noisy, row, col, &bestr64, &bestr64_i);
+                sk_cut_part_9(cz, noisy, row, col, &bestr64, &bestr64_i);
             }
             var cut_at: u32 = 0u;
             cut_at = atomicAdd(&cut_listing[0u], 1u);

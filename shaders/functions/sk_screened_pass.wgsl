@@ -17,7 +17,6 @@ fn sk_screened_pass(sk_lid: u32, row: u32, col_lo: u32, base: u32, col_hi: u32, 
     var top_n: u32 = *sk_io_top_n;
     // built by kernels::race::screened_pass
     if ((sk_lid == 0u)) {
-        // built by kernels::race::store_row_table
         let sk_e0: u32 = (row * 12u);
         race_key[0u] = (rows[(sk_e0 + 11u)] ^ rows[(sk_e0 + 9u)]);
         let sk_e1: u32 = (row * 12u);

@@ -38,13 +38,17 @@ fn modelled(hw: &Hardware, kernels: &[Kernel], call: Call, shape: Shape, era: Er
     let stages = 19; // filter_split: the maximum, 16 digit passes, the race, the combine
     let launches = plan::launches(call, shape, era, (target_groups, block, hw.sms.value as u32), stages);
     let find = |name: &str| kernels.iter().find(|k| k.name == name).ok_or(format!("kernel {name} not in the folder"));
-    // A launch whose column work is another kernel's loop runs it in its own kernel's blocks.
+    // A launch whose column work is another kernel's loop runs it in its own kernel's blocks,
+    // under that kernel's rules for its loops (which are rare, which rows race).
     let runs: Vec<Kernel> = launches
         .iter()
         .map(|l| {
             let own = find(&l.kernel)?;
             let run = match &l.loops_of {
-                Some(body) => Kernel { loops: find(body)?.loops.clone(), ..own.clone() },
+                Some(body) => {
+                    let body = find(body)?;
+                    Kernel { loops: body.loops.clone(), name: body.name.clone(), ..own.clone() }
+                }
                 None => own.clone(),
             };
             // Flat rows: the loop that races the kept columns races nearly all of them.

@@ -776,7 +776,7 @@ fn merge_kernel(input: Input) -> Kernel {
     let name = format!("top_k_merge_{}", input.suffix());
     let mut k = kernel(name, doc, passes, buffers, functions(true), b);
     k.shared.extend(filter_shared(Build::Full));
-    k.shared.extend(filter_top_p::cut_shared());
+    k.shared.push(filter_top_p::cut_shared());
     k.shared.push(SharedDecl::atomic(SELECT_SCRATCH, select::WORDS));
     // One block an SM is enough for a workgroup a row doing k-sized work; asked for, ptxas
     // gives sm_75's 256 threads the 157 registers they need, where it capped them at 128 and

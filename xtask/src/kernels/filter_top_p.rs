@@ -18,19 +18,28 @@
 //!    `e^-32` each) is [`ESTIMATE_UNITS`]; the bin where the mass from the
 //!    top crosses `top_p` of the row's is where the cut should lie. The row's state gets that
 //!    bin, and the neighbour on a side whose edge the limit lies within [`ESTIMATE_MARGIN`] of
-//!    (a top-k's bin, both, [`RANGE`]): an estimate, float weights, which the rest checks.
+//!    (a top-k's bin, both, [`RANGE`]), and bounds on the exact masses above the range and of
+//!    the row ([`estimate_bounds`]: the coarse bins' masses are summed in integers, and each
+//!    error the estimate carries is bounded, [`COARSE_ERROR`]).
 //! 2. `top_p_cut_*` (the second read, [`cut_part`]): each token of a part is above the range, in
-//!    it (listed in the part's slot) or below; the part sums the filter kernels' exact
-//!    fixed-point masses (`w 2^40`) of each class, races its tokens above the range (kept, if the
-//!    checks below hold) and writes its record. It carries nothing else, so it holds few
-//!    registers and many workgroups per multiprocessor: its read is the row's second.
+//!    it (listed in the part's slot, and weighed: the filter kernels' exact fixed-point mass,
+//!    `w 2^40`) or below; no other column is weighed, and from logits a column far from both
+//!    edges takes its class from its logit, with no division. The part counts its classes,
+//!    races its tokens above the range (kept, if the checks below hold) and writes its record.
+//!    It carries nothing else, so it holds few registers and many workgroups per
+//!    multiprocessor: its read is the row's second.
 //! 3. `top_k_merge_*` ([`merge_cut`], one workgroup a row) takes the range's tokens into
-//!    workgroup memory, runs the filter kernels' select on them from the count and mass above,
-//!    races the kept ones and combines the parts' winners.
+//!    workgroup memory, runs the filter kernels' select on them from the count above and the
+//!    least mass above the bounds allow, against the largest limit (the largest set they
+//!    allow), races the kept ones and combines the parts' winners; the winner is the row's
+//!    where the least set the bounds allow holds it too. Where the bounds cannot tell (a check,
+//!    or the winner, on the limit's edge: a few rows in ten thousand), one more read of the row
+//!    sums the two masses exactly, and the merge decides again from them.
 //!
-//! Exact: the masses are integers, and the merge checks that the set starts before the
-//! range's end and ends inside it (the first range token is kept, no token below is), that no
-//! token outside the range has the order value of one inside or of the other side's (the classes
+//! Exact: the counts and the range's masses are integers, the bounds hold the exact masses, and
+//! the merge checks that the set starts before the range's end and ends inside it (the first
+//! range token is kept, no token below is) for every mass the bounds allow, that no token
+//! outside the range has the order value of one inside or of the other side's (the classes
 //! follow `z`, the order `z - max` rounded), and that the range fits in [`CUT_CAP`]. Where one
 //! fails the merge runs the one-workgroup filter kernel's body on the row, as it does for rows
 //! the candidates do not decide: rows whose cut lies in a bin of thousands of tokens of several
@@ -762,7 +771,6 @@ fn cut_part(b: &mut Block, input: Input) {
     let seeded = b.let_("cut_seeded", Ty::Bool, row_is_seeded());
     let pkey = PhiloxKey::bound(b);
     b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
-    super::race::store_row_table(b);
     b.barrier();
     for name in ["n_above", "n_range"] {
         b.let_(name, Ty::U32, u(0));
@@ -900,12 +908,35 @@ fn cut_part(b: &mut Block, input: Input) {
         Input::Probs => f(1.0),
     };
     let philox_columns = |b: &mut Block| {
-        let body = |b: &mut Block, i: Expr, j: u8, x: Expr| {
+        let one = |b: &mut Block, i: Expr, j: u8, x: Expr| {
             let race = |b: &mut Block, suffix: &str, _: [Expr; 3]| {
                 let bit = u32::from(j) + if suffix.is_empty() { 0 } else { 4 };
                 b.set("cut_race", var("cut_race") | u(1 << bit));
             };
             column(b, i, x, &race)
+        };
+        // From logits the quad's four columns at once (all four are read before the first's
+        // body): where all lie surely above the range, as most of a flat row's do, they count
+        // and race with one test and no branch a column.
+        let body = |b: &mut Block, i: Expr, j: u8, x: Expr| match (&sure, j) {
+            (Some((above, _, _)), 0) => {
+                let xs = (0..4u8).map(|k| var(&format!("zx{k}")));
+                let all = xs.reduce(|a, b| a.min(b)).expect("four columns").ge(above.clone());
+                b.if_else(
+                    all,
+                    |b| {
+                        b.set("n_above", var("n_above") + u(4));
+                        b.set("cut_race", var("cut_race") | u(0xf));
+                    },
+                    |b| {
+                        for k in 0..4u8 {
+                            b.scope(|b| one(b, i.clone() + u(u32::from(k)), k, var(&format!("zx{k}"))));
+                        }
+                    },
+                );
+            }
+            (Some(_), _) => {}
+            (None, _) => one(b, i, j, x),
         };
         // Each raced column's test against its race's best so far (above the range, or the
         // workgroup's, `cut_floor`, if higher), then its score where it passes; the test
@@ -943,7 +974,7 @@ fn cut_part(b: &mut Block, input: Input) {
             }
         };
         let raced = || var("cut_race").ne_(u(0));
-        let block = |i0: &Expr| super::race::keyed_block(var("col_lo") + i0.clone());
+        let block = |i0: &Expr| pkey.block(var("col_lo") + i0.clone());
         let after = |b: &mut Block, i0: Expr, first: bool| {
             if first {
                 b.let_("cw4", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
@@ -1078,7 +1109,6 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     }
     b.let_("r_m_range", Ty::U64, Expr::Lit(Lit::U64(0)));
     b.let_("r_w_below", Ty::F32, f(0.0));
-    declare_best(b);
     b.for_("p", lid.clone(), var("parts"), bs.clone(), |b, p| {
         let get = |k: u32| load(SCRATCH, word(p.clone(), k));
         let n_range = b.let_("q_n_range", Ty::U32, get(tail::N_RANGE));
@@ -1090,7 +1120,6 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
             b.set(&mine(name), var(&mine(name)).max(get(k)));
         }
         b.set("r_w_below", var("r_w_below").max(get(tail::W_BELOW).bitcast(Ty::F32)));
-        take_winners(b, &|k| word(p.clone(), tail::BEST + k));
     });
     let all = |n: &str| format!("{n}_all");
     let outs: Vec<String> = counts.iter().map(|n| all(n)).collect();
@@ -1102,33 +1131,20 @@ fn cut_row(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     let w_below = b.reduce(ReduceOp::Max, Ty::F32, var("r_w_below"), "w_below_all");
     // No token below the range has mass, or none that min-p keeps.
     b.let_("cut_below_ends", Ty::Bool, w_below.clone().le(f(0.0)).or(w_below.lt(var("mp"))));
-    // The parts' winners above the range, which each try starts from.
-    for name in ["best", "best_i", "best64", "best64_i"] {
-        let ty = if name.ends_with("_i") {
-            Ty::U32
-        } else if name.ends_with("64") {
-            Ty::F64
-        } else {
-            Ty::F32
-        };
-        b.let_(&format!("parts_{name}"), ty, var(name));
-    }
-    // The bounds as fixed-point masses (truncated: the most's one unit more), and the row's
-    // mass for the log-probability, their middle.
-    let bound = |k: u32| {
-        let w = load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k)).bitcast(Ty::F32);
-        call(FIXED, vec![w])
-    };
-    let unit = || Expr::Lit(Lit::U64(1));
-    b.let_("a_lo", Ty::U64, bound(0));
-    b.let_("a_hi", Ty::U64, bound(1) + unit());
-    b.let_("t_lo", Ty::U64, bound(2));
-    b.let_("t_hi", Ty::U64, bound(3) + unit());
-    let state_w = |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k)).bitcast(Ty::F32);
-    b.let_("cut_mass", Ty::F32, (state_w(2) + state_w(3)) * f(0.5));
     b.let_("cut_retry", Ty::Bool, boolean(false));
     b.for_("cut_try", u(0), u(2), u(1), |b, attempt| {
         b.if_(attempt.clone().eq_(u(0)).or(var("cut_retry")), |b| {
+            // The bounds as fixed-point masses (truncated: the most's one unit more), and the
+            // row's mass for the log-probability, their middle; each try reads them again, so
+            // that nothing but the flag lives across the tries (the merge is at its registers).
+            let state_w =
+                |k: u32| load_settled(SCRATCH, tail_word(var("row_slot"), u(0), tail::BOUNDS + k)).bitcast(Ty::F32);
+            let unit = || Expr::Lit(Lit::U64(1));
+            b.let_("a_lo", Ty::U64, call(FIXED, vec![state_w(0)]));
+            b.let_("a_hi", Ty::U64, call(FIXED, vec![state_w(1)]) + unit());
+            b.let_("t_lo", Ty::U64, call(FIXED, vec![state_w(2)]));
+            b.let_("t_hi", Ty::U64, call(FIXED, vec![state_w(3)]) + unit());
+            b.let_("cut_mass", Ty::F32, (state_w(2) + state_w(3)) * f(0.5));
             b.if_(attempt.gt(u(0)), |b| {
                 let (above, row) = exact_masses(b, input, mx.clone());
                 for name in ["a_lo", "a_hi"] {
@@ -1200,9 +1216,11 @@ fn attempt_cut(b: &mut Block, input: Input, mx: Expr, seeded: Expr) {
     b.set("sel_n", n_above);
     b.set("sel_m", var("a_lo"));
     b.set("lim", lim_hi);
-    for name in ["best", "best_i", "best64", "best64_i"] {
-        b.set(name, var(&format!("parts_{name}")));
-    }
+    // The parts' winners above the range.
+    declare_best(b);
+    b.for_("p", builtin(Builtin::LocalId), var("parts"), builtin(Builtin::BlockSize), |b, p| {
+        take_winners(b, &|k| tail_word(var("row_slot"), p.clone(), tail::BEST + k))
+    });
     b.let_("cut_sure", Ty::Bool, boolean(true));
     let pkey = PhiloxKey::bound(b);
     let race = (seeded.clone(), &pkey);
@@ -1393,9 +1411,11 @@ fn parts_in_order(b: &mut Block, name: &str, k: u32, body: &dyn Fn(&mut Block, E
 
 /// A range whose tokens all have the order value of `key` (a flat row, say), too many to list:
 /// they are ranked by column, and weigh the same, so top-p and top-k keep the lowest `ties` of
-/// them (arithmetic; min-p keeps all or none). Those of the parts before the part where that
-/// count ends are raced from the parts' winners in the range; that part's kept ones by one more
-/// read of its columns (a part, not the row), in order.
+/// them (arithmetic; min-p keeps all or none), at the largest set the bounds allow. Those of
+/// the parts before the part where that count ends are raced from the parts' winners in the
+/// range; that part's kept ones by one more read of its columns (a part, not the row), in
+/// order, those past the least set's count apart: `cut_sure` where they lie in that part and
+/// none of them beats the rest.
 fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), mx: Expr) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     ties(b);
@@ -1558,10 +1578,9 @@ pub(super) fn cut_here(b: &mut Block, input: Input) {
     });
 }
 
-/// The workgroup memory of [`cut_part`]: its count of listed range tokens, and the row's Philox
-/// table (`race::keyed_block`).
-pub(super) fn cut_shared() -> Vec<SharedDecl> {
-    vec![SharedDecl::atomic(LISTING, 1), super::race::race_shared()]
+/// The workgroup memory of [`cut_part`]: its count of listed range tokens.
+pub(super) fn cut_shared() -> SharedDecl {
+    SharedDecl::atomic(LISTING, 1)
 }
 
 fn cut_kernel(input: Input) -> Kernel {
@@ -1579,7 +1598,7 @@ fn cut_kernel(input: Input) -> Kernel {
     let name = format!("top_p_cut_{}", input.suffix());
     let mut k = kernel(name, doc, 1, buffers, functions(true), b);
     k.workgroup = Workgroup::Part;
-    k.shared.extend(cut_shared());
+    k.shared.push(cut_shared());
     // Its read waits on loads (a step of four columns a DRAM round trip), so more blocks an SM
     // take fewer rounds: four at 64 registers, where ptxas chose three at 80 (with the column
     // loop split by seeded rows, nothing spills; before, held at 64 it spilled 24 bytes).

@@ -211,24 +211,9 @@ pub(super) fn screen(b: &mut Block, za: Expr, wj: Expr) -> (Expr, Expr, Expr) {
 /// pruned pass, declared by every kernel that races from logits ([`race_shared`]).
 const RACE_KEY: &str = "race_key";
 
-/// The row's Philox table into [`RACE_KEY`], by the first invocation (read after a barrier).
-pub(super) fn store_row_table(b: &mut Block) {
-    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
-        let table = philox::row_table(
-            row_word(word::SEED_LO),
-            row_word(word::SEED_HI),
-            row_word(word::OFFSET_LO),
-            row_word(word::OFFSET_HI),
-        );
-        for (k, w) in table.into_iter().enumerate() {
-            b.store_shared(RACE_KEY, u(k as u32), w);
-        }
-    });
-}
-
 /// The Philox block of the four columns from `c0`, from the row's table in [`RACE_KEY`]: what
 /// [`philox_block`] gives, for fewer instructions a block.
-pub(super) fn keyed_block(c0: Expr) -> Expr {
+fn keyed_block(c0: Expr) -> Expr {
     philox::block_from_table(c0 >> u(2), |k| load_shared(RACE_KEY, u(k)))
 }
 
@@ -292,7 +277,17 @@ fn screened_pass(b: &mut Block) {
     // in registers across the loop: 62 on sm_90, two blocks of 512 resident, where the key
     // alone took 40 and three; the table saves about 22 instructions a block, which the cost
     // model finds worth more (`docs/race-design.md`, stage H).
-    store_row_table(b);
+    b.if_(builtin(Builtin::LocalId).eq_(u(0)), |b| {
+        let table = philox::row_table(
+            row_word(word::SEED_LO),
+            row_word(word::SEED_HI),
+            row_word(word::OFFSET_LO),
+            row_word(word::OFFSET_HI),
+        );
+        for (k, w) in table.into_iter().enumerate() {
+            b.store_shared(RACE_KEY, u(k as u32), w);
+        }
+    });
     b.barrier();
     let step = builtin(Builtin::BlockSize) * u(4);
     b.scope(|b| prune_step(b, var("col_lo")));
