@@ -100,13 +100,11 @@ const FINE: Level = Level {
 const ESTIMATE_UNITS: f32 = 3.5e9;
 /// How near (a share of the row's mass) the limit may lie to a bin's edge before the cut's range
 /// takes the neighbouring bin too: twice [`COARSE_ERROR`], as the limit and the mass above the
-/// edge may each be off by it, so that the merge's bounds ([`Bounds`]) place the first listed
-/// token inside the set and the first token below outside it for certain. So the neighbour is
-/// listed only where the estimate may lie on the wrong side of the edge. It was 50 times the bound (2^-12): on Zipf
-/// rows at T 1.0, a fifth of top-p 0.99 rows listed two deep-tail bins, more tokens than the
-/// parts list, and read nine or ten times; with no margin at all, none of 384 such rows was
-/// misplaced (lavapipe). An estimate off by more only costs the filter kernel's passes: the
-/// merge checks where the cut lies.
+/// edge may each be off by it, so that the merge's bounds ([`estimate_bounds`]) place the first
+/// listed token inside the set and the first token below outside it for certain. So the
+/// neighbour is listed only where the estimate may lie on the wrong side of the edge. It was 50
+/// times a bound on the error (2^-12): on Zipf rows at T 1.0, a fifth of top-p 0.99 rows listed
+/// two deep-tail bins, more tokens than the parts list, and read nine or ten times.
 const ESTIMATE_MARGIN: f32 = 2.0 * COARSE_ERROR;
 /// A bound on the coarse grid's estimate of a mass (the row's, or above a bin's edge) against
 /// the exact one the merge would sum (`sk_fixed` of each token's `sk_exp(z - max)`), as a share
@@ -114,9 +112,9 @@ const ESTIMATE_MARGIN: f32 = 2.0 * COARSE_ERROR;
 /// the target's fast exponential against the bin's edge (3.7e-7 on Vulkan, 3 + 2|x| ulp), the
 /// rounding of `z - max` in the exact weight and of `edge - max` in the bin's (each 2^-24 of
 /// the distance, 1.9e-6 at the grid's 32 units), the two `sk_exp`s, the products and the
-/// conversions to f32 and to the estimate's units (4e-7 together), and the exact sums' truncation
-/// to 2^-40 a token (1.4e-7 at 151936 tokens): 5.9e-6. The parts' masses of a bin are summed in
-/// integers, exactly.
+/// conversions to f32 and to the estimate's units (4e-7 together): 5.8e-6. The parts' masses of
+/// a bin are summed in integers, exactly; the exact sums' truncation to 2^-40 a token is bounded
+/// apart ([`estimate_bounds`]).
 const COARSE_ERROR: f32 = 1.0 / 131072.0;
 /// Weight under which a token lies outside a part's coarse grid, which the bins miss: `e^-31.9`
 /// below the part's largest from logits, `2^-31` from probabilities.
@@ -162,7 +160,7 @@ mod tail {
     pub const R: u32 = 3;
     pub const MX: u32 = 4;
     /// The estimate's bounds on the exact masses above the range and of the row, least then
-    /// most (f32 bits, in weights of the row's maximum: [`super::Bounds`]).
+    /// most (f32 bits, in weights of the row's maximum: [`super::estimate_bounds`]).
     pub const BOUNDS: u32 = 5;
     /// A part's counts above and in the range, and its fixed-point mass in it (u64 in two
     /// words).
@@ -329,20 +327,21 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                     b.if_else(
                         inside,
                         |b| {
-                            // Against the bin's upper edge, not the part's maximum: a tail of
-                            // thousands of tokens under 2^-19 of the maximum each would round to a
-                            // unit or to nothing. An estimate (the cut sums exact masses), so the
-                            // target's fast exponential.
+                            // Against the bin's upper edge, not the part's maximum: a tail
+                            // of thousands of tokens under 2^-19 of the maximum each would
+                            // round to a unit or to nothing. An estimate within its bound
+                            // (`COARSE_ERROR`), so the target's fast exponential.
                             let we = match input {
                                 Input::Logits(_) => {
                                     let edge = coarse.edge(input, var("hg_i") + f(1.0));
                                     values::estimate_weight(input, z.clone(), edge)
                                 }
-                                // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge is
-                                // `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the ratio
-                                // is `(1 + m) 16 / (17 + j)`, within an ulp (a subnormal `p`, in no
-                                // bin of a part whose largest is above 2^-94, would be off: an
-                                // estimate, which the merge checks).
+                                // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge
+                                // is `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the
+                                // ratio is `(1 + m) 16 / (17 + j)`, within an ulp. A subnormal
+                                // `p` lies in a bin only of a part whose largest is under 2^-94,
+                                // whose 4096 tokens weigh under 2^-64 of the row's mass (its
+                                // largest is at least 1 / 2^23): off by no more than that.
                                 Input::Probs => {
                                     let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
                                     let j = coarse.bits_index(z.clone()) & u(COARSE_STEPS - 1);
@@ -350,9 +349,10 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                                     mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
                                 }
                             };
-                            // Rounded to an integer by the float add of 2^23 (the weight is at most
-                            // about 1, so the sum lies where floats are integers) and read from its
-                            // bits: no conversion, whose pipe is an eighth of the float pipe's.
+                            // Rounded to an integer by the float add of 2^23 (the weight is at
+                            // most about 1, so the sum lies where floats are integers) and read
+                            // from its bits: no conversion, whose pipe is an eighth of the float
+                            // pipe's.
                             let placed = we * f((1u32 << HIST_BITS) as f32) + f(ROUNDER);
                             let mass = placed.bitcast(Ty::U32) - u(ROUNDER.to_bits());
                             let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
