@@ -61,9 +61,6 @@ pub fn prepare(kernel: &Kernel) -> Result<Prepared, IrError> {
         out.functions.push(Function { body, ..func });
     }
     out.body = simplify(&out, &[], None, kernel.body.clone())?;
-    // Folding may drop a helper's only call (a branch on a literal): keep those still called.
-    let used: Vec<String> = used_functions(&out)?.into_iter().map(|f| f.name.clone()).collect();
-    out.functions.retain(|f| used.contains(&f.name));
     crate::outline::outline(&mut out)?;
     check(&out)?;
     Ok(Prepared(out))
