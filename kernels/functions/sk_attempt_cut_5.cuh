@@ -154,7 +154,7 @@
         const unsigned int sk_e77 = (i / 640u); \
         unsigned int rcol = (*(volatile unsigned int*)&partials[((((row_slot * parts) + sk_e77) * 1317u) + (6u + ((i - (sk_e77 * 640u)) * 2u)))]); \
         float rov = sk_bitcast<float>((rk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(rk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp))) { \
+        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (((rov == cut_mx) ? (1.0f) : (rov / cut_mx)) >= mp)))) { \
             sk_select_in_range_6(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
         } \
     } \

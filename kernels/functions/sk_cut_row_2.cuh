@@ -236,7 +236,7 @@
                 sk_attempt_cut_5(parts, row_slot, cut_mx, kk, pp, mp, base, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, lim_lo, lim_hi, a_lo, a_hi, sel_mask, sel_key, sel_n, sel_m, lim, sel_tn, sel_tm, best64, best64_i, best, best_i, cut_sure); \
             } \
             if (cut_tied) { \
-                sk_attempt_cut_4(n_range_all, m_range_all, kk, sel_n, a_hi, lim_lo, max_range_all, cut_mx, mp, parts, row_slot, base, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, sel_tn, sel_tm, lim, sel_m, best, best_i, best64, best64_i, cut_sure); \
+                sk_attempt_cut_4(n_range_all, m_range_all, kk, sel_n, a_hi, lim_lo, max_range_all, mp, cut_mx, parts, row_slot, base, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, sel_tn, sel_tm, lim, sel_m, best, best_i, best64, best64_i, cut_sure); \
             } \
             if (((cut_sorted || cut_tied) || cut_dense)) { \
                 /* built by kernels::filter_top_p::attempt_cut */ \

@@ -166,7 +166,7 @@ fn sk_attempt_cut_5(sk_lid: u32, parts: u32, row_slot: u32, cut_mx: f32, kk: u32
         let sk_e77: u32 = (i / 640u);
         var rcol: u32 = atomicLoad(&partials[((((row_slot * parts) + sk_e77) * 1317u) + (6u + ((i - (sk_e77 * 640u)) * 2u)))]);
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
+        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp)))) {
             sk_select_in_range_6(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
         }
     }

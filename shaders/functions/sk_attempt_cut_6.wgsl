@@ -152,7 +152,7 @@ fn sk_attempt_cut_6(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, cu
         var rk: u32 = listed_cols[i];
         var rcol: u32 = listed_cols[(i + 2048u)];
         var rov: f32 = bitcast<f32>((rk ^ ((bitcast<u32>((bitcast<i32>(rk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp))) {
+        if ((((rk > sel_key) || (((rk == sel_key) && (ties > 0u)) && (rcol <= tie_col_max))) && ((mp <= (0.0f)) || (select((rov / cut_mx), (1.0f), (rov == cut_mx)) >= mp)))) {
             sk_select_in_range_6(base, rcol, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
         }
     }

@@ -190,7 +190,7 @@ fn sk_cut_row(sk_lid: u32, cut_try: u32, row_slot: u32, parts: u32, col_hi: u32,
                 sk_attempt_cut_2(sk_lid, parts, row_slot, kk, pp, mp, base, temp, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, lim_lo, lim_hi, a_lo, a_hi, cut_mx, &sel_mask, &sel_key, &sel_n, &sel_m, &lim, &sel_tn, &sel_tm, &best64, &best64_i, &best, &best_i, &cut_sure);
             }
             if (cut_tied) {
-                sk_attempt_cut(sk_lid, n_range_all, m_range_all, kk, sel_n, a_hi, lim_lo, max_range_all, mp, parts, row_slot, base, temp, cut_mx, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &sel_tn, &sel_tm, &lim, &sel_m, &best, &best_i, &best64, &best64_i, &cut_sure);
+                sk_attempt_cut(sk_lid, n_range_all, m_range_all, kk, sel_n, a_hi, lim_lo, mp, max_range_all, parts, row_slot, base, temp, cut_mx, cut_seeded, noisy, row, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &sel_tn, &sel_tm, &lim, &sel_m, &best, &best_i, &best64, &best64_i, &cut_sure);
             }
             if (((cut_sorted || cut_tied) || cut_dense)) {
                 // built by kernels::filter_top_p::attempt_cut

@@ -1347,7 +1347,7 @@ fn select_in_range(b: &mut Block, input: Input, range: Range, race: (Expr, &Phil
         let col = b.let_("rcol", Ty::U32, col_of(i));
         let ov = b.let_("rov", Ty::F32, key_value(k.clone()));
         let tie = k.clone().eq_(var("sel_key")).and(var("ties").gt(u(0))).and(col.clone().le(tie_col.clone()));
-        let kept = k.gt(var("sel_key")).or(tie).and(values::order_weight(input, ov.clone(), mx.clone()).ge(var("mp")));
+        let kept = k.gt(var("sel_key")).or(tie).and(min_p_keeps(input, ov.clone(), mx.clone()));
         b.if_(kept, |b| {
             let z = values::column(b, input, col.clone(), "rz");
             race_one(b, input, "", race.clone(), col, z, ov);
@@ -1428,8 +1428,7 @@ fn tied_range(b: &mut Block, input: Input, key: Expr, race: (Expr, &PhiloxKey), 
         ties(b);
         b.set("t_least", var("ties"));
     });
-    let by_min_p =
-        b.let_("t_min_p", Ty::Bool, values::order_weight(input, key_value(key.clone()), mx.clone()).ge(var("mp")));
+    let by_min_p = b.let_("t_min_p", Ty::Bool, min_p_keeps(input, key_value(key.clone()), mx.clone()));
     let t = b.let_("t_kept", Ty::U32, select(by_min_p.clone(), var("ties"), u(0)));
     let unsure = b.let_("t_unsure", Ty::U32, t.clone() - select(by_min_p, var("t_least"), u(0)));
     b.let_("t_part", Ty::U32, u(0));
