@@ -87,16 +87,19 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
 #include "functions/sk_select_step.cuh"
-#include "functions/sk_for_each_quad.cuh"
-#include "functions/sk_cut_part_4.cuh"
+#include "functions/sk_cut_part_5.cuh"
 #include "functions/sk_sweep_set_2.cuh"
-#include "functions/sk_read_step_43.cuh"
+#include "functions/sk_cut_part_6.cuh"
+#include "functions/sk_read_step_45.cuh"
+#include "functions/sk_cut_part_7.cuh"
 #include "functions/sk_read_step_11.cuh"
 #include "functions/sk_read_step_12.cuh"
 #include "functions/sk_select_in_range_5.cuh"
 #include "functions/sk_read_step_13.cuh"
+#include "functions/sk_load_quad_as_11.cuh"
 #include "functions/sk_read_step_14.cuh"
 #include "functions/sk_race_sweep_4.cuh"
+#include "functions/sk_race_one_4.cuh"
 #include "functions/sk_read_step_15.cuh"
 #include "functions/sk_decide_3.cuh"
 #include "functions/sk_rank_listed.cuh"
@@ -106,20 +109,25 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_read_step_16.cuh"
 #include "functions/sk_within.cuh"
 #include "functions/sk_within_2.cuh"
-#include "functions/sk_merge_row_2.cuh"
-#include "functions/sk_read_step_44.cuh"
+#include "functions/sk_cut_part_8.cuh"
 #include "functions/sk_digit_counts.cuh"
 #include "functions/sk_read_step_17.cuh"
-#include "functions/sk_read_step_45.cuh"
-#include "functions/sk_read_step_18.cuh"
+#include "functions/sk_merge_row_2.cuh"
+#include "functions/sk_cut_part_9.cuh"
 #include "functions/sk_read_step_46.cuh"
+#include "functions/sk_read_step_18.cuh"
 #include "functions/sk_read_step_47.cuh"
-#include "functions/sk_race_one_3.cuh"
-#include "functions/sk_tied_range_2.cuh"
+#include "functions/sk_read_step_48.cuh"
+#include "functions/sk_read_step_49.cuh"
+#include "functions/sk_race_one_5.cuh"
+#include "functions/sk_race_tied_range_2.cuh"
 #include "functions/sk_select_in_range_6.cuh"
 #include "functions/sk_write_results_as_3.cuh"
+#include "functions/sk_read_step_50.cuh"
 #include "functions/sk_merge_2.cuh"
 #include "functions/sk_digit_counts_7.cuh"
+#include "functions/sk_cut_part_10.cuh"
+#include "functions/sk_cut_part_11.cuh"
 #include "functions/sk_attempt_cut_4.cuh"
 #include "functions/sk_race_4.cuh"
 #include "functions/sk_select_in_range_7.cuh"
@@ -129,8 +137,6 @@ __shared__ __align__(16) unsigned int select_scratch[512];
 #include "functions/sk_cut_row_2.cuh"
 #include "functions/sk_for_each_read_4.cuh"
 #include "functions/sk_merge_cut_2.cuh"
-#include "functions/sk_cut_part_5.cuh"
-#include "functions/sk_cut_here_2.cuh"
 #include "functions/sk_find_set_5.cuh"
 #include "functions/sk_sweep_2.cuh"
 #include "functions/sk_write_results_as_4.cuh"
@@ -174,7 +180,39 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((1 < SK_FULL_BLOCKS ? 1 
             unsigned int reads_before = (one_read ? 1u : 0u);
             bool merges = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here_2(slot, parts, part, row, base, mp, noisy, col_lo, col_hi, merges);
+                {
+                    unsigned int row_slot = slot;
+                    if ((partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u)) {
+                        // built by kernels::filter_top_p::cut_here
+                        col_lo = min(((part * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab);
+                        col_hi = min((col_lo + ((((((vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), vocab);
+                        {
+                            sk_cut_part_11(row_slot, parts, row, col_hi, col_lo, base, mp, noisy, part);
+                        }
+                        col_lo = 0u;
+                        col_hi = vocab;
+                        merges = false;
+                        __threadfence();
+                        __syncthreads();
+                        unsigned int arrived = 0u;
+                        if ((threadIdx.x == 0u)) {
+                            // built by kernels::combine::last_part_on
+                            unsigned int before = 0u;
+                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 1u);
+                            arrived = (before + 1u);
+                        }
+                        unsigned int arrivals = 0u;
+                        arrivals = sk_block_max_u32(arrived);
+                        if ((arrivals == parts)) {
+                            // built by kernels::combine::last_part_on
+                            __threadfence();
+                            merges = true;
+                            if ((threadIdx.x == 0u)) {
+                                partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)] = 0u;
+                            }
+                        }
+                    }
+                }
             }
             bool min_p_raced = false;
             if (min_p_cut) {

@@ -62,12 +62,16 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_cut_part_6.cuh"
+#include "functions/sk_cut_part_12.cuh"
 #include "functions/sk_cut_part_2.cuh"
+#include "functions/sk_cut_part_3.cuh"
 #include "functions/sk_load_quad_as_10.cuh"
-#include "functions/sk_cut_part_7.cuh"
-#include "functions/sk_read_step_48.cuh"
-#include "functions/sk_cut_part_8.cuh"
+#include "functions/sk_race_one.cuh"
+#include "functions/sk_read_step_43.cuh"
+#include "functions/sk_race_one_6.cuh"
+#include "functions/sk_read_step_51.cuh"
+#include "functions/sk_cut_part_13.cuh"
+#include "functions/sk_cut_part_14.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -104,159 +108,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
             const unsigned int sk_e1 = (row * 12u);
             bool min_p_cut = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
             if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
-                {
-                    float cut_lo = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]));
-                    float cut_hi = ((float)(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]));
-                    float grid_r = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
-                    unsigned int cut_grid_shift = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
-                    float cut_grid_scale = sk_bitcast<float>(((127u + cut_grid_shift) << 23u));
-                    float cut_mx = sk_bitcast<float>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
-                    bool cut_seeded = (rows[((row * 12u) + 1u)] == 1u);
-                    unsigned int pk_seed_lo = rows[((row * 12u) + 8u)];
-                    unsigned int pk_seed_hi = rows[((row * 12u) + 9u)];
-                    unsigned int pk_off_lo = rows[((row * 12u) + 10u)];
-                    unsigned int pk_off_hi = rows[((row * 12u) + 11u)];
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        cut_listing[0u] = 0u;
-                    }
-                    __syncthreads();
-                    unsigned int n_above = 0u;
-                    unsigned int n_range = 0u;
-                    unsigned long long m_range = 0ull;
-                    float min_above = sk_bitcast<float>(2139095040u);
-                    float min_range = sk_bitcast<float>(2139095040u);
-                    float max_range_v = sk_bitcast<float>(4286578688u);
-                    float max_below_v = sk_bitcast<float>(4286578688u);
-                    float cut_above_from = ((grid_r - cut_lo) + (1.0f));
-                    float cut_range_from = (grid_r - cut_hi);
-                    const float sk_e2 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u));
-                    float cut_guard = ((((fabsf((cut_above_from * sk_e2)) + fabsf((cut_range_from * sk_e2))) + fabsf(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
-                    float cut_x_above = (((cut_above_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
-                    float cut_x_below = (((cut_range_from * sk_bitcast<float>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
-                    float max_below_x = sk_bitcast<float>(4286578688u);
-                    float best = sk_bitcast<float>(4286578688u);
-                    unsigned int best_i = 4294967295u;
-                    double best64 = sk_bitcast<double>(18442240474082181120ull);
-                    unsigned int best64_i = 4294967295u;
-                    float bestr = sk_bitcast<float>(4286578688u);
-                    unsigned int bestr_i = 4294967295u;
-                    double bestr64 = sk_bitcast<double>(18442240474082181120ull);
-                    unsigned int bestr64_i = 4294967295u;
-                    float cut_rcp_t = ((1.0f) / temp);
-                    if (cut_seeded) {
-                        // built by kernels::filter_top_p::cut_part
-                        for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = i0;
-                            float zx0 = (0.0f);
-                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = (0.0f);
-                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = (0.0f);
-                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = (0.0f);
-                            if ((li3 < (col_hi - col_lo))) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int zx_at = ((base + col_lo) + i0);
-                                const float sk_e3 = sk_load_x(zx_at);
-                                zx0 = (((sk_bitcast<unsigned int>(sk_e3) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e3);
-                                const float sk_e4 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
-                                zx1 = (((sk_bitcast<unsigned int>(sk_e4) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e4);
-                                const float sk_e5 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
-                                zx2 = (((sk_bitcast<unsigned int>(sk_e5) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e5);
-                                const float sk_e6 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
-                                zx3 = (((sk_bitcast<unsigned int>(sk_e6) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e6);
-                            } else {
-                                // built by kernels::filter_values::read_step
-                                const unsigned int sk_e8 = (col_hi - col_lo);
-                                const float sk_e7 = sk_load_x(((base + col_lo) + ((li0 < sk_e8) ? li0 : (sk_e8 - 1u))));
-                                zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7);
-                                const unsigned int sk_e10 = (col_hi - col_lo);
-                                const float sk_e9 = sk_load_x(((base + col_lo) + ((li1 < sk_e10) ? li1 : (sk_e10 - 1u))));
-                                zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9);
-                                const unsigned int sk_e12 = (col_hi - col_lo);
-                                const float sk_e11 = sk_load_x(((base + col_lo) + ((li2 < sk_e12) ? li2 : (sk_e12 - 1u))));
-                                zx2 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11);
-                                const unsigned int sk_e14 = (col_hi - col_lo);
-                                const float sk_e13 = sk_load_x(((base + col_lo) + ((li3 < sk_e14) ? li3 : (sk_e14 - 1u))));
-                                zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13);
-                            }
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                        }
-                    } else {
-                        sk_cut_part_8(base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, n_above, max_below_x, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
-                    }
-                    unsigned int part_n_above = 0u;
-                    unsigned int part_n_range = 0u;
-                    sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range);
-                    unsigned long long part_m_range = 0ull;
-                    part_m_range = sk_block_sum_u64(m_range);
-                    float part_w_below = (0.0f);
-                    const float sk_e74 = fminf((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
-                    part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e74 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e74))));
-                    unsigned int part_min_above_not = 0u;
-                    part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u)));
-                    unsigned int part_min_range_not = 0u;
-                    part_min_range_not = sk_block_max_u32(((min_range == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_range) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u)));
-                    unsigned int part_max_range = 0u;
-                    part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u))));
-                    unsigned int part_max_below = 0u;
-                    part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u))));
-                    float part_best = (0.0f);
-                    unsigned int part_best_i = 0u;
-                    sk_block_argmax_f32(best, best_i, part_best, part_best_i);
-                    double part_best64 = (0.0);
-                    unsigned int part_best64_i = 0u;
-                    sk_block_argmax_f64(best64, best64_i, part_best64, part_best64_i);
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 1317u) + 1304u)] = sk_bitcast<unsigned int>(part_best);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1305u)] = part_best_i;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
-                    }
-                    float part_bestr = (0.0f);
-                    unsigned int part_bestr_i = 0u;
-                    sk_block_argmax_f32(bestr, bestr_i, part_bestr, part_bestr_i);
-                    double part_bestr64 = (0.0);
-                    unsigned int part_bestr64_i = 0u;
-                    sk_block_argmax_f64(bestr64, bestr64_i, part_bestr64, part_bestr64_i);
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 1317u) + 1309u)] = sk_bitcast<unsigned int>(part_bestr);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1310u)] = part_bestr_i;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1311u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_bestr64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
-                    }
-                    __syncthreads();
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below);
-                    }
-                }
+                sk_cut_part_14(row_slot, parts, row, temp, col_hi, col_lo, base, mp, noisy, part);
             }
         }
     }

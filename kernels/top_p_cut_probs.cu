@@ -56,11 +56,17 @@ __shared__ __align__(16) unsigned int cut_listing[1];
 #include "functions/sk_log64.cuh"
 #include "functions/sk_murmur3.cuh"
 #include "functions/sk_seeded_gumbel64.cuh"
-#include "functions/sk_for_each_quad_2.cuh"
-#include "functions/sk_cut_part_4.cuh"
-#include "functions/sk_cut_part_9.cuh"
-#include "functions/sk_read_step_49.cuh"
-#include "functions/sk_cut_part_10.cuh"
+#include "functions/sk_cut_part_15.cuh"
+#include "functions/sk_cut_part_6.cuh"
+#include "functions/sk_cut_part_7.cuh"
+#include "functions/sk_load_quad_as_11.cuh"
+#include "functions/sk_race_one_4.cuh"
+#include "functions/sk_cut_part_16.cuh"
+#include "functions/sk_read_step_48.cuh"
+#include "functions/sk_race_one_7.cuh"
+#include "functions/sk_cut_part_17.cuh"
+#include "functions/sk_cut_part_18.cuh"
+#include "functions/sk_cut_part_19.cuh"
 
 extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)) ? (4 < SK_FULL_BLOCKS ? 4 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (1444 + SK_BLOCK_RESERVED)))) top_p_cut_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
@@ -114,8 +120,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                         cut_listing[0u] = 0u;
                     }
                     __syncthreads();
-                    unsigned int n_above = 0u;
-                    unsigned int n_range = 0u;
+                    unsigned int cut_counts = 0u;
                     unsigned long long m_range = 0ull;
                     float min_above = sk_bitcast<float>(2139095040u);
                     float min_range = sk_bitcast<float>(2139095040u);
@@ -128,59 +133,15 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     unsigned int best_i = 4294967295u;
                     double best64 = sk_bitcast<double>(18442240474082181120ull);
                     unsigned int best64_i = 4294967295u;
-                    float bestr = sk_bitcast<float>(4286578688u);
-                    unsigned int bestr_i = 4294967295u;
-                    double bestr64 = sk_bitcast<double>(18442240474082181120ull);
-                    unsigned int bestr64_i = 4294967295u;
                     if (cut_seeded) {
-                        // built by kernels::filter_top_p::cut_part
-                        for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            unsigned int li0 = i0;
-                            float zx0 = (0.0f);
-                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
-                            float zx1 = (0.0f);
-                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
-                            float zx2 = (0.0f);
-                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
-                            float zx3 = (0.0f);
-                            if ((li3 < (col_hi - col_lo))) {
-                                // built by kernels::filter_values::read_step
-                                unsigned int zx_at = ((base + col_lo) + i0);
-                                zx0 = sk_load_x(zx_at);
-                                zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
-                                zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
-                                zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
-                            } else {
-                                // built by kernels::filter_values::read_step
-                                const unsigned int sk_e2 = (col_hi - col_lo);
-                                zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e2) ? li0 : (sk_e2 - 1u))));
-                                const unsigned int sk_e3 = (col_hi - col_lo);
-                                zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e3) ? li1 : (sk_e3 - 1u))));
-                                const unsigned int sk_e4 = (col_hi - col_lo);
-                                zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e4) ? li2 : (sk_e4 - 1u))));
-                                const unsigned int sk_e5 = (col_hi - col_lo);
-                                zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e5) ? li3 : (sk_e5 - 1u))));
-                            }
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li0, zx0, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li1, zx1, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li2, zx2, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li3, zx3, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, n_above, min_above, best64, best64_i, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v);
-                            }
-                        }
+                        sk_cut_part_19(col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, cut_counts, min_above, best64, best64_i, m_range, min_range, max_range_v, max_below_v);
                     } else {
-                        sk_cut_part_10(base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, n_above, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i);
+                        sk_cut_part_18(cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_counts, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i);
                     }
+                    __threadfence();
                     unsigned int part_n_above = 0u;
                     unsigned int part_n_range = 0u;
-                    sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range);
+                    sk_block_sums_u32_2((cut_counts >> 16u), (cut_counts & 65535u), part_n_above, part_n_range);
                     unsigned long long part_m_range = 0ull;
                     part_m_range = sk_block_sum_u64(m_range);
                     float part_w_below = (0.0f);
@@ -193,6 +154,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                     part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u))));
                     unsigned int part_max_below = 0u;
                     part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u))));
+                    bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                     float part_best = (0.0f);
                     unsigned int part_best_i = 0u;
                     sk_block_argmax_f32(best, best_i, part_best, part_best_i);
@@ -206,6 +168,94 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                         partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull));
                         partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u));
                         partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
+                    }
+                    if ((threadIdx.x == 0u)) {
+                        // built by kernels::filter_top_p::cut_part
+                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below);
+                    }
+                    float bestr = sk_bitcast<float>(4286578688u);
+                    unsigned int bestr_i = 4294967295u;
+                    double bestr64 = sk_bitcast<double>(18442240474082181120ull);
+                    unsigned int bestr64_i = 4294967295u;
+                    if (cut_one_value) {
+                        // built by kernels::filter_top_p::cut_part
+                        unsigned int rt_listed = cut_listing[0u];
+                        if ((rt_listed <= 640u)) {
+                            // built by kernels::filter_top_p::race_tied_range
+                            for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) {
+                                unsigned int rt_col = partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))];
+                                float rt_z_x = sk_load_x((base + rt_col));
+                                float rt_z = (((rt_z_x > (0.0f)) && (rt_z_x < sk_bitcast<float>(2139095040u))) ? rt_z_x : (0.0f));
+                                float rt_ov = rt_z;
+                                if (((mp <= (0.0f)) || (((rt_ov == cut_mx) ? (1.0f) : (rt_ov / cut_mx)) >= mp))) {
+                                    if (cut_seeded) {
+                                        sk_race_one_7(rt_z, noisy, row, rt_col, bestr64, bestr64_i);
+                                    } else {
+                                        // built by kernels::filter_top_k::race_one
+                                        uint4 w4 = sk_philox(make_uint4(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        const unsigned int sk_e75 = (rt_col & 3u);
+                                        float score = (rt_z / sk_exponential(((sk_e75 == 3u) ? ((w4).w) : ((sk_e75 == 2u) ? ((w4).z) : ((sk_e75 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
+                                            // built by kernels::filter_top_k::keep_lower
+                                            bestr = score;
+                                            bestr_i = rt_col;
+                                        }
+                                    }
+                                }
+                            }
+                        } else {
+                            // built by kernels::filter_top_p::race_tied_range
+                            for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) {
+                                // built by kernels::filter_values::for_each_read
+                                unsigned int li0 = i0;
+                                float zx0 = (0.0f);
+                                unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u));
+                                float zx1 = (0.0f);
+                                unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u));
+                                float zx2 = (0.0f);
+                                unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u));
+                                float zx3 = (0.0f);
+                                if ((li3 < (col_hi - col_lo))) {
+                                    // built by kernels::filter_values::read_step
+                                    unsigned int zx_at = ((base + col_lo) + i0);
+                                    zx0 = sk_load_x(zx_at);
+                                    zx1 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 1u);
+                                    zx2 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 2u);
+                                    zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
+                                } else {
+                                    // built by kernels::filter_values::read_step
+                                    const unsigned int sk_e76 = (col_hi - col_lo);
+                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e76) ? li0 : (sk_e76 - 1u))));
+                                    const unsigned int sk_e77 = (col_hi - col_lo);
+                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e77) ? li1 : (sk_e77 - 1u))));
+                                    const unsigned int sk_e78 = (col_hi - col_lo);
+                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e78) ? li2 : (sk_e78 - 1u))));
+                                    const unsigned int sk_e79 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e79) ? li3 : (sk_e79 - 1u))));
+                                }
+                                if ((li0 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                }
+                                if ((li1 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                }
+                                if ((li2 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                }
+                                if ((li3 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);
+                                }
+                            }
+                        }
                     }
                     float part_bestr = (0.0f);
                     unsigned int part_bestr_i = 0u;
@@ -222,19 +272,6 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                         partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
                     }
                     __syncthreads();
-                    if ((threadIdx.x == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below);
-                    }
                 }
             }
         }

@@ -74,16 +74,19 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_select_step.wgsl
-// shaders/functions/sk_for_each_quad.wgsl
-// shaders/functions/sk_cut_part_4.wgsl
+// shaders/functions/sk_cut_part_5.wgsl
 // shaders/functions/sk_sweep_set_2.wgsl
-// shaders/functions/sk_read_step_43.wgsl
+// shaders/functions/sk_cut_part_6.wgsl
+// shaders/functions/sk_read_step_45.wgsl
+// shaders/functions/sk_cut_part_7.wgsl
 // shaders/functions/sk_read_step_11.wgsl
 // shaders/functions/sk_read_step_12.wgsl
 // shaders/functions/sk_select_in_range_5.wgsl
 // shaders/functions/sk_read_step_13.wgsl
+// shaders/functions/sk_load_quad_as_11.wgsl
 // shaders/functions/sk_read_step_14.wgsl
 // shaders/functions/sk_race_sweep_4.wgsl
+// shaders/functions/sk_race_one_4.wgsl
 // shaders/functions/sk_read_step_15.wgsl
 // shaders/functions/sk_decide_3.wgsl
 // shaders/functions/sk_rank_listed.wgsl
@@ -93,20 +96,25 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_16.wgsl
 // shaders/functions/sk_within.wgsl
 // shaders/functions/sk_within_2.wgsl
-// shaders/functions/sk_merge_row_2.wgsl
-// shaders/functions/sk_read_step_44.wgsl
+// shaders/functions/sk_cut_part_8.wgsl
 // shaders/functions/sk_digit_counts.wgsl
 // shaders/functions/sk_read_step_17.wgsl
-// shaders/functions/sk_read_step_45.wgsl
-// shaders/functions/sk_read_step_18.wgsl
+// shaders/functions/sk_merge_row_2.wgsl
+// shaders/functions/sk_cut_part_9.wgsl
 // shaders/functions/sk_read_step_46.wgsl
+// shaders/functions/sk_read_step_18.wgsl
 // shaders/functions/sk_read_step_47.wgsl
-// shaders/functions/sk_race_one_3.wgsl
-// shaders/functions/sk_tied_range_2.wgsl
+// shaders/functions/sk_read_step_48.wgsl
+// shaders/functions/sk_read_step_49.wgsl
+// shaders/functions/sk_race_one_5.wgsl
+// shaders/functions/sk_race_tied_range_2.wgsl
 // shaders/functions/sk_select_in_range_6.wgsl
 // shaders/functions/sk_write_results_as_3.wgsl
+// shaders/functions/sk_read_step_50.wgsl
 // shaders/functions/sk_merge_2.wgsl
 // shaders/functions/sk_digit_counts_7.wgsl
+// shaders/functions/sk_cut_part_10.wgsl
+// shaders/functions/sk_cut_part_11.wgsl
 // shaders/functions/sk_attempt_cut_4.wgsl
 // shaders/functions/sk_race_4.wgsl
 // shaders/functions/sk_select_in_range_7.wgsl
@@ -116,8 +124,6 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_cut_row_2.wgsl
 // shaders/functions/sk_for_each_read_4.wgsl
 // shaders/functions/sk_merge_cut_2.wgsl
-// shaders/functions/sk_cut_part_5.wgsl
-// shaders/functions/sk_cut_here_2.wgsl
 // shaders/functions/sk_find_set_5.wgsl
 // shaders/functions/sk_sweep_2.wgsl
 // shaders/functions/sk_write_results_as_4.wgsl
@@ -161,7 +167,39 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             var reads_before: u32 = select(0u, 1u, one_read);
             var merges: bool = (part == 0u);
             if ((cut_here && (top_p_cut || min_p_cut))) {
-                sk_cut_here_2(sk_lid, slot, parts, part, row, base, mp, noisy, &col_lo, &col_hi, &merges);
+                {
+                    var row_slot: u32 = slot;
+                    if ((atomicLoad(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)]) == 1u)) {
+                        // built by kernels::filter_top_p::cut_here
+                        col_lo = min(((part * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
+                        col_hi = min((col_lo + ((((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts) * 4u)), params.vocab);
+                        {
+                            sk_cut_part_11(sk_lid, row_slot, parts, row, col_hi, col_lo, base, mp, noisy, part);
+                        }
+                        col_lo = 0u;
+                        col_hi = params.vocab;
+                        merges = false;
+                        storageBarrier();
+                        workgroupBarrier();
+                        var arrived: u32 = 0u;
+                        if ((sk_lid == 0u)) {
+                            // built by kernels::combine::last_part_on
+                            var before: u32 = 0u;
+                            before = atomicAdd(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 1u);
+                            arrived = (before + 1u);
+                        }
+                        var arrivals: u32 = 0u;
+                        arrivals = sk_block_max_u32(sk_lid, arrived);
+                        if ((arrivals == parts)) {
+                            // built by kernels::combine::last_part_on
+                            storageBarrier();
+                            merges = true;
+                            if ((sk_lid == 0u)) {
+                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1314u)], 0u);
+                            }
+                        }
+                    }
+                }
             }
             var min_p_raced: bool = false;
             if (min_p_cut) {

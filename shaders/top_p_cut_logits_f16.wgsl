@@ -57,12 +57,16 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_cut_part_6.wgsl
+// shaders/functions/sk_cut_part_12.wgsl
 // shaders/functions/sk_cut_part_2.wgsl
+// shaders/functions/sk_cut_part_3.wgsl
 // shaders/functions/sk_load_quad_as_10.wgsl
-// shaders/functions/sk_cut_part_7.wgsl
-// shaders/functions/sk_read_step_48.wgsl
-// shaders/functions/sk_cut_part_8.wgsl
+// shaders/functions/sk_race_one.wgsl
+// shaders/functions/sk_read_step_43.wgsl
+// shaders/functions/sk_race_one_6.wgsl
+// shaders/functions/sk_read_step_51.wgsl
+// shaders/functions/sk_cut_part_13.wgsl
+// shaders/functions/sk_cut_part_14.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -99,159 +103,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             let sk_e1: u32 = (row * 12u);
             var min_p_cut: bool = (((one_read && capped) && (!(capped && ((pp < (1.0f)) || has_k)))) && (!((rows[(sk_e1 + 1u)] == 1u) && (rows[(sk_e1 + 6u)] == 1u))));
             if (((one_read && (top_p_cut || min_p_cut)) && (partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] == 1u))) {
-                {
-                    var cut_lo: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1286u)]);
-                    var cut_hi: f32 = f32(partials[((((row_slot * parts) + 0u) * 1317u) + 1287u)]);
-                    var grid_r: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1288u)]);
-                    var cut_grid_shift: u32 = partials[((((row_slot * parts) + 0u) * 1317u) + 1315u)];
-                    var cut_grid_scale: f32 = bitcast<f32>(((127u + cut_grid_shift) << 23u));
-                    var cut_mx: f32 = bitcast<f32>(partials[((((row_slot * parts) + 0u) * 1317u) + 1289u)]);
-                    var cut_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-                    var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
-                    var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
-                    var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
-                    var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        atomicStore(&cut_listing[0u], 0u);
-                    }
-                    workgroupBarrier();
-                    var n_above: u32 = 0u;
-                    var n_range: u32 = 0u;
-                    var m_range: u64 = 0lu;
-                    var min_above: f32 = bitcast<f32>(2139095040u);
-                    var min_range: f32 = bitcast<f32>(2139095040u);
-                    var max_range_v: f32 = bitcast<f32>(4286578688u);
-                    var max_below_v: f32 = bitcast<f32>(4286578688u);
-                    var cut_above_from: f32 = ((grid_r - cut_lo) + (1.0f));
-                    var cut_range_from: f32 = (grid_r - cut_hi);
-                    let sk_e2: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
-                    var cut_guard: f32 = ((((abs((cut_above_from * sk_e2)) + abs((cut_range_from * sk_e2))) + abs(cut_mx)) * (3.8146973e-6f)) + (1.1754944e-38f));
-                    var cut_x_above: f32 = (((cut_above_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) + cut_guard) * temp);
-                    var cut_x_below: f32 = (((cut_range_from * bitcast<f32>(((127u - cut_grid_shift) << 23u))) - cut_guard) * temp);
-                    var max_below_x: f32 = bitcast<f32>(4286578688u);
-                    var best: f32 = bitcast<f32>(4286578688u);
-                    var best_i: u32 = 4294967295u;
-                    var best64: f64 = bitcast<f64>(18442240474082181120lu);
-                    var best64_i: u32 = 4294967295u;
-                    var bestr: f32 = bitcast<f32>(4286578688u);
-                    var bestr_i: u32 = 4294967295u;
-                    var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
-                    var bestr64_i: u32 = 4294967295u;
-                    var cut_rcp_t: f32 = ((1.0f) / temp);
-                    if (cut_seeded) {
-                        // built by kernels::filter_top_p::cut_part
-                        for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            var li0: u32 = i0;
-                            var zx0: f32 = (0.0f);
-                            var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = (0.0f);
-                            var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = (0.0f);
-                            var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = (0.0f);
-                            if ((li3 < (col_hi - col_lo))) {
-                                // built by kernels::filter_values::read_step
-                                var zx_at: u32 = ((base + col_lo) + i0);
-                                let sk_e3: f32 = sk_load_x(zx_at);
-                                zx0 = select(sk_e3, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e3) & 2147483647u) > 2139095040u));
-                                let sk_e4: f32 = sk_load_x((zx_at + (BLOCK * 1u)));
-                                zx1 = select(sk_e4, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e4) & 2147483647u) > 2139095040u));
-                                let sk_e5: f32 = sk_load_x((zx_at + (BLOCK * 2u)));
-                                zx2 = select(sk_e5, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e5) & 2147483647u) > 2139095040u));
-                                let sk_e6: f32 = sk_load_x((zx_at + (BLOCK * 3u)));
-                                zx3 = select(sk_e6, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e6) & 2147483647u) > 2139095040u));
-                            } else {
-                                // built by kernels::filter_values::read_step
-                                let sk_e8: u32 = (col_hi - col_lo);
-                                let sk_e7: f32 = sk_load_x(((base + col_lo) + select((sk_e8 - 1u), li0, (li0 < sk_e8))));
-                                zx0 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-                                let sk_e10: u32 = (col_hi - col_lo);
-                                let sk_e9: f32 = sk_load_x(((base + col_lo) + select((sk_e10 - 1u), li1, (li1 < sk_e10))));
-                                zx1 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
-                                let sk_e12: u32 = (col_hi - col_lo);
-                                let sk_e11: f32 = sk_load_x(((base + col_lo) + select((sk_e12 - 1u), li2, (li2 < sk_e12))));
-                                zx2 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
-                                let sk_e14: u32 = (col_hi - col_lo);
-                                let sk_e13: f32 = sk_load_x(((base + col_lo) + select((sk_e14 - 1u), li3, (li3 < sk_e14))));
-                                zx3 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
-                            }
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_48(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                        }
-                    } else {
-                        sk_cut_part_8(sk_lid, base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &n_above, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
-                    }
-                    var part_n_above: u32 = 0u;
-                    var part_n_range: u32 = 0u;
-                    sk_block_sums_u32_2(sk_lid, n_above, n_range, &part_n_above, &part_n_range);
-                    var part_m_range: u64 = 0lu;
-                    part_m_range = sk_block_sum_u64(sk_lid, m_range);
-                    var part_w_below: f32 = (0.0f);
-                    let sk_e74: f32 = min((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
-                    part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e74), (0.0f), (sk_e74 == bitcast<f32>(4286578688u)))));
-                    var part_min_above_not: u32 = 0u;
-                    part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
-                    var part_min_range_not: u32 = 0u;
-                    part_min_range_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_range) ^ (bitcast<u32>((bitcast<i32>(min_range) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_range == bitcast<f32>(2139095040u))));
-                    var part_max_range: u32 = 0u;
-                    part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
-                    var part_max_below: u32 = 0u;
-                    part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
-                    var part_best: f32 = (0.0f);
-                    var part_best_i: u32 = 0u;
-                    sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
-                    var part_best64: f64 = (0.0lf);
-                    var part_best64_i: u32 = 0u;
-                    sk_block_argmax_f64(sk_lid, best64, best64_i, &part_best64, &part_best64_i);
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 1317u) + 1304u)] = bitcast<u32>(part_best);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1305u)] = part_best_i;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = u32((bitcast<u64>(part_best64) & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = u32((bitcast<u64>(part_best64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
-                    }
-                    var part_bestr: f32 = (0.0f);
-                    var part_bestr_i: u32 = 0u;
-                    sk_block_argmax_f32(sk_lid, bestr, bestr_i, &part_bestr, &part_bestr_i);
-                    var part_bestr64: f64 = (0.0lf);
-                    var part_bestr64_i: u32 = 0u;
-                    sk_block_argmax_f64(sk_lid, bestr64, bestr64_i, &part_bestr64, &part_bestr64_i);
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::filter_top_p::store_winners
-                        partials[((((row_slot * parts) + part) * 1317u) + 1309u)] = bitcast<u32>(part_bestr);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1310u)] = part_bestr_i;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1311u)] = u32((bitcast<u64>(part_bestr64) & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1311u) + 1u)] = u32((bitcast<u64>(part_bestr64) >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
-                    }
-                    workgroupBarrier();
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = u32((part_m_range & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = u32((part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(atomicLoad(&cut_listing[0u]), 640u);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = bitcast<u32>(part_w_below);
-                    }
-                }
+                sk_cut_part_14(sk_lid, row_slot, parts, row, temp, col_hi, col_lo, base, mp, noisy, part);
             }
         }
     }

@@ -54,11 +54,17 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_log64.wgsl
 // shaders/functions/sk_murmur3.wgsl
 // shaders/functions/sk_seeded_gumbel64.wgsl
-// shaders/functions/sk_for_each_quad_2.wgsl
-// shaders/functions/sk_cut_part_4.wgsl
-// shaders/functions/sk_cut_part_9.wgsl
-// shaders/functions/sk_read_step_49.wgsl
-// shaders/functions/sk_cut_part_10.wgsl
+// shaders/functions/sk_cut_part_15.wgsl
+// shaders/functions/sk_cut_part_6.wgsl
+// shaders/functions/sk_cut_part_7.wgsl
+// shaders/functions/sk_load_quad_as_11.wgsl
+// shaders/functions/sk_race_one_4.wgsl
+// shaders/functions/sk_cut_part_16.wgsl
+// shaders/functions/sk_read_step_48.wgsl
+// shaders/functions/sk_race_one_7.wgsl
+// shaders/functions/sk_cut_part_17.wgsl
+// shaders/functions/sk_cut_part_18.wgsl
+// shaders/functions/sk_cut_part_19.wgsl
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_wid: vec3<u32>, @builtin(num_workgroups) sk_nwg: vec3<u32>) {
@@ -112,8 +118,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         atomicStore(&cut_listing[0u], 0u);
                     }
                     workgroupBarrier();
-                    var n_above: u32 = 0u;
-                    var n_range: u32 = 0u;
+                    var cut_counts: u32 = 0u;
                     var m_range: u64 = 0lu;
                     var min_above: f32 = bitcast<f32>(2139095040u);
                     var min_range: f32 = bitcast<f32>(2139095040u);
@@ -126,59 +131,15 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var best_i: u32 = 4294967295u;
                     var best64: f64 = bitcast<f64>(18442240474082181120lu);
                     var best64_i: u32 = 4294967295u;
-                    var bestr: f32 = bitcast<f32>(4286578688u);
-                    var bestr_i: u32 = 4294967295u;
-                    var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
-                    var bestr64_i: u32 = 4294967295u;
                     if (cut_seeded) {
-                        // built by kernels::filter_top_p::cut_part
-                        for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
-                            // built by kernels::filter_values::for_each_read
-                            var li0: u32 = i0;
-                            var zx0: f32 = (0.0f);
-                            var li1: u32 = (i0 + (BLOCK * 1u));
-                            var zx1: f32 = (0.0f);
-                            var li2: u32 = (i0 + (BLOCK * 2u));
-                            var zx2: f32 = (0.0f);
-                            var li3: u32 = (i0 + (BLOCK * 3u));
-                            var zx3: f32 = (0.0f);
-                            if ((li3 < (col_hi - col_lo))) {
-                                // built by kernels::filter_values::read_step
-                                var zx_at: u32 = ((base + col_lo) + i0);
-                                zx0 = sk_load_x(zx_at);
-                                zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
-                                zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
-                                zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
-                            } else {
-                                // built by kernels::filter_values::read_step
-                                let sk_e2: u32 = (col_hi - col_lo);
-                                zx0 = sk_load_x(((base + col_lo) + select((sk_e2 - 1u), li0, (li0 < sk_e2))));
-                                let sk_e3: u32 = (col_hi - col_lo);
-                                zx1 = sk_load_x(((base + col_lo) + select((sk_e3 - 1u), li1, (li1 < sk_e3))));
-                                let sk_e4: u32 = (col_hi - col_lo);
-                                zx2 = sk_load_x(((base + col_lo) + select((sk_e4 - 1u), li2, (li2 < sk_e4))));
-                                let sk_e5: u32 = (col_hi - col_lo);
-                                zx3 = sk_load_x(((base + col_lo) + select((sk_e5 - 1u), li3, (li3 < sk_e5))));
-                            }
-                            if ((li0 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li0, zx0, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                            if ((li1 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li1, zx1, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                            if ((li2 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li2, zx2, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                            if ((li3 < (col_hi - col_lo))) {
-                                sk_read_step_49(col_lo, li3, zx3, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &n_above, &min_above, &best64, &best64_i, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
-                            }
-                        }
+                        sk_cut_part_19(sk_lid, col_hi, col_lo, base, cut_grid_shift, cut_above_from, mp, cut_mx, noisy, row, cut_range_from, row_slot, parts, part, &cut_counts, &min_above, &best64, &best64_i, &m_range, &min_range, &max_range_v, &max_below_v);
                     } else {
-                        sk_cut_part_10(sk_lid, base, col_lo, col_hi, cut_grid_shift, cut_above_from, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &n_above, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
+                        sk_cut_part_18(sk_lid, cut_above_from, cut_grid_shift, base, col_lo, col_hi, cut_range_from, cut_mx, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, &cut_counts, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
                     }
+                    storageBarrier();
                     var part_n_above: u32 = 0u;
                     var part_n_range: u32 = 0u;
-                    sk_block_sums_u32_2(sk_lid, n_above, n_range, &part_n_above, &part_n_range);
+                    sk_block_sums_u32_2(sk_lid, (cut_counts >> 16u), (cut_counts & 65535u), &part_n_above, &part_n_range);
                     var part_m_range: u64 = 0lu;
                     part_m_range = sk_block_sum_u64(sk_lid, m_range);
                     var part_w_below: f32 = (0.0f);
@@ -191,6 +152,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                     var part_max_below: u32 = 0u;
                     part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                    var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                     var part_best: f32 = (0.0f);
                     var part_best_i: u32 = 0u;
                     sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
@@ -204,6 +166,94 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = u32((bitcast<u64>(part_best64) & 4294967295lu));
                         partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = u32((bitcast<u64>(part_best64) >> 32u));
                         partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i;
+                    }
+                    if ((sk_lid == 0u)) {
+                        // built by kernels::filter_top_p::cut_part
+                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = u32((part_m_range & 4294967295lu));
+                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = u32((part_m_range >> 32u));
+                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(atomicLoad(&cut_listing[0u]), 640u);
+                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
+                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = bitcast<u32>(part_w_below);
+                    }
+                    var bestr: f32 = bitcast<f32>(4286578688u);
+                    var bestr_i: u32 = 4294967295u;
+                    var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
+                    var bestr64_i: u32 = 4294967295u;
+                    if (cut_one_value) {
+                        // built by kernels::filter_top_p::cut_part
+                        var rt_listed: u32 = atomicLoad(&cut_listing[0u]);
+                        if ((rt_listed <= 640u)) {
+                            // built by kernels::filter_top_p::race_tied_range
+                            for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
+                                var rt_col: u32 = partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))];
+                                var rt_z_x: f32 = sk_load_x((base + rt_col));
+                                var rt_z: f32 = select((0.0f), rt_z_x, ((rt_z_x > (0.0f)) && (rt_z_x < bitcast<f32>(2139095040u))));
+                                var rt_ov: f32 = rt_z;
+                                if (((mp <= (0.0f)) || (select((rt_ov / cut_mx), (1.0f), (rt_ov == cut_mx)) >= mp))) {
+                                    if (cut_seeded) {
+                                        sk_race_one_7(rt_z, noisy, row, rt_col, &bestr64, &bestr64_i);
+                                    } else {
+                                        // built by kernels::filter_top_k::race_one
+                                        var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
+                                        let sk_e75: u32 = (rt_col & 3u);
+                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e75 == 1u)), w4[2], (sk_e75 == 2u)), w4[3], (sk_e75 == 3u))));
+                                        if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
+                                            // built by kernels::filter_top_k::keep_lower
+                                            bestr = score;
+                                            bestr_i = rt_col;
+                                        }
+                                    }
+                                }
+                            }
+                        } else {
+                            // built by kernels::filter_top_p::race_tied_range
+                            for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                                // built by kernels::filter_values::for_each_read
+                                var li0: u32 = i0;
+                                var zx0: f32 = (0.0f);
+                                var li1: u32 = (i0 + (BLOCK * 1u));
+                                var zx1: f32 = (0.0f);
+                                var li2: u32 = (i0 + (BLOCK * 2u));
+                                var zx2: f32 = (0.0f);
+                                var li3: u32 = (i0 + (BLOCK * 3u));
+                                var zx3: f32 = (0.0f);
+                                if ((li3 < (col_hi - col_lo))) {
+                                    // built by kernels::filter_values::read_step
+                                    var zx_at: u32 = ((base + col_lo) + i0);
+                                    zx0 = sk_load_x(zx_at);
+                                    zx1 = sk_load_x((zx_at + (BLOCK * 1u)));
+                                    zx2 = sk_load_x((zx_at + (BLOCK * 2u)));
+                                    zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
+                                } else {
+                                    // built by kernels::filter_values::read_step
+                                    let sk_e76: u32 = (col_hi - col_lo);
+                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e76 - 1u), li0, (li0 < sk_e76))));
+                                    let sk_e77: u32 = (col_hi - col_lo);
+                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e77 - 1u), li1, (li1 < sk_e77))));
+                                    let sk_e78: u32 = (col_hi - col_lo);
+                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e78 - 1u), li2, (li2 < sk_e78))));
+                                    let sk_e79: u32 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e79 - 1u), li3, (li3 < sk_e79))));
+                                }
+                                if ((li0 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                }
+                                if ((li1 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx1, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                }
+                                if ((li2 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx2, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                }
+                                if ((li3 < (col_hi - col_lo))) {
+                                    sk_read_step_48(zx3, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                                }
+                            }
+                        }
                     }
                     var part_bestr: f32 = (0.0f);
                     var part_bestr_i: u32 = 0u;
@@ -220,19 +270,6 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i;
                     }
                     workgroupBarrier();
-                    if ((sk_lid == 0u)) {
-                        // built by kernels::filter_top_p::cut_part
-                        partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = u32((part_m_range & 4294967295lu));
-                        partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = u32((part_m_range >> 32u));
-                        partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(atomicLoad(&cut_listing[0u]), 640u);
-                        partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below;
-                        partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = bitcast<u32>(part_w_below);
-                    }
                 }
             }
         }

@@ -1105,6 +1105,40 @@ pub fn flat_races_match_the_oracle<B: Backend>(b: &B) {
     );
 }
 
+/// The cut's race screens a raced column's score with two fast logs and scores exactly only
+/// each invocation's best candidate, or every column of an invocation with two candidates or
+/// with a score the screen cannot bound (`filter_top_p.rs`, `cut_part`; `values::screen`). Flat
+/// probabilities scaled far down (each `p / E` under 2^-100) and far up (over 2^100 where the
+/// noise is small) take that rescan on every invocation, and the floor from the words' bits
+/// claims none there (`values::score_floor`); scaled by one they take the screen. Every token
+/// is the CPU oracle's, which scores every column: 48 rows of 16384 columns, top-p 0.9, top-p
+/// 0.5 with min-p 0.05, at T 0.6 to 1.0. It can fail: with the rescan skipped, 20 of the 32
+/// scaled rows got another token, and with a rescan of other columns than the invocation's own
+/// (a stride of the workgroup, not its quads), 4 of the rows scaled up did.
+pub fn cut_screens_match_the_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(1207);
+    let vocab = 16384;
+    let rows: Vec<RowParams> = (0..48u64)
+        .map(|r| {
+            let row = RowParams::new([0.6, 0.8, 1.0][r as usize % 3], 11 + r, r);
+            if r % 2 == 0 {
+                row.with_top_p(0.9)
+            } else {
+                row.with_top_p(0.5).with_min_p(0.05)
+            }
+        })
+        .collect();
+    let shape = Shape::dense(rows.len(), vocab);
+    let mut probs = as_probabilities(&flat_logits(&mut rng, shape.elements()), shape, &rows);
+    for (r, row) in probs.chunks_mut(vocab).enumerate() {
+        let scale = [1e-33f32, 1.0, 1e33][(r / 2) % 3];
+        row.iter_mut().for_each(|p| *p *= scale);
+    }
+    let (t, _, want) = from_probabilities(b, shape, &probs, &rows);
+    let differ: Vec<usize> = (0..rows.len()).filter(|&r| t[r] != want[r]).collect();
+    assert!(differ.is_empty(), "rows whose token is not the CPU oracle's: {differ:?}");
+}
+
 /// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
 /// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
 /// has its own launch where they do not (13 such rows: 104 parts, more than a wgpu adapter's 64
@@ -1182,6 +1216,7 @@ device_suites!(
     model_like_rows_rarely_fall_back,
     flat_rows_take_the_cut_in_two_reads,
     flat_races_match_the_oracle,
+    cut_screens_match_the_oracle,
     long_min_p_sets_read_once,
     rows_sample_alike_alone_and_in_a_batch
 );

@@ -7,8 +7,8 @@
     sel_tm = m_range_all; \
     unsigned long long tn64 = ((unsigned long long)sel_tn); \
     unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-    const bool sk_e160 = (tie_v == 0ull); \
-    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e160 ? tn64 : (((lim - sel_m) / (sk_e160 ? 1ull : tie_v)) + 1ull)))); \
+    const bool sk_e195 = (tie_v == 0ull); \
+    unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e195 ? tn64 : (((lim - sel_m) / (sk_e195 ? 1ull : tie_v)) + 1ull)))); \
     unsigned int t_least = 0u; \
     { \
         /* built by kernels::filter_top_p::tied_range */ \
@@ -16,8 +16,8 @@
         lim = lim_lo; \
         unsigned long long tn64 = ((unsigned long long)sel_tn); \
         unsigned long long tie_v = (sel_tm / ((tn64 == 0ull) ? 1ull : tn64)); \
-        const bool sk_e161 = (tie_v == 0ull); \
-        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e161 ? tn64 : (((lim - sel_m) / (sk_e161 ? 1ull : tie_v)) + 1ull)))); \
+        const bool sk_e196 = (tie_v == 0ull); \
+        unsigned int ties = ((unsigned int)min(min(tn64, ((unsigned long long)(kk - sel_n))), (sk_e196 ? tn64 : (((lim - sel_m) / (sk_e196 ? 1ull : tie_v)) + 1ull)))); \
         t_least = ties; \
     } \
     bool t_min_p = ((mp <= (0.0f)) || (sk_exp_nonpositive(sk_bitcast<float>((max_range_all ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp)); \
@@ -44,8 +44,8 @@
                 unsigned int w_i = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]); \
                 if ((w_i != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const float sk_e162 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
-                    if (((sk_e162 > best) || ((sk_e162 == best) && (w_i < best_i)))) { \
+                    const float sk_e197 = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
+                    if (((sk_e197 > best) || ((sk_e197 == best) && (w_i < best_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
                         best = sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)])); \
                         best_i = w_i; \
@@ -54,12 +54,12 @@
                 unsigned int w_i64 = (*(volatile unsigned int*)&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]); \
                 if ((w_i64 != 4294967295u)) { \
                     /* built by kernels::filter_top_p::take_winners */ \
-                    const unsigned int sk_e164 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                    const double sk_e163 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e164 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e164 + 0u)])))); \
-                    if (((sk_e163 > best64) || ((sk_e163 == best64) && (w_i64 < best64_i)))) { \
+                    const unsigned int sk_e199 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                    const double sk_e198 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e199 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e199 + 0u)])))); \
+                    if (((sk_e198 > best64) || ((sk_e198 == best64) && (w_i64 < best64_i)))) { \
                         /* built by kernels::filter_top_k::keep_lower */ \
-                        const unsigned int sk_e165 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
-                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e165 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e165 + 0u)])))); \
+                        const unsigned int sk_e200 = ((((row_slot * parts) + t_p) * 1317u) + 1311u); \
+                        best64 = sk_bitcast<double>(((((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e200 + 1u)])) << 32u) | ((unsigned long long)(*(volatile unsigned int*)&partials[(sk_e200 + 0u)])))); \
                         best64_i = w_i64; \
                     } \
                 } \
@@ -90,8 +90,8 @@
         unsigned int t_last = (t_lo + min(((threadIdx.x * t_each) + t_each), t_cols)); \
         unsigned int t_mine = 0u; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e166 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e166) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e166); \
+            const float sk_e201 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e201) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e201); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
@@ -102,16 +102,16 @@
         t_rank0 = sk_block_scan(t_mine); \
         unsigned int t_rank = t_rank0; \
         for (unsigned int col = t_first; col < t_last; col += 1u) { \
-            const float sk_e167 = sk_load_x((base + col)); \
-            float tz_x = (((sk_bitcast<unsigned int>(sk_e167) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e167); \
+            const float sk_e202 = sk_load_x((base + col)); \
+            float tz_x = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202); \
             float tz = (tz_x / temp); \
             float tov = (tz - cut_mx); \
             if ((((sk_bitcast<unsigned int>(tov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > sk_bitcast<float>(4286578688u)))) { \
                 if ((t_rank < t_cut_left)) { \
                     if (((t_rank + t_unsure) < t_cut_left)) { \
-                        sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i); \
+                        sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, best64, best64_i, best, best_i); \
                     } else { \
-                        sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, bestu64, bestu64_i, bestu, bestu_i); \
+                        sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, bestu64, bestu64_i, bestu, bestu_i); \
                     } \
                 } \
                 t_rank = (t_rank + 1u); \

@@ -26,8 +26,7 @@
                     cut_listing[0u] = 0u; \
                 } \
                 __syncthreads(); \
-                unsigned int n_above = 0u; \
-                unsigned int n_range = 0u; \
+                unsigned int cut_counts = 0u; \
                 unsigned long long m_range = 0ull; \
                 float min_above = sk_bitcast<float>(2139095040u); \
                 float min_range = sk_bitcast<float>(2139095040u); \
@@ -44,10 +43,6 @@
                 unsigned int best_i = 4294967295u; \
                 double best64 = sk_bitcast<double>(18442240474082181120ull); \
                 unsigned int best64_i = 4294967295u; \
-                float bestr = sk_bitcast<float>(4286578688u); \
-                unsigned int bestr_i = 4294967295u; \
-                double bestr64 = sk_bitcast<double>(18442240474082181120ull); \
-                unsigned int bestr64_i = 4294967295u; \
                 float cut_rcp_t = ((1.0f) / temp); \
                 if (cut_seeded) { \
                     /* built by kernels::filter_top_p::cut_part */ \
@@ -62,46 +57,36 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_41(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            /* built by kernels::filter_values::read_step */ \
-                            const unsigned int sk_e8 = (col_hi - col_lo); \
-                            const float sk_e7 = sk_load_x(((base + col_lo) + ((li0 < sk_e8) ? li0 : (sk_e8 - 1u)))); \
-                            zx0 = (((sk_bitcast<unsigned int>(sk_e7) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e7); \
-                            const unsigned int sk_e10 = (col_hi - col_lo); \
-                            const float sk_e9 = sk_load_x(((base + col_lo) + ((li1 < sk_e10) ? li1 : (sk_e10 - 1u)))); \
-                            zx1 = (((sk_bitcast<unsigned int>(sk_e9) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e9); \
-                            const unsigned int sk_e12 = (col_hi - col_lo); \
-                            const float sk_e11 = sk_load_x(((base + col_lo) + ((li2 < sk_e12) ? li2 : (sk_e12 - 1u)))); \
-                            zx2 = (((sk_bitcast<unsigned int>(sk_e11) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e11); \
-                            const unsigned int sk_e14 = (col_hi - col_lo); \
-                            const float sk_e13 = sk_load_x(((base + col_lo) + ((li3 < sk_e14) ? li3 : (sk_e14 - 1u)))); \
-                            zx3 = (((sk_bitcast<unsigned int>(sk_e13) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e13); \
+                            sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_39(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
+                            sk_read_step_41(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_39(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
+                            sk_read_step_41(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_39(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
+                            sk_read_step_41(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_39(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, n_above, best64, best64_i, max_below_x, min_above, n_range, m_range, min_range, max_range_v, bestr64, bestr64_i, max_below_v); \
+                            sk_read_step_41(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, cut_counts, best64, best64_i, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v); \
                         } \
                     } \
                 } else { \
-                    sk_cut_part_3(base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, n_above, max_below_x, min_above, n_range, m_range, min_range, max_range_v, max_below_v, best, bestr, best_i, bestr_i); \
+                    sk_cut_part_4(base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, cut_counts, max_below_x, min_above, m_range, min_range, max_range_v, max_below_v, best, best_i); \
                 } \
+                __threadfence(); \
                 unsigned int part_n_above = 0u; \
                 unsigned int part_n_range = 0u; \
-                sk_block_sums_u32_2(n_above, n_range, part_n_above, part_n_range); \
+                sk_block_sums_u32_2((cut_counts >> 16u), (cut_counts & 65535u), part_n_above, part_n_range); \
                 unsigned long long part_m_range = 0ull; \
                 part_m_range = sk_block_sum_u64(m_range); \
                 float part_w_below = (0.0f); \
-                const float sk_e74 = fminf((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f)); \
-                part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e74 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e74)))); \
+                const float sk_e82 = sk_bitcast<float>(((127u - cut_grid_shift) << 23u)); \
+                const float sk_e81 = fminf((((max_below_x / temp) - cut_mx) + ((((fabsf(cut_mx) + fabsf((cut_range_from * sk_e82))) + fabsf((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f)); \
+                part_w_below = sk_block_max_f32(fmaxf(((max_below_v == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(max_below_v)), ((sk_e81 == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp_nonpositive(sk_e81)))); \
                 unsigned int part_min_above_not = 0u; \
                 part_min_above_not = sk_block_max_u32(((min_above == sk_bitcast<float>(2139095040u)) ? 0u : ((sk_bitcast<unsigned int>(min_above) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u))); \
                 unsigned int part_min_range_not = 0u; \
@@ -110,6 +95,7 @@
                 part_max_range = sk_block_max_u32(((max_range_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_range_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_range_v) >> 31u)) | 2147483648u)))); \
                 unsigned int part_max_below = 0u; \
                 part_max_below = sk_block_max_u32(((max_below_v == sk_bitcast<float>(4286578688u)) ? 0u : (sk_bitcast<unsigned int>(max_below_v) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(max_below_v) >> 31u)) | 2147483648u)))); \
+                bool cut_one_value = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u)); \
                 float part_best = (0.0f); \
                 unsigned int part_best_i = 0u; \
                 sk_block_argmax_f32(best, best_i, part_best, part_best_i); \
@@ -123,6 +109,70 @@
                     partials[((((row_slot * parts) + part) * 1317u) + 1306u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) & 4294967295ull)); \
                     partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)] = ((unsigned int)(sk_bitcast<unsigned long long>(part_best64) >> 32u)); \
                     partials[((((row_slot * parts) + part) * 1317u) + 1308u)] = part_best64_i; \
+                } \
+                if ((threadIdx.x == 0u)) { \
+                    /* built by kernels::filter_top_p::cut_part */ \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull)); \
+                    partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u)); \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u); \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below; \
+                    partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below); \
+                } \
+                float bestr = sk_bitcast<float>(4286578688u); \
+                unsigned int bestr_i = 4294967295u; \
+                double bestr64 = sk_bitcast<double>(18442240474082181120ull); \
+                unsigned int bestr64_i = 4294967295u; \
+                if (cut_one_value) { \
+                    /* built by kernels::filter_top_p::cut_part */ \
+                    unsigned int rt_listed = cut_listing[0u]; \
+                    if ((rt_listed <= 640u)) { \
+                        /* built by kernels::filter_top_p::race_tied_range */ \
+                        for (unsigned int r = threadIdx.x; r < rt_listed; r += ((unsigned int)SK_BLOCK)) { \
+                            unsigned int rt_col = (*(volatile unsigned int*)&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]); \
+                            const float sk_e83 = sk_load_x((base + rt_col)); \
+                            float rt_z_x = (((sk_bitcast<unsigned int>(sk_e83) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e83); \
+                            float rt_z = (rt_z_x / temp); \
+                            float rt_ov = (rt_z - cut_mx); \
+                            if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) { \
+                                sk_race_tied_range(cut_seeded, rt_ov, noisy, row, rt_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rt_z, bestr64, bestr64_i, bestr, bestr_i); \
+                            } \
+                        } \
+                    } else { \
+                        /* built by kernels::filter_top_p::race_tied_range */ \
+                        for (unsigned int i0 = threadIdx.x; i0 < (col_hi - col_lo); i0 += (((unsigned int)SK_BLOCK) * 4u)) { \
+                            /* built by kernels::filter_values::for_each_read */ \
+                            unsigned int li0 = i0; \
+                            float zx0 = (0.0f); \
+                            unsigned int li1 = (i0 + (((unsigned int)SK_BLOCK) * 1u)); \
+                            float zx1 = (0.0f); \
+                            unsigned int li2 = (i0 + (((unsigned int)SK_BLOCK) * 2u)); \
+                            float zx2 = (0.0f); \
+                            unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
+                            float zx3 = (0.0f); \
+                            if ((li3 < (col_hi - col_lo))) { \
+                                sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            } else { \
+                                sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
+                            } \
+                            if ((li0 < (col_hi - col_lo))) { \
+                                sk_read_step_43(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                            } \
+                            if ((li1 < (col_hi - col_lo))) { \
+                                sk_read_step_43(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                            } \
+                            if ((li2 < (col_hi - col_lo))) { \
+                                sk_read_step_43(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                            } \
+                            if ((li3 < (col_hi - col_lo))) { \
+                                sk_read_step_43(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i); \
+                            } \
+                        } \
+                    } \
                 } \
                 float part_bestr = (0.0f); \
                 unsigned int part_bestr_i = 0u; \
@@ -139,19 +189,6 @@
                     partials[((((row_slot * parts) + part) * 1317u) + 1313u)] = part_bestr64_i; \
                 } \
                 __syncthreads(); \
-                if ((threadIdx.x == 0u)) { \
-                    /* built by kernels::filter_top_p::cut_part */ \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1294u)] = part_n_above; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1295u)] = part_n_range; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1296u)] = ((unsigned int)(part_m_range & 4294967295ull)); \
-                    partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)] = ((unsigned int)(part_m_range >> 32u)); \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1298u)] = min(cut_listing[0u], 640u); \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1299u)] = part_min_above_not; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1300u)] = part_min_range_not; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1301u)] = part_max_range; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1302u)] = part_max_below; \
-                    partials[((((row_slot * parts) + part) * 1317u) + 1303u)] = sk_bitcast<unsigned int>(part_w_below); \
-                } \
             } \
             col_lo = 0u; \
             col_hi = vocab; \

@@ -40,8 +40,8 @@
         for (unsigned int at = threadIdx.x; at < n_list; at += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filters::sweep_list */ \
             unsigned int col = listed_cols[at]; \
-            const float sk_e345 = sk_load_x((base + col)); \
-            float lx = (((sk_bitcast<unsigned int>(sk_e345) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e345); \
+            const float sk_e380 = sk_load_x((base + col)); \
+            float lx = (((sk_bitcast<unsigned int>(sk_e380) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e380); \
             float zv = (lx / temp); \
             float ov = ((mx == sk_bitcast<float>(2139095040u)) ? ((zv == sk_bitcast<float>(2139095040u)) ? (0.0f) : sk_bitcast<float>(4286578688u)) : (zv - mx)); \
             unsigned int key = (sk_bitcast<unsigned int>(ov) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(ov) >> 31u)) | 2147483648u)); \
@@ -107,7 +107,7 @@
                     unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                     float zx3 = (0.0f); \
                     if ((li3 < sweep_n)) { \
-                        sk_read_step_41(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                        sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                     } else { \
                         sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, zx0, zx1, zx2, zx3); \
                     } \

@@ -3,20 +3,16 @@
 // `sk_load_quad_as_10`, included by each kernel that calls it
 #define sk_load_quad_as_10(col_lo, i0, col_hi, base, zx0, zx1, zx2, zx3) { \
     /* built by kernels::abi::load_quad_as */ \
-    const unsigned int sk_e34 = ((col_lo + i0) + 0u); \
-    const bool sk_e33 = (sk_e34 < col_hi); \
-    const float sk_e32 = sk_load_x((base + (sk_e33 ? sk_e34 : (col_hi - 1u)))); \
-    zx0 = (sk_e33 ? (((sk_bitcast<unsigned int>(sk_e32) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e32) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e37 = ((col_lo + i0) + 1u); \
-    const bool sk_e36 = (sk_e37 < col_hi); \
-    const float sk_e35 = sk_load_x((base + (sk_e36 ? sk_e37 : (col_hi - 1u)))); \
-    zx1 = (sk_e36 ? (((sk_bitcast<unsigned int>(sk_e35) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e35) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e40 = ((col_lo + i0) + 2u); \
-    const bool sk_e39 = (sk_e40 < col_hi); \
-    const float sk_e38 = sk_load_x((base + (sk_e39 ? sk_e40 : (col_hi - 1u)))); \
-    zx2 = (sk_e39 ? (((sk_bitcast<unsigned int>(sk_e38) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e38) : sk_bitcast<float>(4286578688u)); \
-    const unsigned int sk_e43 = ((col_lo + i0) + 3u); \
-    const bool sk_e42 = (sk_e43 < col_hi); \
-    const float sk_e41 = sk_load_x((base + (sk_e42 ? sk_e43 : (col_hi - 1u)))); \
-    zx3 = (sk_e42 ? (((sk_bitcast<unsigned int>(sk_e41) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e41) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e25 = ((col_lo + i0) + 0u); \
+    const bool sk_e24 = (sk_e25 < col_hi); \
+    zx0 = (sk_e24 ? sk_load_x((base + (sk_e24 ? sk_e25 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e27 = ((col_lo + i0) + 1u); \
+    const bool sk_e26 = (sk_e27 < col_hi); \
+    zx1 = (sk_e26 ? sk_load_x((base + (sk_e26 ? sk_e27 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e29 = ((col_lo + i0) + 2u); \
+    const bool sk_e28 = (sk_e29 < col_hi); \
+    zx2 = (sk_e28 ? sk_load_x((base + (sk_e28 ? sk_e29 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
+    const unsigned int sk_e31 = ((col_lo + i0) + 3u); \
+    const bool sk_e30 = (sk_e31 < col_hi); \
+    zx3 = (sk_e30 ? sk_load_x((base + (sk_e30 ? sk_e31 : (col_hi - 1u)))) : sk_bitcast<float>(4286578688u)); \
 }

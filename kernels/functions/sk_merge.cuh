@@ -6,21 +6,21 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e173 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e173 + 3u)], partials[(sk_e173 + 4u)]); \
-        const float sk_e176 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e174 = ((sk_e176 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
-        const float sk_e175 = (sk_e176 - row_m); \
-        const bool sk_e177 = (row_m == sk_bitcast<float>(4286578688u)); \
-        const bool sk_e178 = (row_m == sk_bitcast<float>(2139095040u)); \
-        if (((mo_lk != 0u) && (((sk_e178 ? sk_e174 : (sk_e177 ? (0.0f) : sk_exp(sk_e175))) > (0.0f)) && ((sk_e178 ? sk_e174 : (sk_e177 ? (0.0f) : sk_exp(sk_e175))) >= mp)))) { \
+        const unsigned int sk_e208 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e208 + 3u)], partials[(sk_e208 + 4u)]); \
+        const float sk_e211 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e209 = ((sk_e211 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)); \
+        const float sk_e210 = (sk_e211 - row_m); \
+        const bool sk_e212 = (row_m == sk_bitcast<float>(4286578688u)); \
+        const bool sk_e213 = (row_m == sk_bitcast<float>(2139095040u)); \
+        if (((mo_lk != 0u) && (((sk_e213 ? sk_e209 : (sk_e212 ? (0.0f) : sk_exp(sk_e210))) > (0.0f)) && ((sk_e213 ? sk_e209 : (sk_e212 ? (0.0f) : sk_exp(sk_e210))) >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e179 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e179 + 1u)] == 1u) && (rows[(sk_e179 + 6u)] == 1u))))) { \
+    const unsigned int sk_e214 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e214 + 1u)] == 1u) && (rows[(sk_e214 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -34,30 +34,30 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e180 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e180) && (sk_e180 != 4294967295u))) { \
-                const unsigned int sk_e181 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e181 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e181) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e182 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
-                if (((sk_e182 > (0.0f)) && (sk_e182 >= mp))) { \
+            const unsigned int sk_e215 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e215) && (sk_e215 != 4294967295u))) { \
+                const unsigned int sk_e216 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e216 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e216) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e217 = ((row_m == sk_bitcast<float>(2139095040u)) ? ((mo_z == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((mo_z - row_m)))); \
+                if (((sk_e217 > (0.0f)) && (sk_e217 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, best64, best64_i); \
                     } else { \
-                        sk_race_one_2(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i); \
+                        sk_race_one_3(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i); \
                     } \
                 } \
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e186 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e185 = (sk_e186 + 7u); \
-            const bool sk_e187 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e188 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if (((partials[(sk_e186 + 2u)] == 4294967295u) && (((sk_e188 ? ((sk_bitcast<float>((partials[sk_e185] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e185]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e187 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e185] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e185]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e188 ? ((sk_bitcast<float>((partials[sk_e185] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e185]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e187 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e185] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e185]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
-                const unsigned int sk_e190 = (((slot * parts) + p) * 1317u); \
-                const float sk_e189 = sk_bitcast<float>(partials[(sk_e190 + 5u)]); \
-                if (((sk_e189 > best) || ((sk_e189 == best) && (partials[(sk_e190 + 6u)] < best_i)))) { \
+            const unsigned int sk_e221 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e220 = (sk_e221 + 7u); \
+            const bool sk_e222 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e223 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if (((partials[(sk_e221 + 2u)] == 4294967295u) && (((sk_e223 ? ((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e222 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e223 ? ((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e222 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e220] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e220]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp)))) { \
+                const unsigned int sk_e225 = (((slot * parts) + p) * 1317u); \
+                const float sk_e224 = sk_bitcast<float>(partials[(sk_e225 + 5u)]); \
+                if (((sk_e224 > best) || ((sk_e224 == best) && (partials[(sk_e225 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -66,12 +66,12 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e193 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e191 = (sk_e193 + 7u); \
-            const unsigned int sk_e192 = (sk_e193 + 0u); \
-            const bool sk_e194 = (row_m == sk_bitcast<float>(4286578688u)); \
-            const bool sk_e195 = (row_m == sk_bitcast<float>(2139095040u)); \
-            if ((((partials[(sk_e193 + 2u)] == 4294967295u) && (((sk_e195 ? ((sk_bitcast<float>(partials[sk_e192]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e194 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e192]) - row_m)))) > (0.0f)) && ((sk_e195 ? ((sk_bitcast<float>(partials[sk_e192]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e194 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e192]) - row_m)))) >= mp))) && (!(((sk_e195 ? ((sk_bitcast<float>((partials[sk_e191] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e191]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e194 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e191] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e191]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e195 ? ((sk_bitcast<float>((partials[sk_e191] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e191]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e194 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e191] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e191]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
+            const unsigned int sk_e228 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e226 = (sk_e228 + 7u); \
+            const unsigned int sk_e227 = (sk_e228 + 0u); \
+            const bool sk_e229 = (row_m == sk_bitcast<float>(4286578688u)); \
+            const bool sk_e230 = (row_m == sk_bitcast<float>(2139095040u)); \
+            if ((((partials[(sk_e228 + 2u)] == 4294967295u) && (((sk_e230 ? ((sk_bitcast<float>(partials[sk_e227]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e227]) - row_m)))) > (0.0f)) && ((sk_e230 ? ((sk_bitcast<float>(partials[sk_e227]) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>(partials[sk_e227]) - row_m)))) >= mp))) && (!(((sk_e230 ? ((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) > (0.0f)) && ((sk_e230 ? ((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : (sk_e229 ? (0.0f) : sk_exp((sk_bitcast<float>((partials[sk_e226] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e226]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)))) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
@@ -91,21 +91,9 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_41(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_39(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            /* built by kernels::filter_values::read_step */ \
-                            const unsigned int sk_e201 = (col_hi - col_lo); \
-                            const float sk_e200 = sk_load_x(((base + col_lo) + ((li0 < sk_e201) ? li0 : (sk_e201 - 1u)))); \
-                            zx0 = (((sk_bitcast<unsigned int>(sk_e200) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e200); \
-                            const unsigned int sk_e203 = (col_hi - col_lo); \
-                            const float sk_e202 = sk_load_x(((base + col_lo) + ((li1 < sk_e203) ? li1 : (sk_e203 - 1u)))); \
-                            zx1 = (((sk_bitcast<unsigned int>(sk_e202) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e202); \
-                            const unsigned int sk_e205 = (col_hi - col_lo); \
-                            const float sk_e204 = sk_load_x(((base + col_lo) + ((li2 < sk_e205) ? li2 : (sk_e205 - 1u)))); \
-                            zx2 = (((sk_bitcast<unsigned int>(sk_e204) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e204); \
-                            const unsigned int sk_e207 = (col_hi - col_lo); \
-                            const float sk_e206 = sk_load_x(((base + col_lo) + ((li3 < sk_e207) ? li3 : (sk_e207 - 1u)))); \
-                            zx3 = (((sk_bitcast<unsigned int>(sk_e206) & 2147483647u) > 2139095040u) ? sk_bitcast<float>(4286578688u) : sk_e206); \
+                            sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
                             sk_read_step_40(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \

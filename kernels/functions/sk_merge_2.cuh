@@ -6,18 +6,18 @@
     unsigned int mo_left = 0u; \
     for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
         /* built by kernels::filter_min_p::left_out_kept */ \
-        const unsigned int sk_e94 = (((slot * parts) + p) * 1317u); \
-        unsigned int mo_lk = max(partials[(sk_e94 + 3u)], partials[(sk_e94 + 4u)]); \
-        const float sk_e96 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-        const float sk_e95 = ((sk_e96 == row_m) ? (1.0f) : (sk_e96 / row_m)); \
-        if (((mo_lk != 0u) && ((sk_e95 > (0.0f)) && (sk_e95 >= mp)))) { \
+        const unsigned int sk_e154 = (((slot * parts) + p) * 1317u); \
+        unsigned int mo_lk = max(partials[(sk_e154 + 3u)], partials[(sk_e154 + 4u)]); \
+        const float sk_e156 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const float sk_e155 = ((sk_e156 == row_m) ? (1.0f) : (sk_e156 / row_m)); \
+        if (((mo_lk != 0u) && ((sk_e155 > (0.0f)) && (sk_e155 >= mp)))) { \
             mo_left = 1u; \
         } \
     } \
     unsigned int mo_uncovered = 0u; \
     mo_uncovered = sk_block_max_u32(mo_left); \
-    const unsigned int sk_e97 = (row * 12u); \
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e97 + 1u)] == 1u) && (rows[(sk_e97 + 6u)] == 1u))))) { \
+    const unsigned int sk_e157 = (row * 12u); \
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e157 + 1u)] == 1u) && (rows[(sk_e157 + 6u)] == 1u))))) { \
         /* built by kernels::filter_min_p::over_parts */ \
         float best = sk_bitcast<float>(4286578688u); \
         unsigned int best_i = 4294967295u; \
@@ -31,28 +31,28 @@
         for (unsigned int i = threadIdx.x; i < (parts * 257u); i += ((unsigned int)SK_BLOCK)) { \
             unsigned int mo_p = (i / 257u); \
             unsigned int mo_s = (i - (mo_p * 257u)); \
-            const unsigned int sk_e98 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
-            if (((mo_s < sk_e98) && (sk_e98 != 4294967295u))) { \
-                const unsigned int sk_e99 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
-                float mo_z = sk_bitcast<float>((sk_e99 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e99) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                const float sk_e100 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m)); \
-                if (((sk_e100 > (0.0f)) && (sk_e100 >= mp))) { \
+            const unsigned int sk_e158 = partials[((((slot * parts) + mo_p) * 1317u) + 2u)]; \
+            if (((mo_s < sk_e158) && (sk_e158 != 4294967295u))) { \
+                const unsigned int sk_e159 = partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]; \
+                float mo_z = sk_bitcast<float>((sk_e159 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e159) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const float sk_e160 = ((mo_z == row_m) ? (1.0f) : (mo_z / row_m)); \
+                if (((sk_e160 > (0.0f)) && (sk_e160 >= mp))) { \
                     unsigned int mo_col = partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]; \
                     if (mo_seeded) { \
                         sk_merge_row_2(mo_z, noisy, row, mo_col, best64, best64_i); \
                     } else { \
-                        sk_race_one_3(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i); \
+                        sk_race_one_5(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, best, best_i); \
                     } \
                 } \
             } \
         } \
         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) { \
-            const unsigned int sk_e104 = (((slot * parts) + p) * 1317u); \
-            const unsigned int sk_e103 = (sk_e104 + 7u); \
-            if (((partials[(sk_e104 + 2u)] == 4294967295u) && ((((sk_bitcast<float>((partials[sk_e103] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e103]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e103] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e103]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e103] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e103]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e103] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e103]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp)))) { \
-                const unsigned int sk_e106 = (((slot * parts) + p) * 1317u); \
-                const float sk_e105 = sk_bitcast<float>(partials[(sk_e106 + 5u)]); \
-                if (((sk_e105 > best) || ((sk_e105 == best) && (partials[(sk_e106 + 6u)] < best_i)))) { \
+            const unsigned int sk_e164 = (((slot * parts) + p) * 1317u); \
+            const unsigned int sk_e163 = (sk_e164 + 7u); \
+            if (((partials[(sk_e164 + 2u)] == 4294967295u) && ((((sk_bitcast<float>((partials[sk_e163] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e163]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e163] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e163]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e163] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e163]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e163] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e163]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp)))) { \
+                const unsigned int sk_e166 = (((slot * parts) + p) * 1317u); \
+                const float sk_e165 = sk_bitcast<float>(partials[(sk_e166 + 5u)]); \
+                if (((sk_e165 > best) || ((sk_e165 == best) && (partials[(sk_e166 + 6u)] < best_i)))) { \
                     /* built by kernels::filter_top_k::keep_lower */ \
                     best = sk_bitcast<float>(partials[((((slot * parts) + p) * 1317u) + 5u)]); \
                     best_i = partials[((((slot * parts) + p) * 1317u) + 6u)]; \
@@ -61,10 +61,10 @@
         } \
         bool mo_again = false; \
         for (unsigned int mo_p = 0u; mo_p < parts; mo_p += 1u) { \
-            const unsigned int sk_e109 = (((slot * parts) + mo_p) * 1317u); \
-            const unsigned int sk_e107 = (sk_e109 + 7u); \
-            const unsigned int sk_e108 = (sk_e109 + 0u); \
-            if ((((partials[(sk_e109 + 2u)] == 4294967295u) && ((((sk_bitcast<float>(partials[sk_e108]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e108]) / row_m)) > (0.0f)) && (((sk_bitcast<float>(partials[sk_e108]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e108]) / row_m)) >= mp))) && (!((((sk_bitcast<float>((partials[sk_e107] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e107]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e107] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e107]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e107] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e107]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e107] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e107]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp))))) { \
+            const unsigned int sk_e169 = (((slot * parts) + mo_p) * 1317u); \
+            const unsigned int sk_e167 = (sk_e169 + 7u); \
+            const unsigned int sk_e168 = (sk_e169 + 0u); \
+            if ((((partials[(sk_e169 + 2u)] == 4294967295u) && ((((sk_bitcast<float>(partials[sk_e168]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e168]) / row_m)) > (0.0f)) && (((sk_bitcast<float>(partials[sk_e168]) == row_m) ? (1.0f) : (sk_bitcast<float>(partials[sk_e168]) / row_m)) >= mp))) && (!((((sk_bitcast<float>((partials[sk_e167] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e167]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e167] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e167]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) > (0.0f)) && (((sk_bitcast<float>((partials[sk_e167] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e167]) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m) ? (1.0f) : (sk_bitcast<float>((partials[sk_e167] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(partials[sk_e167]) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m)) >= mp))))) { \
                 mo_again = true; \
                 { \
                     col_lo = min(((mo_p * (((((vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), vocab); \
@@ -84,29 +84,21 @@
                         unsigned int li3 = (i0 + (((unsigned int)SK_BLOCK) * 3u)); \
                         float zx3 = (0.0f); \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_47(base, col_lo, i0, zx0, zx1, zx2, zx3); \
+                            sk_read_step_49(base, col_lo, i0, zx0, zx1, zx2, zx3); \
                         } else { \
-                            /* built by kernels::filter_values::read_step */ \
-                            const unsigned int sk_e110 = (col_hi - col_lo); \
-                            zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e110) ? li0 : (sk_e110 - 1u)))); \
-                            const unsigned int sk_e111 = (col_hi - col_lo); \
-                            zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e111) ? li1 : (sk_e111 - 1u)))); \
-                            const unsigned int sk_e112 = (col_hi - col_lo); \
-                            zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e112) ? li2 : (sk_e112 - 1u)))); \
-                            const unsigned int sk_e113 = (col_hi - col_lo); \
-                            zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e113) ? li3 : (sk_e113 - 1u)))); \
+                            sk_read_step_50(col_hi, col_lo, base, li0, li1, li2, li3, zx0, zx1, zx2, zx3); \
                         } \
                         if ((li0 < (col_hi - col_lo))) { \
-                            sk_read_step_45(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_46(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li1 < (col_hi - col_lo))) { \
-                            sk_read_step_45(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_46(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li2 < (col_hi - col_lo))) { \
-                            sk_read_step_45(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_46(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                         if ((li3 < (col_hi - col_lo))) { \
-                            sk_read_step_45(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
+                            sk_read_step_46(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best, best_i); \
                         } \
                     } \
                     col_lo = col_lo; \

@@ -89,8 +89,8 @@
                     unsigned int t_run = 0u; \
                     for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                         /* built by kernels::select::choose_bin */ \
-                        const unsigned int sk_e217 = (t_lo + tj); \
-                        t_run = (t_run + ((sk_e217 < 464u) ? (select_scratch[min(sk_e217, 463u)]) : 0u)); \
+                        const unsigned int sk_e252 = (t_lo + tj); \
+                        t_run = (t_run + ((sk_e252 < 464u) ? (select_scratch[min(sk_e252, 463u)]) : 0u)); \
                     } \
                     unsigned int t_start = 0u; \
                     t_start = sk_block_scan(t_run); \
@@ -190,8 +190,8 @@
                     } \
                     if (g_take) { \
                         listed_cols[(0u + g_out)] = gk; \
-                        const unsigned int sk_e219 = (gj / want); \
-                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e219) * 1317u) + (6u + ((gj - (sk_e219 * want)) * 2u)))]; \
+                        const unsigned int sk_e254 = (gj / want); \
+                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e254) * 1317u) + (6u + ((gj - (sk_e254 * want)) * 2u)))]; \
                         g_out = (g_out + 1u); \
                     } \
                 } \
@@ -199,8 +199,8 @@
             unsigned int n_sel = (t_above + t_take); \
             __syncthreads(); \
             for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) { \
-                const unsigned int sk_e220 = listed_cols[(0u + i)]; \
-                float zi = sk_bitcast<float>((sk_e220 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const unsigned int sk_e255 = listed_cols[(0u + i)]; \
+                float zi = sk_bitcast<float>((sk_e255 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e255) >> 31u)) ^ 4294967295u) | 2147483648u))); \
                 listed_cols[(514u + i)] = sk_bitcast<unsigned int>((zi - row_m)); \
                 listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) & 4294967295ull)); \
                 listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((row_m == sk_bitcast<float>(2139095040u)) ? ((zi == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zi - row_m))))) >> 32u)); \
@@ -237,9 +237,9 @@
             unsigned int n_lo = 0u; \
             unsigned int n_unsure = 0u; \
             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-                const unsigned int sk_e222 = listed_cols[(1285u + r)]; \
-                const float sk_e221 = sk_bitcast<float>((sk_e222 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e222) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e221 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e221 - row_m)))); \
+                const unsigned int sk_e257 = listed_cols[(1285u + r)]; \
+                const float sk_e256 = sk_bitcast<float>((sk_e257 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e257) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                float wr = ((row_m == sk_bitcast<float>(2139095040u)) ? ((sk_e256 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((sk_e256 - row_m)))); \
                 unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
                 bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
                 float bf = sk_fixed_f32(br); \
@@ -259,10 +259,10 @@
             } \
             float zt = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             bool all_in = ((n_sel < want) || (((row_m == sk_bitcast<float>(2139095040u)) ? ((zt == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f)) : ((row_m == sk_bitcast<float>(4286578688u)) ? (0.0f) : sk_exp((zt - row_m)))) <= (0.0f))); \
-            const unsigned int sk_e273 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))]; \
-            bool cut_above = ((sk_bitcast<float>((sk_e273 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e273) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m)); \
-            const unsigned int sk_e274 = (1285u + (max(min(kk, n_sel), 1u) - 1u)); \
-            bool k_above = ((!k_first) || ((sk_bitcast<float>((listed_cols[sk_e274] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(listed_cols[sk_e274]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m))); \
+            const unsigned int sk_e308 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))]; \
+            bool cut_above = ((sk_bitcast<float>((sk_e308 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e308) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m)); \
+            const unsigned int sk_e309 = (1285u + (max(min(kk, n_sel), 1u) - 1u)); \
+            bool k_above = ((!k_first) || ((sk_bitcast<float>((listed_cols[sk_e309] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(listed_cols[sk_e309]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m))); \
             bool prefix_exact = all_in; \
             if (((!all_in) && (!(cut_above && k_above)))) { \
                 /* built by kernels::filter_top_k::prefix_is_exact */ \

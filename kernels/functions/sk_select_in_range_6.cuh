@@ -8,6 +8,6 @@
     if (cut_seeded) { \
         sk_merge_row_2(rz, noisy, row, rcol, best64, best64_i); \
     } else { \
-        sk_race_one_3(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
+        sk_race_one_5(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
     } \
 }

@@ -8,23 +8,23 @@
     double best64 = sk_bitcast<double>(18442240474082181120ull); \
     unsigned int best64_i = 4294967295u; \
     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-    const unsigned int sk_e275 = (row * 12u); \
-    bool ow_ranked = ((rows[(sk_e275 + 1u)] == 1u) && (rows[(sk_e275 + 6u)] == 1u)); \
+    const unsigned int sk_e310 = (row * 12u); \
+    bool ow_ranked = ((rows[(sk_e310 + 1u)] == 1u) && (rows[(sk_e310 + 6u)] == 1u)); \
     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
     unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
     unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
         unsigned int rc = listed_cols[(1542u + r)]; \
-        const unsigned int sk_e276 = listed_cols[(1285u + r)]; \
-        float rz = sk_bitcast<float>((sk_e276 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e276) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e311 = listed_cols[(1285u + r)]; \
+        float rz = sk_bitcast<float>((sk_e311 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e311) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if (ow_ranked) { \
             sk_merge_row(rz, row_m, noisy, row, r, best64, best64_i); \
         } else { \
             if (ow_seeded) { \
                 sk_merge_row(rz, row_m, noisy, row, rc, best64, best64_i); \
             } else { \
-                sk_race_one_2(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
+                sk_race_one_3(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, best, best_i); \
             } \
         } \
     } \

@@ -8,20 +8,20 @@
     double best64 = sk_bitcast<double>(18442240474082181120ull); \
     unsigned int best64_i = 4294967295u; \
     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-    const unsigned int sk_e148 = (row * 12u); \
-    bool ow_ranked = ((rows[(sk_e148 + 1u)] == 1u) && (rows[(sk_e148 + 6u)] == 1u)); \
+    const unsigned int sk_e208 = (row * 12u); \
+    bool ow_ranked = ((rows[(sk_e208 + 1u)] == 1u) && (rows[(sk_e208 + 6u)] == 1u)); \
     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
     unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
     unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
         unsigned int rc = listed_cols[(1542u + r)]; \
-        const unsigned int sk_e149 = listed_cols[(1285u + r)]; \
-        float rz = sk_bitcast<float>((sk_e149 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e149) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e209 = listed_cols[(1285u + r)]; \
+        float rz = sk_bitcast<float>((sk_e209 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if (ow_ranked) { \
             sk_merge_row_2(rz, noisy, row, r, best64, best64_i); \
         } else { \
-            sk_tied_range_2(ow_seeded, rz, noisy, row, rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
+            sk_race_tied_range_2(ow_seeded, rz, noisy, row, rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, best64, best64_i, best, best_i); \
         } \
     } \
     float ow_win = (0.0f); \

@@ -16,8 +16,8 @@ fn sk_attempt_cut(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e160: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e160)) + 1lu), tn64, sk_e160)));
+    let sk_e195: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e195)) + 1lu), tn64, sk_e195)));
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
@@ -25,8 +25,8 @@ fn sk_attempt_cut(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e161: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e161)) + 1lu), tn64, sk_e161)));
+        let sk_e196: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e196)) + 1lu), tn64, sk_e196)));
         t_least = ties;
     }
     var t_min_p: bool = ((mp <= (0.0f)) || (sk_exp_nonpositive(bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)))) >= mp));
@@ -53,8 +53,8 @@ fn sk_attempt_cut(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e162: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e162 > best) || ((sk_e162 == best) && (w_i < best_i)))) {
+                    let sk_e197: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e197 > best) || ((sk_e197 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -63,12 +63,12 @@ fn sk_attempt_cut(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e164: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e163: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e164 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e164 + 0u)]))));
-                    if (((sk_e163 > best64) || ((sk_e163 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e199: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e198: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e199 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e199 + 0u)]))));
+                    if (((sk_e198 > best64) || ((sk_e198 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e165: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e165 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e165 + 0u)]))));
+                        let sk_e200: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e200 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e200 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -99,8 +99,8 @@ fn sk_attempt_cut(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_
         var t_last: u32 = (t_lo + min(((sk_lid * t_each) + t_each), t_cols));
         var t_mine: u32 = 0u;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e166: f32 = sk_load_x((base + col));
-            var tz_x: f32 = select(sk_e166, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e166) & 2147483647u) > 2139095040u));
+            let sk_e201: f32 = sk_load_x((base + col));
+            var tz_x: f32 = select(sk_e201, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e201) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
             if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
@@ -111,16 +111,16 @@ fn sk_attempt_cut(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, sel_
         t_rank0 = sk_block_scan(sk_lid, t_mine);
         var t_rank: u32 = t_rank0;
         for (var col: u32 = t_first; col < t_last; col = col + 1u) {
-            let sk_e167: f32 = sk_load_x((base + col));
-            var tz_x: f32 = select(sk_e167, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e167) & 2147483647u) > 2139095040u));
+            let sk_e202: f32 = sk_load_x((base + col));
+            var tz_x: f32 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
             var tz: f32 = (tz_x / temp);
             var tov: f32 = (tz - cut_mx);
             if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > bitcast<f32>(4286578688u)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
-                        sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best64, &best64_i, &best, &best_i);
+                        sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &best64, &best64_i, &best, &best_i);
                     } else {
-                        sk_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &bestu64, &bestu64_i, &bestu, &bestu_i);
+                        sk_race_tied_range(cut_seeded, tov, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, tz, &bestu64, &bestu64_i, &bestu, &bestu_i);
                     }
                 }
                 t_rank = (t_rank + 1u);

@@ -44,8 +44,8 @@ fn sk_attempt_cut_3(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
     }
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e132: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e132)) + 1lu), tn64, sk_e132)));
+    let sk_e167: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e167)) + 1lu), tn64, sk_e167)));
     var t_top: u32 = 4294967295u;
     for (var i: u32 = sk_lid; i < 512u; i = i + BLOCK) {
         // built by kernels::select::clear
@@ -98,8 +98,8 @@ fn sk_attempt_cut_3(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
             var t_run: u32 = 0u;
             for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                 // built by kernels::select::choose_bin
-                let sk_e133: u32 = (t_lo + tj);
-                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e133, 463u)]), (sk_e133 < 464u)));
+                let sk_e168: u32 = (t_lo + tj);
+                t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e168, 463u)]), (sk_e168 < 464u)));
             }
             var t_start: u32 = 0u;
             t_start = sk_block_scan(sk_lid, t_run);
@@ -166,11 +166,11 @@ fn sk_attempt_cut_3(sk_lid: u32, parts: u32, row_slot: u32, n_range_all: u32, kk
         sk_block_argmax_f64(sk_lid, best64, best64_i, &sk_win64, &sk_tok64);
         var sk_tok: u32 = select(sk_tok32, sk_tok64, cut_seeded);
         var sk_valid: bool = (sk_tok < params.vocab);
-        let sk_e138: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
-        var sk_z_x: f32 = select(sk_e138, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e138) & 2147483647u) > 2139095040u));
+        let sk_e173: f32 = sk_load_x((base + select(0u, sk_tok, sk_valid)));
+        var sk_z_x: f32 = select(sk_e173, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e173) & 2147483647u) > 2139095040u));
         var sk_z: f32 = (sk_z_x / temp);
-        let sk_e139: f32 = (sk_z - cut_mx);
-        var sk_key: u32 = (bitcast<u32>(sk_e139) ^ (bitcast<u32>((bitcast<i32>(sk_e139) >> 31u)) | 2147483648u));
+        let sk_e174: f32 = (sk_z - cut_mx);
+        var sk_key: u32 = (bitcast<u32>(sk_e174) ^ (bitcast<u32>((bitcast<i32>(sk_e174) >> 31u)) | 2147483648u));
         var sk_ahead: u64 = 0lu;
         for (var i: u32 = sk_lid; i < n_range_all; i = i + BLOCK) {
             // built by kernels::filter_top_p::winner_surely_kept

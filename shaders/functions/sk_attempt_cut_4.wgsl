@@ -16,8 +16,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
     sel_tm = m_range_all;
     var tn64: u64 = u64(sel_tn);
     var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-    let sk_e83: bool = (tie_v == 0lu);
-    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e83)) + 1lu), tn64, sk_e83)));
+    let sk_e143: bool = (tie_v == 0lu);
+    var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e143)) + 1lu), tn64, sk_e143)));
     var t_least: u32 = 0u;
     {
         // built by kernels::filter_top_p::tied_range
@@ -25,12 +25,12 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
         lim = lim_lo;
         var tn64: u64 = u64(sel_tn);
         var tie_v: u64 = (sel_tm / select(tn64, 1lu, (tn64 == 0lu)));
-        let sk_e84: bool = (tie_v == 0lu);
-        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e84)) + 1lu), tn64, sk_e84)));
+        let sk_e144: bool = (tie_v == 0lu);
+        var ties: u32 = u32(min(min(tn64, u64((kk - sel_n))), select((((lim - sel_m) / select(tie_v, 1lu, sk_e144)) + 1lu), tn64, sk_e144)));
         t_least = ties;
     }
-    let sk_e85: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
-    var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e85 / cut_mx), (1.0f), (sk_e85 == cut_mx)) >= mp));
+    let sk_e145: f32 = bitcast<f32>((max_range_all ^ ((bitcast<u32>((bitcast<i32>(max_range_all) >> 31u)) ^ 4294967295u) | 2147483648u)));
+    var t_min_p: bool = ((mp <= (0.0f)) || (select((sk_e145 / cut_mx), (1.0f), (sk_e145 == cut_mx)) >= mp));
     var t_kept: u32 = select(0u, ties, t_min_p);
     var t_unsure: u32 = (t_kept - select(0u, t_least, t_min_p));
     var t_part: u32 = 0u;
@@ -54,8 +54,8 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1310u)]);
                 if ((w_i != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e86: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
-                    if (((sk_e86 > best) || ((sk_e86 == best) && (w_i < best_i)))) {
+                    let sk_e146: f32 = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
+                    if (((sk_e146 > best) || ((sk_e146 == best) && (w_i < best_i)))) {
                         // built by kernels::filter_top_k::keep_lower
                         best = bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1309u)]));
                         best_i = w_i;
@@ -64,12 +64,12 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
                 var w_i64: u32 = atomicLoad(&partials[((((row_slot * parts) + t_p) * 1317u) + 1313u)]);
                 if ((w_i64 != 4294967295u)) {
                     // built by kernels::filter_top_p::take_winners
-                    let sk_e88: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                    let sk_e87: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e88 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e88 + 0u)]))));
-                    if (((sk_e87 > best64) || ((sk_e87 == best64) && (w_i64 < best64_i)))) {
+                    let sk_e148: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                    let sk_e147: f64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e148 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e148 + 0u)]))));
+                    if (((sk_e147 > best64) || ((sk_e147 == best64) && (w_i64 < best64_i)))) {
                         // built by kernels::filter_top_k::keep_lower
-                        let sk_e89: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
-                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e89 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e89 + 0u)]))));
+                        let sk_e149: u32 = ((((row_slot * parts) + t_p) * 1317u) + 1311u);
+                        best64 = bitcast<f64>(((u64(atomicLoad(&partials[(sk_e149 + 1u)])) << 32u) | u64(atomicLoad(&partials[(sk_e149 + 0u)]))));
                         best64_i = w_i64;
                     }
                 }
@@ -117,9 +117,9 @@ fn sk_attempt_cut_4(sk_lid: u32, n_range_all: u32, m_range_all: u64, kk: u32, se
             if ((((bitcast<u32>(tov) ^ (bitcast<u32>((bitcast<i32>(tov) >> 31u)) | 2147483648u)) == max_range_all) && (tz > (0.0f)))) {
                 if ((t_rank < t_cut_left)) {
                     if (((t_rank + t_unsure) < t_cut_left)) {
-                        sk_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
+                        sk_race_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best64, &best64_i, &best, &best_i);
                     } else {
-                        sk_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestu64, &bestu64_i, &bestu, &bestu_i);
+                        sk_race_tied_range_2(cut_seeded, tz, noisy, row, col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestu64, &bestu64_i, &bestu, &bestu_i);
                     }
                 }
                 t_rank = (t_rank + 1u);

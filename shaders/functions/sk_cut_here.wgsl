@@ -29,8 +29,7 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                     atomicStore(&cut_listing[0u], 0u);
                 }
                 workgroupBarrier();
-                var n_above: u32 = 0u;
-                var n_range: u32 = 0u;
+                var cut_counts: u32 = 0u;
                 var m_range: u64 = 0lu;
                 var min_above: f32 = bitcast<f32>(2139095040u);
                 var min_range: f32 = bitcast<f32>(2139095040u);
@@ -47,10 +46,6 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                 var best_i: u32 = 4294967295u;
                 var best64: f64 = bitcast<f64>(18442240474082181120lu);
                 var best64_i: u32 = 4294967295u;
-                var bestr: f32 = bitcast<f32>(4286578688u);
-                var bestr_i: u32 = 4294967295u;
-                var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
-                var bestr64_i: u32 = 4294967295u;
                 var cut_rcp_t: f32 = ((1.0f) / temp);
                 if (cut_seeded) {
                     // built by kernels::filter_top_p::cut_part
@@ -65,46 +60,36 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_41(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            // built by kernels::filter_values::read_step
-                            let sk_e8: u32 = (col_hi - col_lo);
-                            let sk_e7: f32 = sk_load_x(((base + col_lo) + select((sk_e8 - 1u), li0, (li0 < sk_e8))));
-                            zx0 = select(sk_e7, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e7) & 2147483647u) > 2139095040u));
-                            let sk_e10: u32 = (col_hi - col_lo);
-                            let sk_e9: f32 = sk_load_x(((base + col_lo) + select((sk_e10 - 1u), li1, (li1 < sk_e10))));
-                            zx1 = select(sk_e9, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e9) & 2147483647u) > 2139095040u));
-                            let sk_e12: u32 = (col_hi - col_lo);
-                            let sk_e11: f32 = sk_load_x(((base + col_lo) + select((sk_e12 - 1u), li2, (li2 < sk_e12))));
-                            zx2 = select(sk_e11, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e11) & 2147483647u) > 2139095040u));
-                            let sk_e14: u32 = (col_hi - col_lo);
-                            let sk_e13: f32 = sk_load_x(((base + col_lo) + select((sk_e14 - 1u), li3, (li3 < sk_e14))));
-                            zx3 = select(sk_e13, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e13) & 2147483647u) > 2139095040u));
+                            sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_39(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
+                            sk_read_step_41(col_lo, li0, zx0, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_39(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
+                            sk_read_step_41(col_lo, li1, zx1, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_39(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
+                            sk_read_step_41(col_lo, li2, zx2, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_39(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &n_above, &best64, &best64_i, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &bestr64, &bestr64_i, &max_below_v);
+                            sk_read_step_41(col_lo, li3, zx3, cut_x_above, temp, cut_mx, mp, noisy, row, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, &cut_counts, &best64, &best64_i, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v);
                         }
                     }
                 } else {
-                    sk_cut_part_3(sk_lid, base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &n_above, &max_below_x, &min_above, &n_range, &m_range, &min_range, &max_range_v, &max_below_v, &best, &bestr, &best_i, &bestr_i);
+                    sk_cut_part_4(sk_lid, base, col_lo, col_hi, cut_x_above, temp, cut_mx, cut_x_below, cut_grid_scale, cut_above_from, cut_range_from, row_slot, parts, part, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mp, cut_rcp_t, &cut_counts, &max_below_x, &min_above, &m_range, &min_range, &max_range_v, &max_below_v, &best, &best_i);
                 }
+                storageBarrier();
                 var part_n_above: u32 = 0u;
                 var part_n_range: u32 = 0u;
-                sk_block_sums_u32_2(sk_lid, n_above, n_range, &part_n_above, &part_n_range);
+                sk_block_sums_u32_2(sk_lid, (cut_counts >> 16u), (cut_counts & 65535u), &part_n_above, &part_n_range);
                 var part_m_range: u64 = 0lu;
                 part_m_range = sk_block_sum_u64(sk_lid, m_range);
                 var part_w_below: f32 = (0.0f);
-                let sk_e74: f32 = min((((max_below_x / temp) - cut_mx) + cut_guard), (0.0f));
-                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e74), (0.0f), (sk_e74 == bitcast<f32>(4286578688u)))));
+                let sk_e82: f32 = bitcast<f32>(((127u - cut_grid_shift) << 23u));
+                let sk_e81: f32 = min((((max_below_x / temp) - cut_mx) + ((((abs(cut_mx) + abs((cut_range_from * sk_e82))) + abs((cut_above_from * sk_e82))) * (3.8146973e-6f)) + (1.1754944e-38f))), (0.0f));
+                part_w_below = sk_block_max_f32(sk_lid, max(select(sk_exp_nonpositive(max_below_v), (0.0f), (max_below_v == bitcast<f32>(4286578688u))), select(sk_exp_nonpositive(sk_e81), (0.0f), (sk_e81 == bitcast<f32>(4286578688u)))));
                 var part_min_above_not: u32 = 0u;
                 part_min_above_not = sk_block_max_u32(sk_lid, select(((bitcast<u32>(min_above) ^ (bitcast<u32>((bitcast<i32>(min_above) >> 31u)) | 2147483648u)) ^ 4294967295u), 0u, (min_above == bitcast<f32>(2139095040u))));
                 var part_min_range_not: u32 = 0u;
@@ -113,6 +98,7 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                 part_max_range = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_range_v) ^ (bitcast<u32>((bitcast<i32>(max_range_v) >> 31u)) | 2147483648u)), 0u, (max_range_v == bitcast<f32>(4286578688u))));
                 var part_max_below: u32 = 0u;
                 part_max_below = sk_block_max_u32(sk_lid, select((bitcast<u32>(max_below_v) ^ (bitcast<u32>((bitcast<i32>(max_below_v) >> 31u)) | 2147483648u)), 0u, (max_below_v == bitcast<f32>(4286578688u))));
+                var cut_one_value: bool = (((part_min_range_not ^ 4294967295u) == part_max_range) && (part_n_range > 0u));
                 var part_best: f32 = (0.0f);
                 var part_best_i: u32 = 0u;
                 sk_block_argmax_f32(sk_lid, best, best_i, &part_best, &part_best_i);
@@ -126,6 +112,70 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1306u)], u32((bitcast<u64>(part_best64) & 4294967295lu)));
                     atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1306u) + 1u)], u32((bitcast<u64>(part_best64) >> 32u)));
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1308u)], part_best64_i);
+                }
+                if ((sk_lid == 0u)) {
+                    // built by kernels::filter_top_p::cut_part
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1294u)], part_n_above);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1295u)], part_n_range);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1296u)], u32((part_m_range & 4294967295lu)));
+                    atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)], u32((part_m_range >> 32u)));
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1298u)], min(atomicLoad(&cut_listing[0u]), 640u));
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1299u)], part_min_above_not);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1300u)], part_min_range_not);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1301u)], part_max_range);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1302u)], part_max_below);
+                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1303u)], bitcast<u32>(part_w_below));
+                }
+                var bestr: f32 = bitcast<f32>(4286578688u);
+                var bestr_i: u32 = 4294967295u;
+                var bestr64: f64 = bitcast<f64>(18442240474082181120lu);
+                var bestr64_i: u32 = 4294967295u;
+                if (cut_one_value) {
+                    // built by kernels::filter_top_p::cut_part
+                    var rt_listed: u32 = atomicLoad(&cut_listing[0u]);
+                    if ((rt_listed <= 640u)) {
+                        // built by kernels::filter_top_p::race_tied_range
+                        for (var r: u32 = sk_lid; r < rt_listed; r = r + BLOCK) {
+                            var rt_col: u32 = atomicLoad(&partials[((((row_slot * parts) + part) * 1317u) + (6u + (r * 2u)))]);
+                            let sk_e83: f32 = sk_load_x((base + rt_col));
+                            var rt_z_x: f32 = select(sk_e83, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e83) & 2147483647u) > 2139095040u));
+                            var rt_z: f32 = (rt_z_x / temp);
+                            var rt_ov: f32 = (rt_z - cut_mx);
+                            if (((mp <= (0.0f)) || (sk_exp_nonpositive(rt_ov) >= mp))) {
+                                sk_race_tied_range(cut_seeded, rt_ov, noisy, row, rt_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rt_z, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                            }
+                        }
+                    } else {
+                        // built by kernels::filter_top_p::race_tied_range
+                        for (var i0: u32 = sk_lid; i0 < (col_hi - col_lo); i0 = i0 + (BLOCK * 4u)) {
+                            // built by kernels::filter_values::for_each_read
+                            var li0: u32 = i0;
+                            var zx0: f32 = (0.0f);
+                            var li1: u32 = (i0 + (BLOCK * 1u));
+                            var zx1: f32 = (0.0f);
+                            var li2: u32 = (i0 + (BLOCK * 2u));
+                            var zx2: f32 = (0.0f);
+                            var li3: u32 = (i0 + (BLOCK * 3u));
+                            var zx3: f32 = (0.0f);
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            } else {
+                                sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
+                            }
+                            if ((li0 < (col_hi - col_lo))) {
+                                sk_read_step_43(zx0, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                            }
+                            if ((li1 < (col_hi - col_lo))) {
+                                sk_read_step_43(zx1, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                            }
+                            if ((li2 < (col_hi - col_lo))) {
+                                sk_read_step_43(zx2, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                            }
+                            if ((li3 < (col_hi - col_lo))) {
+                                sk_read_step_43(zx3, temp, cut_grid_scale, cut_range_from, cut_above_from, cut_mx, mp, cut_seeded, noisy, row, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);
+                            }
+                        }
+                    }
                 }
                 var part_bestr: f32 = (0.0f);
                 var part_bestr_i: u32 = 0u;
@@ -142,19 +192,6 @@ fn sk_cut_here(sk_lid: u32, slot: u32, parts: u32, part: u32, row: u32, temp: f3
                     atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1313u)], part_bestr64_i);
                 }
                 workgroupBarrier();
-                if ((sk_lid == 0u)) {
-                    // built by kernels::filter_top_p::cut_part
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1294u)], part_n_above);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1295u)], part_n_range);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1296u)], u32((part_m_range & 4294967295lu)));
-                    atomicStore(&partials[(((((row_slot * parts) + part) * 1317u) + 1296u) + 1u)], u32((part_m_range >> 32u)));
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1298u)], min(atomicLoad(&cut_listing[0u]), 640u));
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1299u)], part_min_above_not);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1300u)], part_min_range_not);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1301u)], part_max_range);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1302u)], part_max_below);
-                    atomicStore(&partials[((((row_slot * parts) + part) * 1317u) + 1303u)], bitcast<u32>(part_w_below));
-                }
             }
             col_lo = 0u;
             col_hi = params.vocab;

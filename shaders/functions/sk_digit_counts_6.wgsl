@@ -20,8 +20,8 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
         for (var at: u32 = sk_lid; at < n_list; at = at + BLOCK) {
             // built by kernels::filters::sweep_list
             var col: u32 = listed_cols[at];
-            let sk_e345: f32 = sk_load_x((base + col));
-            var lx: f32 = select(sk_e345, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e345) & 2147483647u) > 2139095040u));
+            let sk_e380: f32 = sk_load_x((base + col));
+            var lx: f32 = select(sk_e380, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e380) & 2147483647u) > 2139095040u));
             var zv: f32 = (lx / temp);
             var ov: f32 = select((zv - mx), select(bitcast<f32>(4286578688u), (0.0f), (zv == bitcast<f32>(2139095040u))), (mx == bitcast<f32>(2139095040u)));
             var key: u32 = (bitcast<u32>(ov) ^ (bitcast<u32>((bitcast<i32>(ov) >> 31u)) | 2147483648u));
@@ -87,7 +87,7 @@ fn sk_digit_counts_6(sk_lid: u32, listed: bool, n_list: u32, base: u32, temp: f3
                     var li3: u32 = (i0 + (BLOCK * 3u));
                     var zx3: f32 = (0.0f);
                     if ((li3 < sweep_n)) {
-                        sk_read_step_41(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                        sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                     } else {
                         sk_read_step_35(base, col_lo, li0, sweep_n, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                     }

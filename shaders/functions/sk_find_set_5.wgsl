@@ -18,8 +18,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
     var sel_tm: u64 = *sk_io_sel_tm;
     // built by kernels::filters::find_set
     var in_a: bool = (stage <= sel_a);
-    let sk_e181: u32 = (stage - 1u);
-    var digit_pass: u32 = select((sk_e181 - sel_a), sk_e181, in_a);
+    let sk_e241: u32 = (stage - 1u);
+    var digit_pass: u32 = select((sk_e241 - sel_a), sk_e241, in_a);
     var shift: u32 = (28u - (digit_pass * 4u));
     if ((digit_pass == 0u)) {
         listed = false;
@@ -43,7 +43,7 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                 var li3: u32 = (i0 + (BLOCK * 3u));
                 var zx3: f32 = (0.0f);
                 if ((li3 < sweep_n)) {
-                    sk_read_step_47(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                    sk_read_step_49(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                 } else {
                     // built by kernels::filter_values::read_step
                     zx0 = sk_load_x(((base + col_lo) + select((sweep_n - 1u), li0, (li0 < sweep_n))));
@@ -138,8 +138,8 @@ fn sk_find_set_5(sk_lid: u32, stage: u32, sel_a: u32, col_hi: u32, col_lo: u32, 
                     mass_before = (mass_before + bucket_masses[v]);
                 }
             }
-            let sk_e182: u32 = (before + 1u);
-            if ((((before < kk) && (mass_before <= lim)) && ((sk_e182 == (sel_n + min(sel_tn, 64u))) || (!((sk_e182 < kk) && ((mass_before + mt) <= lim)))))) {
+            let sk_e242: u32 = (before + 1u);
+            if ((((before < kk) && (mass_before <= lim)) && ((sk_e242 == (sel_n + min(sel_tn, 64u))) || (!((sk_e242 < kk) && ((mass_before + mt) <= lim)))))) {
                 found_key = kt;
                 found_col = ct;
             }

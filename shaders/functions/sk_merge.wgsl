@@ -10,21 +10,21 @@ fn sk_merge(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32, n
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e173: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e173 + 3u)]), atomicLoad(&partials[(sk_e173 + 4u)]));
-        let sk_e176: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e174: f32 = select((0.0f), (1.0f), (sk_e176 == bitcast<f32>(2139095040u)));
-        let sk_e175: f32 = (sk_e176 - row_m);
-        let sk_e177: bool = (row_m == bitcast<f32>(4286578688u));
-        let sk_e178: bool = (row_m == bitcast<f32>(2139095040u));
-        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e175), (0.0f), sk_e177), sk_e174, sk_e178) > (0.0f)) && (select(select(sk_exp(sk_e175), (0.0f), sk_e177), sk_e174, sk_e178) >= mp)))) {
+        let sk_e208: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e208 + 3u)]), atomicLoad(&partials[(sk_e208 + 4u)]));
+        let sk_e211: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e209: f32 = select((0.0f), (1.0f), (sk_e211 == bitcast<f32>(2139095040u)));
+        let sk_e210: f32 = (sk_e211 - row_m);
+        let sk_e212: bool = (row_m == bitcast<f32>(4286578688u));
+        let sk_e213: bool = (row_m == bitcast<f32>(2139095040u));
+        if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e210), (0.0f), sk_e212), sk_e209, sk_e213) > (0.0f)) && (select(select(sk_exp(sk_e210), (0.0f), sk_e212), sk_e209, sk_e213) >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e179: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e179 + 1u)] == 1u) && (rows[(sk_e179 + 6u)] == 1u))))) {
+    let sk_e214: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e214 + 1u)] == 1u) && (rows[(sk_e214 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -38,30 +38,30 @@ fn sk_merge(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32, n
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e180: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e180) && (sk_e180 != 4294967295u))) {
-                let sk_e181: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e181 ^ ((bitcast<u32>((bitcast<i32>(sk_e181) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e182: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
-                if (((sk_e182 > (0.0f)) && (sk_e182 >= mp))) {
+            let sk_e215: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e215) && (sk_e215 != 4294967295u))) {
+                let sk_e216: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e216 ^ ((bitcast<u32>((bitcast<i32>(sk_e216) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e217: f32 = select(select(sk_exp((mo_z - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (mo_z == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                if (((sk_e217 > (0.0f)) && (sk_e217 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row(mo_z, row_m, noisy, row, mo_col, &best64, &best64_i);
                     } else {
-                        sk_race_one_2(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, &best, &best_i);
+                        sk_race_one_3(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, &best, &best_i);
                     }
                 }
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e186: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e185: u32 = (sk_e186 + 7u);
-            let sk_e187: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e188: bool = (row_m == bitcast<f32>(2139095040u));
-            if (((atomicLoad(&partials[(sk_e186 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e185]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e185])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e187), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e185]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e185])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e188) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e185]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e185])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e187), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e185]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e185])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e188) >= mp)))) {
-                let sk_e190: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e189: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e190 + 5u)]));
-                if (((sk_e189 > best) || ((sk_e189 == best) && (atomicLoad(&partials[(sk_e190 + 6u)]) < best_i)))) {
+            let sk_e221: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e220: u32 = (sk_e221 + 7u);
+            let sk_e222: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e223: bool = (row_m == bitcast<f32>(2139095040u));
+            if (((atomicLoad(&partials[(sk_e221 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e222), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e223) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e222), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e220]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e220])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e223) >= mp)))) {
+                let sk_e225: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e224: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e225 + 5u)]));
+                if (((sk_e224 > best) || ((sk_e224 == best) && (atomicLoad(&partials[(sk_e225 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -70,12 +70,12 @@ fn sk_merge(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32, n
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e193: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e191: u32 = (sk_e193 + 7u);
-            let sk_e192: u32 = (sk_e193 + 0u);
-            let sk_e194: bool = (row_m == bitcast<f32>(4286578688u));
-            let sk_e195: bool = (row_m == bitcast<f32>(2139095040u));
-            if ((((atomicLoad(&partials[(sk_e193 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e192])) - row_m)), (0.0f), sk_e194), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e192])) == bitcast<f32>(2139095040u))), sk_e195) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e192])) - row_m)), (0.0f), sk_e194), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e192])) == bitcast<f32>(2139095040u))), sk_e195) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e191]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e191])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e194), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e191]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e191])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e195) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e191]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e191])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e194), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e191]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e191])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e195) >= mp))))) {
+            let sk_e228: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e226: u32 = (sk_e228 + 7u);
+            let sk_e227: u32 = (sk_e228 + 0u);
+            let sk_e229: bool = (row_m == bitcast<f32>(4286578688u));
+            let sk_e230: bool = (row_m == bitcast<f32>(2139095040u));
+            if ((((atomicLoad(&partials[(sk_e228 + 2u)]) == 4294967295u) && ((select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e227])) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e227])) == bitcast<f32>(2139095040u))), sk_e230) > (0.0f)) && (select(select(sk_exp((bitcast<f32>(atomicLoad(&partials[sk_e227])) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e227])) == bitcast<f32>(2139095040u))), sk_e230) >= mp))) && (!((select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e230) > (0.0f)) && (select(select(sk_exp((bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m)), (0.0f), sk_e229), select((0.0f), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e226]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e226])) >> 31u)) ^ 4294967295u) | 2147483648u))) == bitcast<f32>(2139095040u))), sk_e230) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
@@ -95,21 +95,9 @@ fn sk_merge(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32, n
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_41(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_39(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            // built by kernels::filter_values::read_step
-                            let sk_e201: u32 = (col_hi - col_lo);
-                            let sk_e200: f32 = sk_load_x(((base + col_lo) + select((sk_e201 - 1u), li0, (li0 < sk_e201))));
-                            zx0 = select(sk_e200, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e200) & 2147483647u) > 2139095040u));
-                            let sk_e203: u32 = (col_hi - col_lo);
-                            let sk_e202: f32 = sk_load_x(((base + col_lo) + select((sk_e203 - 1u), li1, (li1 < sk_e203))));
-                            zx1 = select(sk_e202, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e202) & 2147483647u) > 2139095040u));
-                            let sk_e205: u32 = (col_hi - col_lo);
-                            let sk_e204: f32 = sk_load_x(((base + col_lo) + select((sk_e205 - 1u), li2, (li2 < sk_e205))));
-                            zx2 = select(sk_e204, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e204) & 2147483647u) > 2139095040u));
-                            let sk_e207: u32 = (col_hi - col_lo);
-                            let sk_e206: f32 = sk_load_x(((base + col_lo) + select((sk_e207 - 1u), li3, (li3 < sk_e207))));
-                            zx3 = select(sk_e206, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e206) & 2147483647u) > 2139095040u));
+                            sk_read_step_44(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
                             sk_read_step_40(zx0, temp, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);

@@ -10,18 +10,18 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
     var mo_left: u32 = 0u;
     for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
         // built by kernels::filter_min_p::left_out_kept
-        let sk_e94: u32 = (((slot * parts) + p) * 1317u);
-        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e94 + 3u)]), atomicLoad(&partials[(sk_e94 + 4u)]));
-        let sk_e96: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-        let sk_e95: f32 = select((sk_e96 / row_m), (1.0f), (sk_e96 == row_m));
-        if (((mo_lk != 0u) && ((sk_e95 > (0.0f)) && (sk_e95 >= mp)))) {
+        let sk_e154: u32 = (((slot * parts) + p) * 1317u);
+        var mo_lk: u32 = max(atomicLoad(&partials[(sk_e154 + 3u)]), atomicLoad(&partials[(sk_e154 + 4u)]));
+        let sk_e156: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e155: f32 = select((sk_e156 / row_m), (1.0f), (sk_e156 == row_m));
+        if (((mo_lk != 0u) && ((sk_e155 > (0.0f)) && (sk_e155 >= mp)))) {
             mo_left = 1u;
         }
     }
     var mo_uncovered: u32 = 0u;
     mo_uncovered = sk_block_max_u32(sk_lid, mo_left);
-    let sk_e97: u32 = (row * 12u);
-    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e97 + 1u)] == 1u) && (rows[(sk_e97 + 6u)] == 1u))))) {
+    let sk_e157: u32 = (row * 12u);
+    if (((!(mo_uncovered != 0u)) && (!((rows[(sk_e157 + 1u)] == 1u) && (rows[(sk_e157 + 6u)] == 1u))))) {
         // built by kernels::filter_min_p::over_parts
         var best: f32 = bitcast<f32>(4286578688u);
         var best_i: u32 = 4294967295u;
@@ -35,28 +35,28 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         for (var i: u32 = sk_lid; i < (parts * 257u); i = i + BLOCK) {
             var mo_p: u32 = (i / 257u);
             var mo_s: u32 = (i - (mo_p * 257u));
-            let sk_e98: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
-            if (((mo_s < sk_e98) && (sk_e98 != 4294967295u))) {
-                let sk_e99: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
-                var mo_z: f32 = bitcast<f32>((sk_e99 ^ ((bitcast<u32>((bitcast<i32>(sk_e99) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                let sk_e100: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
-                if (((sk_e100 > (0.0f)) && (sk_e100 >= mp))) {
+            let sk_e158: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + 2u)]);
+            if (((mo_s < sk_e158) && (sk_e158 != 4294967295u))) {
+                let sk_e159: u32 = atomicLoad(&partials[((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u)))]);
+                var mo_z: f32 = bitcast<f32>((sk_e159 ^ ((bitcast<u32>((bitcast<i32>(sk_e159) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e160: f32 = select((mo_z / row_m), (1.0f), (mo_z == row_m));
+                if (((sk_e160 > (0.0f)) && (sk_e160 >= mp))) {
                     var mo_col: u32 = atomicLoad(&partials[(((((slot * parts) + mo_p) * 1317u) + (5u + (mo_s * 2u))) + 1u)]);
                     if (mo_seeded) {
                         sk_merge_row_2(mo_z, noisy, row, mo_col, &best64, &best64_i);
                     } else {
-                        sk_race_one_3(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, &best, &best_i);
+                        sk_race_one_5(mo_col, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, mo_z, &best, &best_i);
                     }
                 }
             }
         }
         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-            let sk_e104: u32 = (((slot * parts) + p) * 1317u);
-            let sk_e103: u32 = (sk_e104 + 7u);
-            if (((atomicLoad(&partials[(sk_e104 + 2u)]) == 4294967295u) && ((select((bitcast<f32>((atomicLoad(&partials[sk_e103]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e103])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e103]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e103])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e103]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e103])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e103]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e103])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp)))) {
-                let sk_e106: u32 = (((slot * parts) + p) * 1317u);
-                let sk_e105: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e106 + 5u)]));
-                if (((sk_e105 > best) || ((sk_e105 == best) && (atomicLoad(&partials[(sk_e106 + 6u)]) < best_i)))) {
+            let sk_e164: u32 = (((slot * parts) + p) * 1317u);
+            let sk_e163: u32 = (sk_e164 + 7u);
+            if (((atomicLoad(&partials[(sk_e164 + 2u)]) == 4294967295u) && ((select((bitcast<f32>((atomicLoad(&partials[sk_e163]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e163])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e163]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e163])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e163]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e163])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e163]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e163])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp)))) {
+                let sk_e166: u32 = (((slot * parts) + p) * 1317u);
+                let sk_e165: f32 = bitcast<f32>(atomicLoad(&partials[(sk_e166 + 5u)]));
+                if (((sk_e165 > best) || ((sk_e165 == best) && (atomicLoad(&partials[(sk_e166 + 6u)]) < best_i)))) {
                     // built by kernels::filter_top_k::keep_lower
                     best = bitcast<f32>(atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 5u)]));
                     best_i = atomicLoad(&partials[((((slot * parts) + p) * 1317u) + 6u)]);
@@ -65,10 +65,10 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
         }
         var mo_again: bool = false;
         for (var mo_p: u32 = 0u; mo_p < parts; mo_p = mo_p + 1u) {
-            let sk_e109: u32 = (((slot * parts) + mo_p) * 1317u);
-            let sk_e107: u32 = (sk_e109 + 7u);
-            let sk_e108: u32 = (sk_e109 + 0u);
-            if ((((atomicLoad(&partials[(sk_e109 + 2u)]) == 4294967295u) && ((select((bitcast<f32>(atomicLoad(&partials[sk_e108])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e108])) == row_m)) > (0.0f)) && (select((bitcast<f32>(atomicLoad(&partials[sk_e108])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e108])) == row_m)) >= mp))) && (!((select((bitcast<f32>((atomicLoad(&partials[sk_e107]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e107])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e107]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e107])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e107]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e107])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e107]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e107])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp))))) {
+            let sk_e169: u32 = (((slot * parts) + mo_p) * 1317u);
+            let sk_e167: u32 = (sk_e169 + 7u);
+            let sk_e168: u32 = (sk_e169 + 0u);
+            if ((((atomicLoad(&partials[(sk_e169 + 2u)]) == 4294967295u) && ((select((bitcast<f32>(atomicLoad(&partials[sk_e168])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e168])) == row_m)) > (0.0f)) && (select((bitcast<f32>(atomicLoad(&partials[sk_e168])) / row_m), (1.0f), (bitcast<f32>(atomicLoad(&partials[sk_e168])) == row_m)) >= mp))) && (!((select((bitcast<f32>((atomicLoad(&partials[sk_e167]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e167])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e167]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e167])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) > (0.0f)) && (select((bitcast<f32>((atomicLoad(&partials[sk_e167]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e167])) >> 31u)) ^ 4294967295u) | 2147483648u))) / row_m), (1.0f), (bitcast<f32>((atomicLoad(&partials[sk_e167]) ^ ((bitcast<u32>((bitcast<i32>(atomicLoad(&partials[sk_e167])) >> 31u)) ^ 4294967295u) | 2147483648u))) == row_m)) >= mp))))) {
                 mo_again = true;
                 {
                     col_lo = min(((mo_p * (((((params.vocab + 3u) >> 2u) + parts) - 1u) / parts)) * 4u), params.vocab);
@@ -88,29 +88,21 @@ fn sk_merge_2(sk_lid: u32, parts: u32, slot: u32, row_m: f32, mp: f32, row: u32,
                         var li3: u32 = (i0 + (BLOCK * 3u));
                         var zx3: f32 = (0.0f);
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_47(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
+                            sk_read_step_49(base, col_lo, i0, &zx0, &zx1, &zx2, &zx3);
                         } else {
-                            // built by kernels::filter_values::read_step
-                            let sk_e110: u32 = (col_hi - col_lo);
-                            zx0 = sk_load_x(((base + col_lo) + select((sk_e110 - 1u), li0, (li0 < sk_e110))));
-                            let sk_e111: u32 = (col_hi - col_lo);
-                            zx1 = sk_load_x(((base + col_lo) + select((sk_e111 - 1u), li1, (li1 < sk_e111))));
-                            let sk_e112: u32 = (col_hi - col_lo);
-                            zx2 = sk_load_x(((base + col_lo) + select((sk_e112 - 1u), li2, (li2 < sk_e112))));
-                            let sk_e113: u32 = (col_hi - col_lo);
-                            zx3 = sk_load_x(((base + col_lo) + select((sk_e113 - 1u), li3, (li3 < sk_e113))));
+                            sk_read_step_50(col_hi, col_lo, base, li0, li1, li2, li3, &zx0, &zx1, &zx2, &zx3);
                         }
                         if ((li0 < (col_hi - col_lo))) {
-                            sk_read_step_45(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_46(zx0, row_m, mp, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li1 < (col_hi - col_lo))) {
-                            sk_read_step_45(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_46(zx1, row_m, mp, col_lo, li1, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li2 < (col_hi - col_lo))) {
-                            sk_read_step_45(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_46(zx2, row_m, mp, col_lo, li2, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                         if ((li3 < (col_hi - col_lo))) {
-                            sk_read_step_45(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
+                            sk_read_step_46(zx3, row_m, mp, col_lo, li3, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &best, &best_i);
                         }
                     }
                     col_lo = col_lo;

@@ -93,8 +93,8 @@ fn sk_row_max(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k_f
                     var t_run: u32 = 0u;
                     for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                         // built by kernels::select::choose_bin
-                        let sk_e217: u32 = (t_lo + tj);
-                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e217, 463u)]), (sk_e217 < 464u)));
+                        let sk_e252: u32 = (t_lo + tj);
+                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e252, 463u)]), (sk_e252 < 464u)));
                     }
                     var t_start: u32 = 0u;
                     t_start = sk_block_scan(sk_lid, t_run);
@@ -194,8 +194,8 @@ fn sk_row_max(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k_f
                     }
                     if (g_take) {
                         listed_cols[(0u + g_out)] = gk;
-                        let sk_e219: u32 = (gj / want);
-                        listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e219) * 1317u) + (6u + ((gj - (sk_e219 * want)) * 2u)))]);
+                        let sk_e254: u32 = (gj / want);
+                        listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e254) * 1317u) + (6u + ((gj - (sk_e254 * want)) * 2u)))]);
                         g_out = (g_out + 1u);
                     }
                 }
@@ -203,8 +203,8 @@ fn sk_row_max(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k_f
             var n_sel: u32 = (t_above + t_take);
             workgroupBarrier();
             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                let sk_e220: u32 = listed_cols[(0u + i)];
-                var zi: f32 = bitcast<f32>((sk_e220 ^ ((bitcast<u32>((bitcast<i32>(sk_e220) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e255: u32 = listed_cols[(0u + i)];
+                var zi: f32 = bitcast<f32>((sk_e255 ^ ((bitcast<u32>((bitcast<i32>(sk_e255) >> 31u)) ^ 4294967295u) | 2147483648u)));
                 listed_cols[(514u + i)] = bitcast<u32>((zi - row_m));
                 listed_cols[(771u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) & 4294967295lu));
                 listed_cols[(1028u + i)] = u32((sk_fixed(select(select(sk_exp((zi - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zi == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)))) >> 32u));
@@ -241,9 +241,9 @@ fn sk_row_max(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k_f
             var n_lo: u32 = 0u;
             var n_unsure: u32 = 0u;
             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                let sk_e222: u32 = listed_cols[(1285u + r)];
-                let sk_e221: f32 = bitcast<f32>((sk_e222 ^ ((bitcast<u32>((bitcast<i32>(sk_e222) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                var wr: f32 = select(select(sk_exp((sk_e221 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e221 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
+                let sk_e257: u32 = listed_cols[(1285u + r)];
+                let sk_e256: f32 = bitcast<f32>((sk_e257 ^ ((bitcast<u32>((bitcast<i32>(sk_e257) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                var wr: f32 = select(select(sk_exp((sk_e256 - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (sk_e256 == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u)));
                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                 var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                 var bf: f32 = sk_fixed_f32(br);
@@ -263,10 +263,10 @@ fn sk_row_max(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k_f
             }
             var zt: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var all_in: bool = ((n_sel < want) || (select(select(sk_exp((zt - row_m)), (0.0f), (row_m == bitcast<f32>(4286578688u))), select((0.0f), (1.0f), (zt == bitcast<f32>(2139095040u))), (row_m == bitcast<f32>(2139095040u))) <= (0.0f)));
-            let sk_e273: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-            var cut_above: bool = ((bitcast<f32>((sk_e273 ^ ((bitcast<u32>((bitcast<i32>(sk_e273) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m));
-            let sk_e274: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-            var k_above: bool = ((!k_first) || ((bitcast<f32>((listed_cols[sk_e274] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e274]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m)));
+            let sk_e308: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+            var cut_above: bool = ((bitcast<f32>((sk_e308 ^ ((bitcast<u32>((bitcast<i32>(sk_e308) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m));
+            let sk_e309: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+            var k_above: bool = ((!k_first) || ((bitcast<f32>((listed_cols[sk_e309] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e309]) >> 31u)) ^ 4294967295u) | 2147483648u))) - row_m) > (zt - row_m)));
             var prefix_exact: bool = all_in;
             if (((!all_in) && (!(cut_above && k_above)))) {
                 // built by kernels::filter_top_k::prefix_is_exact

@@ -7,13 +7,13 @@ fn sk_select_in_range_2(base: u32, rcol: u32, temp: f32, cut_seeded: bool, rov: 
     var best: f32 = *sk_io_best;
     var best_i: u32 = *sk_io_best_i;
     // built by kernels::filter_top_p::select_in_range
-    let sk_e135: f32 = sk_load_x((base + rcol));
-    var rz_x: f32 = select(sk_e135, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e135) & 2147483647u) > 2139095040u));
+    let sk_e170: f32 = sk_load_x((base + rcol));
+    var rz_x: f32 = select(sk_e170, bitcast<f32>(4286578688u), ((bitcast<u32>(sk_e170) & 2147483647u) > 2139095040u));
     var rz: f32 = (rz_x / temp);
     if (cut_seeded) {
-        sk_race_one(rov, noisy, row, rcol, &best64, &best64_i);
+        sk_race_one_2(rov, noisy, row, rcol, &best64, &best64_i);
     } else {
-        sk_race_one_2(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+        sk_race_one_3(rcol, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
     }
     *sk_io_best64 = best64;
     *sk_io_best64_i = best64_i;

@@ -9,23 +9,23 @@ fn sk_write_results_as_2(sk_lid: u32, row: u32, kept_n: u32, row_m: f32, noisy: 
     var best64: f64 = bitcast<f64>(18442240474082181120lu);
     var best64_i: u32 = 4294967295u;
     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-    let sk_e275: u32 = (row * 12u);
-    var ow_ranked: bool = ((rows[(sk_e275 + 1u)] == 1u) && (rows[(sk_e275 + 6u)] == 1u));
+    let sk_e310: u32 = (row * 12u);
+    var ow_ranked: bool = ((rows[(sk_e310 + 1u)] == 1u) && (rows[(sk_e310 + 6u)] == 1u));
     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
         var rc: u32 = listed_cols[(1542u + r)];
-        let sk_e276: u32 = listed_cols[(1285u + r)];
-        var rz: f32 = bitcast<f32>((sk_e276 ^ ((bitcast<u32>((bitcast<i32>(sk_e276) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e311: u32 = listed_cols[(1285u + r)];
+        var rz: f32 = bitcast<f32>((sk_e311 ^ ((bitcast<u32>((bitcast<i32>(sk_e311) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if (ow_ranked) {
             sk_merge_row(rz, row_m, noisy, row, r, &best64, &best64_i);
         } else {
             if (ow_seeded) {
                 sk_merge_row(rz, row_m, noisy, row, rc, &best64, &best64_i);
             } else {
-                sk_race_one_2(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
+                sk_race_one_3(rc, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, rz, &best, &best_i);
             }
         }
     }

@@ -16,6 +16,9 @@ use std::process::Command;
 /// path's merge on sm_90, at the 128 registers of one block of 512, since its top-p cut tries
 /// twice from bounds (`filter_top_p::cut_row`): it stores the row record's addresses once a row
 /// and loads them at the start of a phase (a try, a pass of the filter body), in no column loop.
+/// The top-p cut from f16 logits, at the 64 registers of four blocks an SM, since its race
+/// screens (`filter_top_p::cut_part`): it stores one word (its range's upper edge in `z`) once
+/// a part before its loop and loads it after, for the weight below the range.
 /// Any other spill, on either target, fails the report: a kernel near its
 /// registers tips over with a small change (the top-p parts from probabilities spilled 24 bytes
 /// on sm_90 in `8009612`, when only sm_75 was checked).
@@ -30,6 +33,8 @@ const KNOWN_SPILLS: &[(&str, &str)] = &[
     ("top_k_merge_logits_f16", "sm_90"),
     ("top_k_merge_logits_bf16", "sm_90"),
     ("top_k_merge_probs", "sm_90"),
+    ("top_p_cut_logits_f16", "sm_75"),
+    ("top_p_cut_logits_f16", "sm_90"),
 ];
 
 pub struct Sm {

@@ -184,18 +184,18 @@ pub fn fine_share() -> (f64, &'static str) {
 
 /// How a flat row's columns take a loop that races the kept ones (the top-p cut's Philox loop,
 /// `filter_top_p.rs`): the share of its quads that race (draw the block and test each column's
-/// noise bound), and the share of its column slots whose exact score a warp runs, with the
-/// reason. Model-like rows race few of their columns there (top-p 0.9 keeps 300 to 700 tokens
-/// of Zipf rows at T 0.8), which the model counts as none.
+/// noise bound), and the share of its column slots whose score (the screen, two fast logs) a
+/// warp runs, with the reason. Model-like rows race few of their columns there (top-p 0.9 keeps
+/// 300 to 700 tokens of Zipf rows at T 0.8), which the model counts as none.
 pub fn flat_race(kernel: &str) -> Option<(f64, f64, &'static str)> {
     kernel.starts_with("top_p_cut").then_some((
         1.0,
-        0.056,
+        0.058,
         "top-p 0.9 keeps 90% of a flat row's tokens, so nearly every quad races; a numpy simulation of the \
-         cut's rule (docs/cut_scored.py: parts of 4096, blocks of 256, each invocation's first column screened \
-         and the workgroup's largest lower bound its floor, then a test a quad) has warps of 32 score 5.6% of \
-         the column slots exactly (T 0.6 and 0.8); the columns' own tests of the 12% of quad steps that pass \
-         theirs are counted with the scored column's alone",
+         cut's rule (docs/cut_scored.py: parts of 4096, blocks of 256, the workgroup's floor from its first \
+         columns' bits and then its first quad's screens, a test a quad, the range's tokens raced after the \
+         loop) has warps of 32 screen 5.8% of the column slots (T 0.6 and 0.8); the columns' own tests of \
+         the 20% of quad steps that pass theirs are counted with the screened column's alone",
     ))
 }
 
@@ -212,10 +212,11 @@ pub fn flat_band_race(kernel: &str) -> Option<(f64, &'static str)> {
 }
 
 impl Kernel {
-    /// The kernel as a flat row takes it ([`flat_race`]): each streaming loop with a noised and
-    /// a scored path (a quad's block and noise tests; a column's exact score) gains, an
-    /// iteration, the block's path over the common one at the raced share, and the exact
-    /// score beyond the block's path once for each of its columns at the scored share.
+    /// The kernel as a flat row takes it ([`flat_race`]): each streaming loop with a noised path
+    /// (a quad's block and noise tests) and a scored one (a column's exact score, or where the
+    /// loop scores none exactly its screen, the kept path) gains, an iteration, the block's path
+    /// over the common one at the raced share, and the score beyond the block's path once for
+    /// each of its columns at the scored share.
     pub fn of_flat_rows(&self) -> Kernel {
         // A flat row's keys all lie within the fine grid: its histograms' loop takes every bin;
         // and within a min-p part's band: its race draws a block every quad.
@@ -237,7 +238,7 @@ impl Kernel {
         let loops = self
             .loops
             .iter()
-            .map(|l| match (&l.noised, &l.scored) {
+            .map(|l| match (&l.noised, l.scored.as_ref().or(l.kept.as_ref())) {
                 (Some(noised), Some(score)) => {
                     let block = noised.plus(&l.common.scaled(-1.0));
                     let exact = score.plus(&noised.scaled(-1.0));

@@ -52,8 +52,8 @@ use super::combine::last_part_on;
 use super::filter_min_p::{self, left_out_kept};
 use super::filter_split::{load64, store64};
 use super::filter_top_k::{
-    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, parts_mass, race_one, row_mass_and, row_max,
-    slot_word, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
+    finish_race, keep_lower, load_part, one_read_row, own_word, part_m, parts_mass, race_one, race_philox,
+    row_mass_and, row_max, slot_word, AREA_WORDS, HEAD_WORDS, KEYS, SCRATCH, SELECT_SCRATCH, SLOT_WORDS,
 };
 use super::filter_values::{self as values, Grid};
 use super::filters::{
@@ -721,6 +721,10 @@ fn take_winners(b: &mut Block, at: &dyn Fn(u32) -> Expr) {
     b.if_(i64.clone().ne_(u(NONE)), |b| keep_lower(b, "64", load64(at(2)).bitcast(Ty::F64), i64));
 }
 
+/// A token above the range in [`cut_part`]'s word of counts (its high half).
+const ABOVE_ONE: u32 = 1 << 16;
+const _: () = assert!(super::filter_top_k::PART_COLS < ABOVE_ONE);
+
 /// The cut's extreme order values of its classes, each with its start (see [`cut_part`]): the
 /// smallest above the range and in it, the largest in it and below it.
 const EXTREMES: [(&str, f32); 4] = [
@@ -730,32 +734,50 @@ const EXTREMES: [(&str, f32); 4] = [
     ("max_below_v", f32::NEG_INFINITY),
 ];
 
-/// The first column of a part's invocation in the cut's Philox loop (column 0 of its first quad,
-/// block `cw4`), where it races above the range: its screened bounds (`race::screen`, two fast
-/// logs) in `cut_lo` and `cut_up`, not its exact score, and its race's bit cleared. The
-/// workgroup's floor is then the largest of the lower bounds (each at most its column's exact
-/// score), and a column is scored exactly after it only where its upper bound reaches it: a
-/// few a part, where every invocation scored its first column exactly before (a warp runs the
-/// exact score where any of its lanes does: 1 column slot in 16 of a part of 4096 at block
-/// 256, `docs/cut_scored.py`). `rcp_t` is `1/T`.
-fn first_above(b: &mut Block, input: Input, (rcp_t, mx): (Expr, Expr)) {
-    b.if_((var("cut_race") & u(1)).ne_(u(0)), |b| {
-        let x = var("zx0");
-        let z = values::value(input, x.clone());
-        b.if_(min_p_keeps(input, values::order_value(input, z, mx.clone()), mx), |b| {
-            let (a, d, in_range) = super::race::screen(b, x * rcp_t, var("cw4").comp(0));
-            b.set("cut_lo", select(in_range.clone(), a.clone() - d.clone(), f(f32::NEG_INFINITY)));
-            b.set("cut_up", select(in_range, a + d, f(f32::INFINITY)));
-        });
-        b.set("cut_race", var("cut_race") & u(!1));
-    });
-}
-
 /// Whether min-p keeps a token of order value `ov` in a row whose largest is `mx`: its weight at
 /// least `mp` (every weight is, without min-p). Where a raced column is scored, not where it is
 /// read: no column is weighed on the cut's common path.
 fn min_p_keeps(input: Input, ov: Expr, mx: Expr) -> Expr {
     var("mp").le(f(0.0)).or(values::order_weight(input, ov, mx).ge(var("mp")))
+}
+
+/// The race among a part's range tokens into `bestr`, where they all share one value: only a
+/// range of one value too long to list (`tied_range`) takes the parts' winners in it, so a part
+/// whose range holds two values leaves its winner there empty, and the cut's loop races no range
+/// token (a warp scored a flat row's range tokens one by one there, about 23 a part). From the
+/// part's list, a token an invocation, where it holds them all; else (thousands of tied tokens)
+/// from the part's `n` columns read again, those `in_range` of value `z`. `mx` is the row's
+/// maximum; `race` the row's kind and Philox key.
+fn race_tied_range(
+    b: &mut Block,
+    input: Input,
+    race: (Expr, &PhiloxKey),
+    (n, mx): (Expr, Expr),
+    in_range: &dyn Fn(Expr) -> Expr,
+) {
+    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
+    let token = |b: &mut Block, col: Expr, z: Expr| {
+        let ov = b.let_("rt_ov", Ty::F32, values::order_value(input, z.clone(), mx.clone()));
+        b.if_(min_p_keeps(input, ov.clone(), mx.clone()), |b| race_one(b, input, "r", race.clone(), col, z, ov));
+    };
+    let listed = b.let_("rt_listed", Ty::U32, load_shared(LISTING, u(0)));
+    b.if_else(
+        listed.clone().le(u(PART_LIST)),
+        |b| {
+            b.for_("r", lid, listed.clone(), bs, |b, r| {
+                let at = u(HEAD_WORDS + 1) + r * u(2);
+                let col = b.let_("rt_col", Ty::U32, load(SCRATCH, slot_word(var("row_slot"), var("part"), at)));
+                let z = values::column(b, input, col.clone(), "rt_z");
+                token(b, col, z);
+            });
+        },
+        |b| {
+            values::for_each_read(b, input, (n.clone(), None), 4, |b, i, _, x| {
+                let z = b.let_("rt_z", Ty::F32, values::value(input, x));
+                b.if_(in_range(z.clone()), |b| token(b, var("col_lo") + i, z));
+            })
+        },
+    );
 }
 
 /// A part of a top-p row in the cut launch (see the module's step 2): its classes' counts, the
@@ -772,9 +794,9 @@ fn cut_part(b: &mut Block, input: Input) {
     let pkey = PhiloxKey::bound(b);
     b.if_(lid.clone().eq_(u(0)), |b| b.store_shared(LISTING, u(0), u(0)));
     b.barrier();
-    for name in ["n_above", "n_range"] {
-        b.let_(name, Ty::U32, u(0));
-    }
+    // The counts above the range and in it, in one word: above in its high half (an
+    // invocation reads at most `PART_COLS` columns of a part, under 2^16).
+    b.let_("cut_counts", Ty::U32, u(0));
     b.let_("m_range", Ty::U64, Expr::Lit(Lit::U64(0)));
     // Each class's extreme order values as floats, one compare a column (their keys, and the
     // weight of the largest below, once the loop is done: both are monotone in the value).
@@ -792,52 +814,56 @@ fn cut_part(b: &mut Block, input: Input) {
     // the products' rounding (2.5 ulp on Vulkan) and than `z - max`'s (the order values of such
     // a column and of one on the edge's other side differ, so the merge's checks that no value
     // spans two classes need only the columns inside the guard, which take the division).
+    let edge = |t: &Expr| t.clone() * grid.inv.clone();
+    // The sizes summed in either order: the weight below forms the guard again after the loop
+    // in the other (any order bounds the roundings, the guard has a margin of 16), so that
+    // the compiler does not hold the loop's through it (it spilled there, on sm_75).
+    let guard = |later: bool| {
+        let sizes = [edge(&above_from).abs(), edge(&range_from).abs(), mx.clone().abs()];
+        let size =
+            if later { sizes.into_iter().rev().reduce(|a, b| a + b) } else { sizes.into_iter().reduce(|a, b| a + b) };
+        size.expect("three sizes") * f(1.0 / 262_144.0) + f(f32::MIN_POSITIVE)
+    };
     let sure = match input {
         Input::Logits(_) => {
-            let edge = |t: &Expr| t.clone() * grid.inv.clone();
-            let (above_z, range_z) = (edge(&above_from), edge(&range_from));
-            let size = above_z.clone().abs() + range_z.clone().abs() + mx.clone().abs();
-            let guard = b.let_("cut_guard", Ty::F32, size * f(1.0 / 262_144.0) + f(f32::MIN_POSITIVE));
-            let above = b.let_("cut_x_above", Ty::F32, (above_z + guard.clone()) * var("temp"));
-            let below = b.let_("cut_x_below", Ty::F32, (range_z - guard.clone()) * var("temp"));
-            Some((above, below, guard))
+            let guard = b.let_("cut_guard", Ty::F32, guard(false));
+            let above = b.let_("cut_x_above", Ty::F32, (edge(&above_from) + guard.clone()) * var("temp"));
+            let below = b.let_("cut_x_below", Ty::F32, (edge(&range_from) - guard) * var("temp"));
+            Some((above, below))
         }
         Input::Probs => None,
     };
     b.let_("max_below_x", Ty::F32, f(f32::NEG_INFINITY));
     declare_best(b);
-    declare_best_as(b, "r");
     // The loop once for seeded rows and once for the others (a row is one or the other), so
     // each races with only its own winners' registers live. Only the range's tokens are weighed
     // (the merge bounds the others' masses from the estimate), and min-p is tested where a
     // raced column is scored ([`min_p_keeps`]).
     //
     // A column's class from its value, exactly, its count, the range's mass and listing, the
-    // classes' extreme order values and its race: `race(b, suffix, (col, z, ov))` where it races
-    // into `best{suffix}` (above the range: "", in it: "r"). Every token at or above the range
-    // lies within the coarse grid's 32 units of the maximum: it has mass. One below may have
-    // none (or be NaN, which no compare passes).
-    let classify = |b: &mut Block, col: Expr, z: Expr, ov: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
+    // classes' extreme order values and, above the range, its race: `race(b, (col, z, ov))`.
+    // (The range's tokens race after the loop, where they may count: [`race_tied_range`].)
+    // Every token at or above the range lies within the coarse grid's 32 units of the maximum:
+    // it has mass. One below may have none (or be NaN, which no compare passes).
+    let classify = |b: &mut Block, col: Expr, z: Expr, ov: Expr, race: &dyn Fn(&mut Block, [Expr; 3])| {
         let least = |b: &mut Block, name: &str| b.set(name, var(name).min(ov.clone()));
         let most = |b: &mut Block, name: &str| b.set(name, var(name).max(ov.clone()));
-        let race = |b: &mut Block, suffix: &str| race(b, suffix, [col.clone(), z.clone(), ov.clone()]);
         b.if_else(
             grid.reaches(input, z.clone(), above_from.clone()),
             |b| {
-                b.set("n_above", var("n_above") + u(1));
+                b.set("cut_counts", var("cut_counts") + u(ABOVE_ONE));
                 least(b, "min_above");
-                race(b, "");
+                race(b, [col.clone(), z.clone(), ov.clone()]);
             },
             |b| {
                 b.if_else(
                     grid.reaches(input, z.clone(), range_from.clone()),
                     |b| {
-                        b.set("n_range", var("n_range") + u(1));
+                        b.set("cut_counts", var("cut_counts") + u(1));
                         let w = values::order_weight(input, ov.clone(), mx.clone());
                         b.set("m_range", var("m_range") + call(FIXED, vec![w]));
                         least(b, "min_range");
                         most(b, "max_range_v");
-                        race(b, "r");
                         let at = b.atomic_add(LISTING, u(0), u(1), "cut_at");
                         b.if_(at.clone().lt(u(PART_LIST)), |b| {
                             let own = |k: Expr| slot_word(var("row_slot"), var("part"), k);
@@ -851,7 +877,7 @@ fn cut_part(b: &mut Block, input: Input) {
         );
     };
 
-    let column = |b: &mut Block, i: Expr, x: Expr, race: &dyn Fn(&mut Block, &str, [Expr; 3])| {
+    let column = |b: &mut Block, i: Expr, x: Expr, race: &dyn Fn(&mut Block, [Expr; 3])| {
         let col = b.let_("col", Ty::U32, var("col_lo") + i);
         // Its value and order value, bound where a branch needs them (the Philox race's
         // `race` uses neither: no division where the class is sure).
@@ -863,12 +889,12 @@ fn cut_part(b: &mut Block, input: Input) {
         // A sure column above counts and races; one below only its logit's largest (for its
         // weight, which min-p and `below_ends` need); the others take their class exactly.
         match &sure {
-            Some((above, below, _)) => b.if_else(
+            Some((above, below)) => b.if_else(
                 x.clone().ge(above.clone()),
                 |b| {
-                    b.set("n_above", var("n_above") + u(1));
+                    b.set("cut_counts", var("cut_counts") + u(ABOVE_ONE));
                     let (z, ov) = values(b);
-                    race(b, "", [col.clone(), z, ov]);
+                    race(b, [col.clone(), z, ov]);
                 },
                 |b| {
                     b.if_else(
@@ -891,146 +917,183 @@ fn cut_part(b: &mut Block, input: Input) {
     // The seeded race hashes each column alone: it races where the column is read.
     let seeded_columns = |b: &mut Block| {
         values::for_each_read(b, input, (n.clone(), None), 4, |b, i, _, x| {
-            let race = |b: &mut Block, suffix: &str, [col, z, ov]: [Expr; 3]| {
+            let race = |b: &mut Block, [col, z, ov]: [Expr; 3]| {
                 b.if_(min_p_keeps(input, ov.clone(), mx.clone()), |b| {
-                    race_one(b, input, suffix, (boolean(true), &pkey), col, z, ov)
+                    race_one(b, input, "", (boolean(true), &pkey), col, z, ov)
                 })
             };
             column(b, i, x, &race)
         })
     };
     // The Philox race reads a quad a step and draws its block once, after its four columns,
-    // where any races (`cut_race`: bit `j` above the range, `j + 4` in it); a raced column
-    // whose word's noise bound cannot reach its race's best skips its noise's logs
-    // (`values::may_win`), as the race from logits does: a flat row races most of its columns.
+    // where any races (`cut_race`: bit `j` for column `j`),
+    // and tests the quad as the race from logits does (`race::prune_step`): a flat row races
+    // most of its columns.
     let rcp_t = match input {
         Input::Logits(_) => b.let_("cut_rcp_t", Ty::F32, f(1.0) / var("temp")),
         Input::Probs => f(1.0),
     };
     let philox_columns = |b: &mut Block| {
         let one = |b: &mut Block, i: Expr, j: u8, x: Expr| {
-            let race = |b: &mut Block, suffix: &str, _: [Expr; 3]| {
-                let bit = u32::from(j) + if suffix.is_empty() { 0 } else { 4 };
-                b.set("cut_race", var("cut_race") | u(1 << bit));
-            };
+            let race = |b: &mut Block, _: [Expr; 3]| b.set("cut_race", var("cut_race") | u(1 << j));
             column(b, i, x, &race)
         };
-        // From logits the quad's four columns at once (all four are read before the first's
-        // body): where all lie surely above the range, as most of a flat row's do, they count
-        // and race with one test and no branch a column.
-        let body = |b: &mut Block, i: Expr, j: u8, x: Expr| match (&sure, j) {
-            (Some((above, _, _)), 0) => {
-                let xs = (0..4u8).map(|k| var(&format!("zx{k}")));
-                let all = xs.reduce(|a, b| a.min(b)).expect("four columns").ge(above.clone());
-                b.if_else(
-                    all,
-                    |b| {
-                        b.set("n_above", var("n_above") + u(4));
-                        b.set("cut_race", var("cut_race") | u(0xf));
-                    },
-                    |b| {
-                        for k in 0..4u8 {
-                            b.scope(|b| one(b, i.clone() + u(u32::from(k)), k, var(&format!("zx{k}"))));
-                        }
-                    },
-                );
+        // The quad's four columns at once (all four are read before the first's body). Whether
+        // they all lie above the range, each compared on its own (a NaN
+        // element, read as it is, fails its compare, where a minimum would pass over it): from
+        // logits against the guarded edge (`sure`); from probabilities on their bits, exactly as
+        // `Grid::reaches` classes them: at least the edge's bits and below +inf's, as unsigned
+        // integers (a negative element's sign bit, a NaN's and +inf's bits fail).
+        let quad_above = match &sure {
+            Some((above, _)) => {
+                let above = above.clone();
+                Box::new(move |k: u8| var(&format!("zx{k}")).ge(above.clone())) as Box<dyn Fn(u8) -> Expr>
             }
-            (Some(_), _) => {}
-            (None, _) => one(b, i, j, x),
+            None => {
+                let edge = b.let_("cut_p_edge", Ty::U32, above_from.clone() << (u(23) - grid.shift.clone()));
+                let inf = u(f32::INFINITY.to_bits());
+                let room = b.let_("cut_p_room", Ty::U32, inf.max(edge.clone()) - edge.clone());
+                Box::new(move |k: u8| (var(&format!("zx{k}")).bitcast(Ty::U32) - edge.clone()).lt(room.clone()))
+            }
         };
-        // Each raced column's test against its race's best so far (above the range, or the
-        // workgroup's, `cut_floor`, if higher), then its score where it passes; the test
-        // outside the column's branch, so that the block's path holds all four and the cost
-        // model counts them. In the workgroup's first step, after its first column and after
-        // its four, the workgroup's best above the range becomes the floor: a flat row races
-        // most columns, and a warp whose 32 lanes each test against their own few scores
-        // scores nearly every column (97% of a part's, by a simulation of the rule,
-        // `docs/cut_scored.py`), against 11% with the floor.
-        let columns = |b: &mut Block, i0: Expr, js: std::ops::Range<u8>| {
-            for j in js {
-                // The word bound outside the column's scope, so that the four columns' scopes
-                // differ only in names and literals: one procedure in the generated files.
-                let word = b.let_(&format!("cut_w{j}"), Ty::U32, var("cw4").comp(j));
-                b.scope(|b| {
-                    let x = var(&format!("zx{j}"));
-                    let above = b.let_("cut_above", Ty::Bool, (var("cut_race") & u(1 << j)).ne_(u(0)));
-                    let best = select(above.clone(), var("best").max(var("cut_floor")), var("bestr"));
-                    let may = values::may_win(b, input, x.clone(), rcp_t.clone(), word.clone(), best, "cut_may");
-                    let raced = (var("cut_race") & u(0x11 << j)).ne_(u(0));
-                    b.if_(may.and(raced), |b| {
-                        let z = b.let_("cut_z", Ty::F32, values::value(input, x));
-                        let ov = values::order_value(input, z.clone(), mx.clone());
-                        b.if_(min_p_keeps(input, ov, mx.clone()), |b| {
-                            let score = b.let_("score", Ty::F32, values::philox_score(input, z, word));
-                            let col = var("col_lo") + i0.clone() + u(u32::from(j));
-                            b.if_else(
-                                above,
-                                |b| keep_lower(b, "", score.clone(), col.clone()),
-                                |b| keep_lower(b, "r", score.clone(), col.clone()),
-                            );
+        // Where they do, as most of a flat row's quads, they count and race with one test and
+        // no branch a column; else each column takes its class alone.
+        let quad_body = |b: &mut Block, i: Expr, j: u8| {
+            if j > 0 {
+                return;
+            }
+            let all = (0..4u8).map(&quad_above).reduce(|a, b| a.and(b)).expect("four columns");
+            b.if_else(
+                all,
+                |b| {
+                    b.set("cut_counts", var("cut_counts") + u(4 * ABOVE_ONE));
+                    b.set("cut_race", var("cut_race") | u(0xf));
+                },
+                |b| {
+                    for k in 0..4u8 {
+                        b.scope(|b| one(b, i.clone() + u(u32::from(k)), k, var(&format!("zx{k}"))));
+                    }
+                },
+            );
+        };
+        let body = |b: &mut Block, i: Expr, j: u8, _: Expr| {
+            if j == 0 {
+                // Set where a step starts, so that it is not live across steps.
+                b.set("cut_race", u(0));
+            }
+            quad_body(b, i, j)
+        };
+        // A raced quad's one test: its raced columns' largest element with the largest of its
+        // block's four words (which bounds each raced column's noise too: `values::may_win` is
+        // monotone in both) against its invocation's largest screened lower bound (`lo_best`,
+        // from the first step on at least the workgroup's). Most quads of a flat row cost their
+        // block and this test alone. Where it passes, each raced column's own test, and where
+        // that passes and min-p keeps the column, its screen (`values::screen`, two fast logs;
+        // `race::bound` keeps the largest lower bound and the two largest upper bounds), not its
+        // exact score. A warp screens a column where any of its lanes' does
+        // (`docs/cut_scored.py`).
+        let screen_quad = |b: &mut Block, i0: Expr| {
+            let w = |j: u8| var("cw4").comp(j);
+            let raced = |j: u8| (var("cut_race") & u(1 << j)).ne_(u(0));
+            let xs = (0..4u8).map(|j| select(raced(j), var(&format!("zx{j}")), values::weightless(input)));
+            let xmax = xs.reduce(|a, b| a.max(b)).expect("four columns");
+            let wmax = w(0).max(w(1)).max(w(2).max(w(3)));
+            let quad = values::may_win(b, input, xmax, rcp_t.clone(), wmax, var("lo_best"), "cut_quad");
+            b.if_(quad, |b| {
+                for j in 0..4u8 {
+                    // The word bound outside the column's scope, so that the four columns'
+                    // scopes differ only in names and literals: one procedure in the generated
+                    // files.
+                    let word = b.let_(&format!("cut_w{j}"), Ty::U32, w(j));
+                    b.scope(|b| {
+                        let x = var(&format!("zx{j}"));
+                        let may = values::may_win(
+                            b,
+                            input,
+                            x.clone(),
+                            rcp_t.clone(),
+                            word.clone(),
+                            var("lo_best"),
+                            "cut_may",
+                        );
+                        b.if_(may.and(raced(j)), |b| {
+                            let ov = values::order_value(input, values::value(input, x.clone()), mx.clone());
+                            b.if_(min_p_keeps(input, ov, mx.clone()), |b| {
+                                let col = var("col_lo") + i0.clone() + u(u32::from(j));
+                                let (lo, up) = values::screen(b, input, x, rcp_t.clone(), word.clone());
+                                super::race::bound(b, lo, up, col);
+                            });
                         });
                     });
-                });
-            }
+                }
+            });
         };
         let raced = || var("cut_race").ne_(u(0));
         let block = |i0: &Expr| pkey.block(var("col_lo") + i0.clone());
         let after = |b: &mut Block, i0: Expr, first: bool| {
             if first {
+                // The floor before any screen: the largest of the invocations' first columns'
+                // lower bounds from their words' bits (`values::score_floor`, no log), where
+                // they race (and min-p keeps them); after the first quads, the largest of
+                // their screens' too.
                 b.let_("cw4", Ty::U32x4, u32x4(u(0), u(0), u(0), u(0)));
-                b.let_("cut_lo", Ty::F32, f(f32::NEG_INFINITY));
-                b.let_("cut_up", Ty::F32, f(f32::NEG_INFINITY));
+                b.let_("cut_lo0", Ty::F32, f(f32::NEG_INFINITY));
                 b.if_(raced(), |b| {
                     b.set("cw4", block(&i0));
-                    if let Input::Logits(_) = input {
-                        first_above(b, input, (rcp_t.clone(), mx.clone()));
-                    }
-                    columns(b, i0.clone(), 0..1);
+                    let x = var("zx0");
+                    let ov = values::order_value(input, values::value(input, x.clone()), mx.clone());
+                    let kept = (var("cut_race") & u(1)).ne_(u(0)).and(min_p_keeps(input, ov, mx.clone()));
+                    b.if_(kept, |b| b.set("cut_lo0", values::score_floor(input, x, rcp_t.clone(), var("cw4").comp(0))));
                 });
-                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best").max(var("cut_lo")), "cut_first");
-                b.set("cut_floor", floor.clone());
-                // The first column left unscored, exactly where its screen may reach the floor.
-                let pending = var("cut_up").gt(f(f32::NEG_INFINITY));
-                b.if_(pending.and(var("cut_up").ge(floor)), |b| {
-                    let z = b.let_("cut_z0", Ty::F32, values::value(input, var("zx0")));
-                    let score = b.let_("score0", Ty::F32, values::philox_score(input, z, var("cw4").comp(0)));
-                    keep_lower(b, "", score, var("col_lo") + i0.clone());
-                });
-                b.if_(raced(), |b| columns(b, i0.clone(), 1..4));
-                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("best"), "cut_step");
-                b.set("cut_floor", floor);
+                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("cut_lo0"), "cut_first");
+                b.set("lo_best", floor);
+                b.if_(raced(), |b| screen_quad(b, i0.clone()));
+                let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "cut_step");
+                b.set("lo_best", floor);
             } else {
                 b.if_(raced(), |b| {
                     b.let_("cw4", Ty::U32x4, block(&i0));
-                    // One test a quad, as the race's (`race::prune_step`): its largest raced
-                    // value above the range with its largest word bounds all four, so most
-                    // quads of a flat row cost their block and this test alone; the columns'
-                    // own tests where it passes, or where one lies in the range.
-                    let above = |j: u8| (var("cut_race") & u(1 << j)).ne_(u(0));
-                    let (xs, ws): (Vec<Expr>, Vec<Expr>) = (0..4u8)
-                        .map(|j| {
-                            let x = select(above(j), var(&format!("zx{j}")), values::weightless(input));
-                            (x, select(above(j), var("cw4").comp(j), u(0)))
-                        })
-                        .unzip();
-                    let most = |v: Vec<Expr>| v.into_iter().reduce(|a, b| a.max(b)).expect("four columns");
-                    let (xmax, wmax) = (most(xs), most(ws));
-                    let floor = var("best").max(var("cut_floor"));
-                    let quad = values::may_win(b, input, xmax, rcp_t.clone(), wmax, floor, "cut_quad");
-                    let any_above = (var("cut_race") & u(0xf)).ne_(u(0));
-                    let any_range = (var("cut_race") & u(0xf0)).ne_(u(0));
-                    b.if_(any_above.and(quad).or(any_range), |b| columns(b, i0.clone(), 0..4));
+                    screen_quad(b, i0.clone());
                 });
             }
-            b.set("cut_race", u(0));
         };
-        b.let_("cut_floor", Ty::F32, f(f32::NEG_INFINITY));
         b.let_("cut_race", Ty::U32, u(0));
+        for (name, ty, start) in [
+            ("lo_best", Ty::F32, f(f32::NEG_INFINITY)),
+            ("up1", Ty::F32, f(f32::NEG_INFINITY)),
+            ("up1_i", Ty::U32, u(NONE)),
+            ("up2", Ty::F32, f(f32::NEG_INFINITY)),
+        ] {
+            b.let_(name, ty, start);
+        }
         values::for_each_quad(b, input, n.clone(), body, after);
+        // The winner above the range: every exact score lies within its column's bounds, so the
+        // winner's upper bound reaches the workgroup's largest lower bound, as does that of any
+        // column tied with it. Each invocation scores its best candidate exactly; the rare one
+        // with a second (or a column the screen could not bound) scores each of its columns
+        // above the range again, exactly (a block a column: a rare path).
+        let floor = b.reduce(ReduceOp::Max, Ty::F32, var("lo_best"), "cut_screen_floor");
+        b.if_(var("up1_i").ne_(u(NONE)).and(var("up1").ge(floor.clone())), |b| {
+            let z = values::column(b, input, var("up1_i"), "cut_win");
+            race_philox(b, input, "", &pkey, var("up1_i"), z);
+        });
+        b.if_(var("up2").ge(floor), |b| {
+            // The invocation's own columns, as the loop read them.
+            let column = |b: &mut Block, i: Expr, _: u8, x: Expr| {
+                let z = b.let_("cut_rz", Ty::F32, values::value(input, x));
+                let ov = values::order_value(input, z.clone(), mx.clone());
+                let kept = grid.reaches(input, z.clone(), above_from.clone()).and(min_p_keeps(input, ov, mx.clone()));
+                b.if_(kept, |b| race_philox(b, input, "", &pkey, var("col_lo") + i, z));
+            };
+            values::for_each_quad(b, input, n.clone(), column, |_, _, _| {})
+        });
     };
     b.if_else(seeded.clone(), seeded_columns, philox_columns);
+    // The list's stores seen by the whole workgroup (`race_tied_range` reads them).
+    b.fence();
     let names = |v: &[&str]| v.iter().map(|n| format!("part_{n}")).collect::<Vec<_>>();
-    b.sum_many(Ty::U32, vec![var("n_above"), var("n_range")], &names(&["n_above", "n_range"]));
+    let halves = vec![var("cut_counts") >> u(16), var("cut_counts") & u(ABOVE_ONE - 1)];
+    b.sum_many(Ty::U32, halves, &names(&["n_above", "n_range"]));
     b.reduce(ReduceOp::Sum, Ty::U64, var("m_range"), "part_m_range");
     // The extremes as the merge takes them: keys (0 for a class with no token), the smallest
     // with its bits flipped, and the weight of the largest below (0 for none: exp(-inf)).
@@ -1042,10 +1105,10 @@ fn cut_part(b: &mut Block, input: Input) {
     let weight =
         |ov: Expr| select(ov.clone().eq_(f(f32::NEG_INFINITY)), f(0.0), values::order_weight(input, ov, mx.clone()));
     let mut w_below = weight(var("max_below_v"));
-    if let Some((_, _, guard)) = &sure {
+    if sure.is_some() {
         // The sure ones' largest logit's order value, raised by the guard: at least theirs,
         // whatever the division's rounding.
-        let ov = values::order_value(input, values::value(input, var("max_below_x")), mx.clone()) + guard.clone();
+        let ov = values::order_value(input, values::value(input, var("max_below_x")), mx.clone()) + guard(true);
         w_below = w_below.max(weight(ov.min(f(0.0))));
     }
     let w_below = b.reduce(ReduceOp::Max, Ty::F32, w_below, "part_w_below");
@@ -1053,10 +1116,12 @@ fn cut_part(b: &mut Block, input: Input) {
     for (name, (v, start)) in maxima.iter().zip(EXTREMES) {
         b.reduce(ReduceOp::Max, Ty::U32, key_of(v, start > 0.0), &format!("part_{name}"));
     }
+    // The record and the winners above the range first, so that their values are dead before
+    // the range's rare race.
+    let one_value = (var("part_min_range_not") ^ u(NONE)).eq_(var("part_max_range"));
+    let one_value = b.let_("cut_one_value", Ty::Bool, one_value.and(var("part_n_range").gt(u(0))));
     let at = |k: u32| tail_word(var("row_slot"), var("part"), k);
     store_winners(b, "", &|k| at(tail::BEST + k));
-    store_winners(b, "r", &|k| at(tail::RBEST + k));
-    b.barrier();
     b.if_(lid.clone().eq_(u(0)), |b| {
         b.store(SCRATCH, at(tail::N_ABOVE), var("part_n_above"));
         b.store(SCRATCH, at(tail::N_RANGE), var("part_n_range"));
@@ -1068,6 +1133,15 @@ fn cut_part(b: &mut Block, input: Input) {
         }
         b.store(SCRATCH, at(tail::W_BELOW), w_below.bitcast(Ty::U32));
     });
+    declare_best_as(b, "r");
+    b.if_(one_value, |b| {
+        let in_range = |z: Expr| {
+            grid.reaches(input, z.clone(), range_from.clone()).and(grid.reaches(input, z, above_from.clone()).not())
+        };
+        race_tied_range(b, input, (seeded.clone(), &pkey), (n.clone(), mx.clone()), &in_range)
+    });
+    store_winners(b, "r", &|k| at(tail::RBEST + k));
+    b.barrier();
 }
 
 /// A top-p row in the merge (see the module's step 3), where the estimate found its maximum

@@ -7,7 +7,7 @@ use super::abi::{clean, load_quad_as};
 use super::filters::Input;
 use super::math;
 use super::philox;
-use super::race::{noise_bound, reaches};
+use super::race::{self, noise_bound, reaches};
 use super::softmax::softmax_weight;
 use crate::ir::*;
 
@@ -130,8 +130,11 @@ fn element_at(input: Input, at: Expr) -> Expr {
 /// the part, [`load_quad_as`]), then `body(i, j, x)` for each of its four columns, with its
 /// index `i` from `col_lo` and its place `j`, then `after(i0, first)`, `i0` the quad's first
 /// index. A column past the part reads as [`weightless`], and `body` runs on all four with no
-/// test of its index (as [`read_step`] with `past`): a weightless column must do nothing there. The workgroup's first step is written apart (`first`),
-/// outside the loop and any branch, so that `after` may hold a barrier there.
+/// test of its index (as [`read_step`] with `past`): a weightless column must do nothing there.
+/// From logits a NaN element reaches `body` as NaN, not cleaned to -inf ([`read`]): three
+/// instructions a column fewer, for bodies whose every test of an element is a comparison
+/// that NaN fails. The workgroup's first step is written apart (`first`), outside the loop and
+/// any branch, so that `after` may hold a barrier there.
 pub(super) fn for_each_quad(
     b: &mut Block,
     input: Input,
@@ -141,7 +144,7 @@ pub(super) fn for_each_quad(
 ) {
     let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
     let step = |b: &mut Block, i0: Expr, first: bool| {
-        load_quad_as(b, var("col_lo") + i0.clone(), "zx", Ty::F32, weightless(input), |at| element_at(input, at));
+        load_quad_as(b, var("col_lo") + i0.clone(), "zx", Ty::F32, weightless(input), |at| load("x", at));
         for j in 0..4u8 {
             let i = b.let_(&format!("li{j}"), Ty::U32, i0.clone() + u(j as u32));
             b.scope(|b| body(b, i, j, var(&format!("zx{j}"))));
@@ -340,6 +343,71 @@ pub(super) fn may_win(b: &mut Block, input: Input, x: Expr, rcp_t: Expr, word: E
     };
     b.let_(name, Ty::Bool, may)
 }
+
+/// A lower bound on the exact [`philox_score`] of a raced column whose element is `x` (with
+/// weight) and whose Philox word is `word`, with no log (-inf where none is claimed): what sets
+/// a race's floor before any column is screened. `rcp_t` is `1/T` (from logits).
+///
+/// From logits `za - |za| 2^-20 + noise_floor(word)` for `za = x (1/T)`: the mirror of
+/// [`reaches`]' bound (`sv >= za - |za| 2^-21`, the computed noise at least
+/// [`race::noise_floor`] plus its slack, and the sums' two roundings inside `|za| 2^-21` and the
+/// slack), so the computed bound is at most the exact score.
+///
+/// From probabilities the score is `fl(p / E)`, `E` the IR's `-log u`, at most
+/// `(t/u)(1 + 2^-22)` (`-ln u <= t/u`, `t = 1 - u` exact): so the score is at least
+/// `p (u/t) (1 - 2^-20.5)`; `u/t` by the fast division (within 2.5 ulp) and the products
+/// (2^-24 each) stay inside the factor `1 - 2^-16` taken off. Only where the bound lies in
+/// `[2^-100, 2^100)` (normal products, no subnormal rounding, no overflow).
+pub(super) fn score_floor(input: Input, x: Expr, rcp_t: Expr, word: Expr) -> Expr {
+    match input {
+        Input::Logits(_) => {
+            let za = x * rcp_t;
+            za.clone() - za.abs() * f(race::SCREEN_ZREL) + race::noise_floor(word)
+        }
+        Input::Probs => {
+            let un = call(philox::UNIFORM, vec![word]);
+            let v = x * approx_div(un.clone(), f(1.0) - un) * f(1.0 - 1.0 / 65_536.0);
+            let normal = v.clone().ge(f(SCREEN_LEAST)).and(v.clone().lt(f(1.0 / SCREEN_LEAST)));
+            select(normal, v, f(f32::NEG_INFINITY))
+        }
+    }
+}
+
+/// Bounds `(lo, up)` on the exact [`philox_score`] of a raced column whose element is `x` (a
+/// value with weight, as a raced column's is) and whose Philox word is `word`, from two fast logs
+/// (the race's screen): `lo` at most the score and `up` at least it, or -inf and +inf where the
+/// screen cannot bound it. `rcp_t` is `1/T` (from logits).
+///
+/// From logits, [`race::screen`] of `za = x (1/T)`, whose doc comments carry the proof.
+///
+/// From probabilities the score is `s = fl(p / E)`, `E` the IR's `-log u` (within 2^-22 of
+/// `-ln u`); the screen is `a = p / E~` by the target's fast division (2.5 ulp on Vulkan, 2 on
+/// CUDA, so within 2^-21.6), `E~` [`math::screen_neg_log`] (within 2^-15 of `-ln u`). So `s`
+/// and `a` are within `2^-15 + 2^-20` of each other, relative, and the bounds `a (1 -+ 2^-12)`
+/// (each product rounding by 2^-24 of itself) leave a margin of seven. Where `a` lies outside
+/// `[2^-100, 2^100)` (a subnormal `p` among them) the relative bounds are not claimed.
+pub(super) fn screen(b: &mut Block, input: Input, x: Expr, rcp_t: Expr, word: Expr) -> (Expr, Expr) {
+    let (lo, up, in_range) = match input {
+        Input::Logits(_) => {
+            let (a, d, in_range) = race::screen(b, x * rcp_t, word);
+            (a.clone() - d.clone(), a + d, in_range)
+        }
+        Input::Probs => {
+            let un = b.let_("pn", Ty::F32, call(philox::UNIFORM, vec![word]));
+            let e = math::screen_neg_log(un.clone(), f(1.0) - un);
+            let a = b.let_("pa", Ty::F32, approx_div(x, e));
+            let in_range = a.clone().ge(f(SCREEN_LEAST)).and(a.clone().lt(f(1.0 / SCREEN_LEAST)));
+            (a.clone() * f(1.0 - SCREEN_REL), a * f(1.0 + SCREEN_REL), in_range)
+        }
+    };
+    let in_range = b.let_("screened", Ty::Bool, in_range);
+    (select(in_range.clone(), lo, f(f32::NEG_INFINITY)), select(in_range, up, f(f32::INFINITY)))
+}
+
+/// [`screen`]'s relative bound from probabilities, 2^-12.
+const SCREEN_REL: f32 = 1.0 / 4096.0;
+/// The least screened score from probabilities that [`screen`] bounds, 2^-100.
+const SCREEN_LEAST: f32 = 7.888_609e-31;
 
 /// The float64 log-probability, up to the row's constant, that the seeded race scores: `z - max`
 /// (its [`order_value`]), or `ln p`.

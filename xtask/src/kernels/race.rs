@@ -33,7 +33,7 @@ pub(super) enum Race {
 /// exponential `E = -log u`, at most 2^-21 / 2^-6 = 2^-15 because `E < 2^-6` takes its series
 /// instead; the second log adds 2^-21 and the sums round twice. So the noise is within about
 /// 2^-14.9 and the bounds leave a margin of 8 over each part.
-const SCREEN_ZREL: f32 = 1.0 / 1_048_576.0; // 2^-20
+pub(super) const SCREEN_ZREL: f32 = 1.0 / 1_048_576.0; // 2^-20
 const SCREEN_GABS: f32 = 1.0 / 2048.0; // 2^-11
 /// `|x * (1/T)|` at or above this may round to (or away from) infinity: such a column is
 /// scored exactly where it is read.
@@ -170,6 +170,28 @@ const NOISE_SLACK: f32 = 0.0045;
 pub(super) fn noise_bound(w: Expr) -> Expr {
     let t = call(philox::UNIFORM, vec![w ^ u(u32::MAX)]);
     f(NOISE_SLACK) - math::log2_lower(t) * f(std::f32::consts::LN_2)
+}
+
+/// The most `log2(1 + m) - m` reaches for `m` in [0, 1) (at `m = 1/ln 2 - 1`), rounded up: so
+/// [`math::log2_lower`] plus it bounds `log2 x` from above.
+const LOG2_GAP: f32 = 0.0861;
+
+/// A lower bound on the Gumbel noise of word `w` as the kernels compute it, less
+/// [`NOISE_SLACK`], from the word's bits with no log: what gives the top-p cut's race a floor
+/// before any column is screened (`filter_top_p.rs`, `cut_part`).
+///
+/// `u = uniform(w)` and `t = 1 - u` are exact (every uniform is a multiple of 2^-24 in (0, 1)).
+/// `-ln u = ln(1/u) <= 1/u - 1 = t/u`, so `g = -ln(-ln u) >= ln u - ln t`; and
+/// `log2 u >= log2_lower(u)`, `log2 t <= log2_lower(t) + LOG2_GAP`, so
+/// `g >= (log2_lower(u) - log2_lower(t) - LOG2_GAP) ln 2`. Computed in f32: each bits' conversion
+/// rounds by 4e-6 after the scaling, the differences, the product with `ln 2` and the slack's
+/// subtraction by 1e-6 each, and the IR's logs put the computed `g` within 1e-5 of the real one,
+/// all inside the slack subtracted. It is tight where the noise is large (`u` near 1, the
+/// columns that win): within `0.0861 ln 2 + 0.0045`, 0.064.
+pub(super) fn noise_floor(w: Expr) -> Expr {
+    let un = call(philox::UNIFORM, vec![w]);
+    let t = f(1.0) - un.clone();
+    (math::log2_lower(un) - math::log2_lower(t) - f(LOG2_GAP)) * f(std::f32::consts::LN_2) - f(NOISE_SLACK)
 }
 
 /// The screened score of column `col` (its value scaled, `za`, and its Philox word `wj`):
