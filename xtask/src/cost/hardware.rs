@@ -18,6 +18,15 @@ const fn fig(value: f64, source: &'static str) -> Figure {
 
 /// Where the per-pipe throughputs come from.
 const GUIDE: &str = "CUDA C++ Programming Guide, arithmetic instructions: results per clock per SM";
+/// Which pipe runs integer multiplies: the FMA pipe, beside FP32, not the ALU that runs the other
+/// integer instructions (from sm_70 on; NVIDIA's developer forums, "INT32 and FP64 can be used
+/// concurrently in the Volta architecture" for GV100, and "Separate CUDA core pipeline for FP16
+/// and FP32" for GA100 and GH100, where the FMA-heavy half of the pipe takes IMAD). So an IMAD
+/// takes an FP32 lane's slot, at most half of them on sm_90 (the heavy half), and no ALU slot.
+pub const IMAD_SOURCE: &str =
+    "CUDA C++ Programming Guide (64 integer multiply-adds per clock per SM) and NVIDIA's developer \
+    forums (the FMA pipe runs IMAD, beside FP32, from sm_70 on; on sm_90 its heavy half)";
+
 /// The project's copy of vendor figures (`shared/reference/HARDWARE.md` beside the repository).
 const HW: &str = "HARDWARE.md (vendor figures)";
 
@@ -47,7 +56,7 @@ pub struct Hardware {
     /// Warp instructions the SM's schedulers issue per clock (4 schedulers, one each).
     pub issue_per_clock: Figure,
     /// Lanes per SM per clock, by pipe (in [`Pipe`] order; `Other` issues at the scheduler's rate).
-    pub lanes: [Figure; 11],
+    pub lanes: [Figure; 12],
 }
 
 impl Hardware {
@@ -57,11 +66,13 @@ impl Hardware {
 }
 
 /// Lanes per SM per clock by pipe: the Programming Guide's table, where the targets differ in
-/// FP32 and FP64 only; the rest are the same on sm_75 and sm_90.
-const fn lanes(fp32: f64, fp64: f64) -> [Figure; 11] {
+/// FP32 and FP64 only; the rest are the same on sm_75 and sm_90. An IMAD also takes an FP32
+/// lane (`model.rs`, `issue_cycles`).
+const fn lanes(fp32: f64, fp64: f64) -> [Figure; 12] {
     [
         fig(fp32, GUIDE),
-        fig(64.0, GUIDE), // INT32 add, compare, shift, logic, multiply-add
+        fig(64.0, GUIDE), // INT32 add, compare, shift, logic
+        fig(64.0, IMAD_SOURCE),
         fig(16.0, GUIDE), // MUFU
         fig(fp64, GUIDE),
         fig(16.0, GUIDE), // conversions

@@ -301,9 +301,12 @@ pub fn after_read<'a>(loops: &[Loop], onchip: &'a [OnChip], work: OnChipWork) ->
 }
 
 /// Cycles an SM needs to issue `counts` instructions `n` times (threads x columns), by pipe: the
-/// slowest pipe over its lanes, or all of them over the schedulers' issue rate; and that pipe
+/// slowest pipe over its lanes (FP32 and IMAD together over the FP32 lanes too, as they share
+/// the FMA pipe), or all of them over the schedulers' issue rate; and that pipe
 /// (`Other` for the issue rate). `ldg_lanes` is the load pipe's rate (wavefronts, not lanes).
 fn issue_cycles(hw: &Hardware, counts: &Counts, n: f64, ldg_lanes: f64) -> (f64, Pipe) {
+    // An IMAD runs on the FMA pipe, beside FP32 (`hardware::IMAD_SOURCE`): the two share its lanes.
+    let fma = n * (counts.get(Pipe::Fp32) + counts.get(Pipe::Imad)) / hw.lanes(Pipe::Fp32);
     PIPES
         .iter()
         .map(|&p| {
@@ -314,7 +317,7 @@ fn issue_cycles(hw: &Hardware, counts: &Counts, n: f64, ldg_lanes: f64) -> (f64,
             };
             (n * counts.get(p) / lanes, p)
         })
-        .chain(std::iter::once((n * counts.total() / (hw.issue_per_clock.value * 32.0), Pipe::Other)))
+        .chain([(fma, Pipe::Fp32), (n * counts.total() / (hw.issue_per_clock.value * 32.0), Pipe::Other)])
         .fold((0.0, Pipe::Other), |a, b| if b.0 > a.0 { b } else { a })
 }
 

@@ -7,8 +7,11 @@
 pub enum Pipe {
     /// FFMA, FADD, FMUL, FMNMX, FSETP, FSEL and the packed half-precision forms.
     Fp32,
-    /// IMAD, IADD3, LOP3, SHF, ISETP, LEA, SEL, PRMT...
+    /// IADD3, LOP3, SHF, ISETP, LEA, SEL, PRMT...: the ALU pipe.
     Int,
+    /// IMAD, IMUL, IDP: integer multiplies, which the FMA pipe runs (not the ALU) from sm_70
+    /// on, beside FP32 (see `hardware.rs`, [`IMAD_SOURCE`](super::hardware)).
+    Imad,
     /// The special-function unit: MUFU (log2, exp2, rcp, rsqrt...).
     Mufu,
     /// DADD, DFMA, DMUL, DSETP...
@@ -29,9 +32,10 @@ pub enum Pipe {
     Other,
 }
 
-pub const PIPES: [Pipe; 11] = [
+pub const PIPES: [Pipe; 12] = [
     Pipe::Fp32,
     Pipe::Int,
+    Pipe::Imad,
     Pipe::Mufu,
     Pipe::Fp64,
     Pipe::Conv,
@@ -45,7 +49,7 @@ pub const PIPES: [Pipe; 11] = [
 
 impl Pipe {
     pub fn name(self) -> &'static str {
-        ["fp32", "int", "mufu", "fp64", "conv", "ldg", "stg", "shared", "shfl", "bar", "other"][self as usize]
+        ["fp32", "int", "imad", "mufu", "fp64", "conv", "ldg", "stg", "shared", "shfl", "bar", "other"][self as usize]
     }
 
     /// The pipe of an opcode (its mnemonic before the first `.`).
@@ -54,9 +58,10 @@ impl Pipe {
         match base {
             "FFMA" | "FADD" | "FMUL" | "FMNMX" | "FSETP" | "FSEL" | "FSET" | "FCHK" | "FSWZADD" | "HADD2" | "HMUL2"
             | "HFMA2" | "HSETP2" | "HMNMX2" => Pipe::Fp32,
-            "IMAD" | "IMUL" | "IADD3" | "IADD" | "VIADD" | "LOP3" | "LOP" | "SHF" | "SHL" | "SHR" | "ISETP"
-            | "IMNMX" | "VIMNMX" | "IABS" | "LEA" | "SEL" | "PRMT" | "POPC" | "FLO" | "BREV" | "BMSK" | "SGXT"
-            | "IDP" | "ICMP" | "PLOP3" | "P2R" | "R2P" | "IMMA" => Pipe::Int,
+            "IADD3" | "IADD" | "VIADD" | "LOP3" | "LOP" | "SHF" | "SHL" | "SHR" | "ISETP" | "IMNMX" | "VIMNMX"
+            | "IABS" | "LEA" | "SEL" | "PRMT" | "POPC" | "FLO" | "BREV" | "BMSK" | "SGXT" | "ICMP" | "PLOP3"
+            | "P2R" | "R2P" | "IMMA" => Pipe::Int,
+            "IMAD" | "IMUL" | "IDP" => Pipe::Imad,
             "MUFU" => Pipe::Mufu,
             "DADD" | "DFMA" | "DMUL" | "DSETP" | "DMNMX" => Pipe::Fp64,
             "F2F" | "F2I" | "I2F" | "I2FP" | "F2IP" | "FRND" | "F2FP" => Pipe::Conv,
