@@ -926,9 +926,8 @@ fn cut_part(b: &mut Block, input: Input) {
         })
     };
     // The Philox race reads a quad a step and draws its block once, after its four columns,
-    // where any races (`cut_race`: bit `j` for column `j`),
-    // and tests the quad as the race from logits does (`race::prune_step`): a flat row races
-    // most of its columns.
+    // where any races (`cut_race`: bit `j` for column `j`), and tests the quad as the race from
+    // logits does (`race::prune_step`): a flat row races most of its columns.
     let rcp_t = match input {
         Input::Logits(_) => b.let_("cut_rcp_t", Ty::F32, f(1.0) / var("temp")),
         Input::Probs => f(1.0),
@@ -939,11 +938,11 @@ fn cut_part(b: &mut Block, input: Input) {
             column(b, i, x, &race)
         };
         // The quad's four columns at once (all four are read before the first's body). Whether
-        // they all lie above the range, each compared on its own (a NaN
-        // element, read as it is, fails its compare, where a minimum would pass over it): from
-        // logits against the guarded edge (`sure`); from probabilities on their bits, exactly as
-        // `Grid::reaches` classes them: at least the edge's bits and below +inf's, as unsigned
-        // integers (a negative element's sign bit, a NaN's and +inf's bits fail).
+        // they all lie above the range, each compared on its own (a NaN element, read as it is,
+        // fails its compare, where a minimum would pass over it): from logits against the
+        // guarded edge (`sure`); from probabilities on their bits, exactly as `Grid::reaches`
+        // classes them: at least the edge's bits and below +inf's, as unsigned integers (a
+        // negative element's sign bit, a NaN's and +inf's bits fail).
         let quad_above = match &sure {
             Some((above, _)) => {
                 let above = above.clone();

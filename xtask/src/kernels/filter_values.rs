@@ -314,7 +314,8 @@ pub(super) fn philox_score(input: Input, v: Expr, bits: Expr) -> Expr {
 }
 
 /// Whether a column whose element is `x` (as [`read`]) and whose Philox word is `word` may
-/// reach `best`, an exact [`philox_score`] already raced (or -inf), in the race that keeps
+/// reach `best`, at most the exact [`philox_score`] of a column already raced (that score, or
+/// a lower bound on it: a [`screen`]'s or a [`score_floor`]; or -inf), in the race that keeps
 /// the higher score (a tie to the lower column): false only where its score is certainly below
 /// `best`, so a column ruled out could not have won and skips its noise's logs; bound to `name`
 /// and returned. `rcp_t` is `1/T` (from logits).
