@@ -202,8 +202,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     } else {
                                         // built by kernels::filter_top_k::race_one
                                         uint4 w4 = sk_philox(make_uint4(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        const unsigned int sk_e75 = (rt_col & 3u);
-                                        float score = (rt_z / sk_exponential(((sk_e75 == 3u) ? ((w4).w) : ((sk_e75 == 2u) ? ((w4).z) : ((sk_e75 == 1u) ? ((w4).y) : ((w4).x))))));
+                                        const unsigned int sk_e67 = (rt_col & 3u);
+                                        float score = (rt_z / sk_exponential(((sk_e67 == 3u) ? ((w4).w) : ((sk_e67 == 2u) ? ((w4).z) : ((sk_e67 == 1u) ? ((w4).y) : ((w4).x))))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             bestr = score;
@@ -233,14 +233,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((4 < SK_FULL_BLOCKS ? 4 
                                     zx3 = sk_load_x((size_t)(zx_at) + (size_t)SK_BLOCK * 3u);
                                 } else {
                                     // built by kernels::filter_values::read_step
-                                    const unsigned int sk_e76 = (col_hi - col_lo);
-                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e76) ? li0 : (sk_e76 - 1u))));
-                                    const unsigned int sk_e77 = (col_hi - col_lo);
-                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e77) ? li1 : (sk_e77 - 1u))));
-                                    const unsigned int sk_e78 = (col_hi - col_lo);
-                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e78) ? li2 : (sk_e78 - 1u))));
-                                    const unsigned int sk_e79 = (col_hi - col_lo);
-                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e79) ? li3 : (sk_e79 - 1u))));
+                                    const unsigned int sk_e68 = (col_hi - col_lo);
+                                    zx0 = sk_load_x(((base + col_lo) + ((li0 < sk_e68) ? li0 : (sk_e68 - 1u))));
+                                    const unsigned int sk_e69 = (col_hi - col_lo);
+                                    zx1 = sk_load_x(((base + col_lo) + ((li1 < sk_e69) ? li1 : (sk_e69 - 1u))));
+                                    const unsigned int sk_e70 = (col_hi - col_lo);
+                                    zx2 = sk_load_x(((base + col_lo) + ((li2 < sk_e70) ? li2 : (sk_e70 - 1u))));
+                                    const unsigned int sk_e71 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + ((li3 < sk_e71) ? li3 : (sk_e71 - 1u))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
                                     sk_read_step_48(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, bestr64, bestr64_i, bestr, bestr_i);

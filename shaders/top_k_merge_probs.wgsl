@@ -75,8 +75,8 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_seeded_gumbel64.wgsl
 // shaders/functions/sk_select_step.wgsl
 // shaders/functions/sk_cut_part_5.wgsl
-// shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_cut_part_6.wgsl
+// shaders/functions/sk_sweep_set_2.wgsl
 // shaders/functions/sk_read_step_45.wgsl
 // shaders/functions/sk_cut_part_7.wgsl
 // shaders/functions/sk_read_step_11.wgsl

@@ -200,8 +200,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     } else {
                                         // built by kernels::filter_top_k::race_one
                                         var w4: vec4<u32> = sk_philox(vec4<u32>(((rt_col & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-                                        let sk_e75: u32 = (rt_col & 3u);
-                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e75 == 1u)), w4[2], (sk_e75 == 2u)), w4[3], (sk_e75 == 3u))));
+                                        let sk_e67: u32 = (rt_col & 3u);
+                                        var score: f32 = (rt_z / sk_exponential(select(select(select(w4[0], w4[1], (sk_e67 == 1u)), w4[2], (sk_e67 == 2u)), w4[3], (sk_e67 == 3u))));
                                         if (((score > bestr) || ((score == bestr) && (rt_col < bestr_i)))) {
                                             // built by kernels::filter_top_k::keep_lower
                                             bestr = score;
@@ -231,14 +231,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                                     zx3 = sk_load_x((zx_at + (BLOCK * 3u)));
                                 } else {
                                     // built by kernels::filter_values::read_step
-                                    let sk_e76: u32 = (col_hi - col_lo);
-                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e76 - 1u), li0, (li0 < sk_e76))));
-                                    let sk_e77: u32 = (col_hi - col_lo);
-                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e77 - 1u), li1, (li1 < sk_e77))));
-                                    let sk_e78: u32 = (col_hi - col_lo);
-                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e78 - 1u), li2, (li2 < sk_e78))));
-                                    let sk_e79: u32 = (col_hi - col_lo);
-                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e79 - 1u), li3, (li3 < sk_e79))));
+                                    let sk_e68: u32 = (col_hi - col_lo);
+                                    zx0 = sk_load_x(((base + col_lo) + select((sk_e68 - 1u), li0, (li0 < sk_e68))));
+                                    let sk_e69: u32 = (col_hi - col_lo);
+                                    zx1 = sk_load_x(((base + col_lo) + select((sk_e69 - 1u), li1, (li1 < sk_e69))));
+                                    let sk_e70: u32 = (col_hi - col_lo);
+                                    zx2 = sk_load_x(((base + col_lo) + select((sk_e70 - 1u), li2, (li2 < sk_e70))));
+                                    let sk_e71: u32 = (col_hi - col_lo);
+                                    zx3 = sk_load_x(((base + col_lo) + select((sk_e71 - 1u), li3, (li3 < sk_e71))));
                                 }
                                 if ((li0 < (col_hi - col_lo))) {
                                     sk_read_step_48(zx0, cut_grid_shift, cut_range_from, cut_above_from, mp, cut_mx, cut_seeded, noisy, row, col_lo, li0, pk_off_lo, pk_off_hi, pk_seed_lo, pk_seed_hi, &bestr64, &bestr64_i, &bestr, &bestr_i);

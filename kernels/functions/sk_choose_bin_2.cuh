@@ -3,8 +3,8 @@
 // `sk_choose_bin_2`, included by each kernel that calls it
 #define sk_choose_bin_2(t_lo, tj, t_want, t_above, t_run) { \
     /* built by kernels::select::choose_bin */ \
-    const unsigned int sk_e120 = (t_lo + tj); \
-    unsigned int t_c = ((sk_e120 < 464u) ? (select_scratch[min(sk_e120, 463u)]) : 0u); \
+    const unsigned int sk_e112 = (t_lo + tj); \
+    unsigned int t_c = ((sk_e112 < 464u) ? (select_scratch[min(sk_e112, 463u)]) : 0u); \
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) { \
         select_scratch[507u] = ((t_lo + tj) + 1u); \
         select_scratch[508u] = (t_run - t_above); \

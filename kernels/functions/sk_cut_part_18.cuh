@@ -109,8 +109,8 @@
         float zx2 = (0.0f); \
         float zx3 = (0.0f); \
         unsigned int zx_at = (base + (col_lo + i0)); \
-        const unsigned int sk_e30 = (col_lo + i0); \
-        if (((sk_e30 < col_hi) && ((col_hi - sk_e30) >= 4u))) { \
+        const unsigned int sk_e26 = (col_lo + i0); \
+        if (((sk_e26 < col_hi) && ((col_hi - sk_e26) >= 4u))) { \
             /* built by kernels::abi::load_quad_as */ \
             zx0 = sk_load_x((size_t)(zx_at) + 0u); \
             zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -182,8 +182,8 @@
         float cut_win_x = sk_load_x((base + up1_i)); \
         float cut_win = (((cut_win_x > (0.0f)) && (cut_win_x < sk_bitcast<float>(2139095040u))) ? cut_win_x : (0.0f)); \
         uint4 w4 = sk_philox(make_uint4(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi); \
-        const unsigned int sk_e47 = (up1_i & 3u); \
-        float score = (cut_win / sk_exponential(((sk_e47 == 3u) ? ((w4).w) : ((sk_e47 == 2u) ? ((w4).z) : ((sk_e47 == 1u) ? ((w4).y) : ((w4).x)))))); \
+        const unsigned int sk_e39 = (up1_i & 3u); \
+        float score = (cut_win / sk_exponential(((sk_e39 == 3u) ? ((w4).w) : ((sk_e39 == 2u) ? ((w4).z) : ((sk_e39 == 1u) ? ((w4).y) : ((w4).x)))))); \
         if (((score > best) || ((score == best) && (up1_i < best_i)))) { \
             /* built by kernels::filter_top_k::keep_lower */ \
             best = score; \
@@ -199,8 +199,8 @@
             float zx2 = (0.0f); \
             float zx3 = (0.0f); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e48 = (col_lo + i0); \
-            if (((sk_e48 < col_hi) && ((col_hi - sk_e48) >= 4u))) { \
+            const unsigned int sk_e40 = (col_lo + i0); \
+            if (((sk_e40 < col_hi) && ((col_hi - sk_e40) >= 4u))) { \
                 /* built by kernels::abi::load_quad_as */ \
                 zx0 = sk_load_x((size_t)(zx_at) + 0u); \
                 zx1 = sk_load_x((size_t)(zx_at) + 1u); \
@@ -245,8 +245,8 @@
             float zx2 = (0.0f); \
             float zx3 = (0.0f); \
             unsigned int zx_at = (base + (col_lo + i0)); \
-            const unsigned int sk_e61 = (col_lo + i0); \
-            if (((sk_e61 < col_hi) && ((col_hi - sk_e61) >= 4u))) { \
+            const unsigned int sk_e53 = (col_lo + i0); \
+            if (((sk_e53 < col_hi) && ((col_hi - sk_e53) >= 4u))) { \
                 /* built by kernels::abi::load_quad_as */ \
                 zx0 = sk_load_x((size_t)(zx_at) + 0u); \
                 zx1 = sk_load_x((size_t)(zx_at) + 1u); \

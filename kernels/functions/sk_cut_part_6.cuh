@@ -8,9 +8,10 @@
     if ((cut_may && ((cut_race & sk_c0) != 0u))) { \
         const float sk_e22 = (((zx0 > (0.0f)) && (zx0 < sk_bitcast<float>(2139095040u))) ? zx0 : (0.0f)); \
         if (((mp <= (0.0f)) || (((sk_e22 == cut_mx) ? (1.0f) : (sk_e22 / cut_mx)) >= mp))) { \
-            float pn = sk_uniform(cut_w0); \
-            const float sk_e23 = ((1.0f) - pn); \
-            float pa = __fdividef(zx0, ((sk_e23 < (0.015625f)) ? (sk_e23 + ((sk_e23 * sk_e23) * ((0.5f) + (sk_e23 * (0.33333334f))))) : (-__logf(pn)))); \
+            float un = sk_uniform(cut_w0); \
+            float tn = ((1.0f) - un); \
+            float en = ((tn < (0.015625f)) ? (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))) : (-__logf(un))); \
+            float pa = __fdividef(zx0, en); \
             bool screened = ((pa >= (7.888609e-31f)) && (pa < (1.2676506e30f))); \
             lo_best = fmaxf(lo_best, (screened ? (pa * (0.99975586f)) : sk_bitcast<float>(4286578688u))); \
             if (((screened ? (pa * (1.0002441f)) : sk_bitcast<float>(2139095040u)) > up1)) { \

@@ -89,8 +89,8 @@
                     unsigned int t_run = 0u; \
                     for (unsigned int tj = 0u; tj < t_per; tj += 1u) { \
                         /* built by kernels::select::choose_bin */ \
-                        const unsigned int sk_e182 = (t_lo + tj); \
-                        t_run = (t_run + ((sk_e182 < 464u) ? (select_scratch[min(sk_e182, 463u)]) : 0u)); \
+                        const unsigned int sk_e174 = (t_lo + tj); \
+                        t_run = (t_run + ((sk_e174 < 464u) ? (select_scratch[min(sk_e174, 463u)]) : 0u)); \
                     } \
                     unsigned int t_start = 0u; \
                     t_start = sk_block_scan(t_run); \
@@ -190,8 +190,8 @@
                     } \
                     if (g_take) { \
                         listed_cols[(0u + g_out)] = gk; \
-                        const unsigned int sk_e184 = (gj / want); \
-                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e184) * 1317u) + (6u + ((gj - (sk_e184 * want)) * 2u)))]; \
+                        const unsigned int sk_e176 = (gj / want); \
+                        listed_cols[(257u + g_out)] = partials[((((slot * parts) + sk_e176) * 1317u) + (6u + ((gj - (sk_e176 * want)) * 2u)))]; \
                         g_out = (g_out + 1u); \
                     } \
                 } \
@@ -199,8 +199,8 @@
             unsigned int n_sel = (t_above + t_take); \
             __syncthreads(); \
             for (unsigned int i = threadIdx.x; i < n_sel; i += ((unsigned int)SK_BLOCK)) { \
-                const unsigned int sk_e185 = listed_cols[(0u + i)]; \
-                float zi = sk_bitcast<float>((sk_e185 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e185) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                const unsigned int sk_e177 = listed_cols[(0u + i)]; \
+                float zi = sk_bitcast<float>((sk_e177 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e177) >> 31u)) ^ 4294967295u) | 2147483648u))); \
                 listed_cols[(514u + i)] = sk_bitcast<unsigned int>(zi); \
                 listed_cols[(771u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) & 4294967295ull)); \
                 listed_cols[(1028u + i)] = ((unsigned int)(sk_fixed(((zi == row_m) ? (1.0f) : (zi / row_m))) >> 32u)); \
@@ -237,9 +237,9 @@
             unsigned int n_lo = 0u; \
             unsigned int n_unsure = 0u; \
             for (unsigned int r = threadIdx.x; r < n_sel; r += ((unsigned int)SK_BLOCK)) { \
-                const unsigned int sk_e187 = listed_cols[(1285u + r)]; \
-                const float sk_e186 = sk_bitcast<float>((sk_e187 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e187) >> 31u)) ^ 4294967295u) | 2147483648u))); \
-                float wr = ((sk_e186 == row_m) ? (1.0f) : (sk_e186 / row_m)); \
+                const unsigned int sk_e179 = listed_cols[(1285u + r)]; \
+                const float sk_e178 = sk_bitcast<float>((sk_e179 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e179) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+                float wr = ((sk_e178 == row_m) ? (1.0f) : (sk_e178 / row_m)); \
                 unsigned long long br = ((((unsigned long long)(listed_cols[(2056u + r)])) << 32u) | ((unsigned long long)(listed_cols[(1799u + r)]))); \
                 bool base_r = (((wr > (0.0f)) && (wr >= mp)) && (r < kk)); \
                 float bf = sk_fixed_f32(br); \
@@ -259,10 +259,10 @@
             } \
             float zt = sk_bitcast<float>((t_key ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u))); \
             bool all_in = ((n_sel < want) || (((zt == row_m) ? (1.0f) : (zt / row_m)) <= (0.0f))); \
-            const unsigned int sk_e206 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))]; \
-            bool cut_above = (sk_bitcast<float>((sk_e206 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e206) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt); \
-            const unsigned int sk_e207 = (1285u + (max(min(kk, n_sel), 1u) - 1u)); \
-            bool k_above = ((!k_first) || (sk_bitcast<float>((listed_cols[sk_e207] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(listed_cols[sk_e207]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt)); \
+            const unsigned int sk_e198 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))]; \
+            bool cut_above = (sk_bitcast<float>((sk_e198 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e198) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt); \
+            const unsigned int sk_e199 = (1285u + (max(min(kk, n_sel), 1u) - 1u)); \
+            bool k_above = ((!k_first) || (sk_bitcast<float>((listed_cols[sk_e199] ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(listed_cols[sk_e199]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt)); \
             bool prefix_exact = all_in; \
             if (((!all_in) && (!(cut_above && k_above)))) { \
                 /* built by kernels::filter_top_k::prefix_is_exact */ \

@@ -8,16 +8,16 @@
     double best64 = sk_bitcast<double>(18442240474082181120ull); \
     unsigned int best64_i = 4294967295u; \
     bool ow_seeded = (rows[((row * 12u) + 1u)] == 1u); \
-    const unsigned int sk_e208 = (row * 12u); \
-    bool ow_ranked = ((rows[(sk_e208 + 1u)] == 1u) && (rows[(sk_e208 + 6u)] == 1u)); \
+    const unsigned int sk_e200 = (row * 12u); \
+    bool ow_ranked = ((rows[(sk_e200 + 1u)] == 1u) && (rows[(sk_e200 + 6u)] == 1u)); \
     unsigned int pk_seed_lo = rows[((row * 12u) + 8u)]; \
     unsigned int pk_seed_hi = rows[((row * 12u) + 9u)]; \
     unsigned int pk_off_lo = rows[((row * 12u) + 10u)]; \
     unsigned int pk_off_hi = rows[((row * 12u) + 11u)]; \
     for (unsigned int r = threadIdx.x; r < kept_n; r += ((unsigned int)SK_BLOCK)) { \
         unsigned int rc = listed_cols[(1542u + r)]; \
-        const unsigned int sk_e209 = listed_cols[(1285u + r)]; \
-        float rz = sk_bitcast<float>((sk_e209 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u))); \
+        const unsigned int sk_e201 = listed_cols[(1285u + r)]; \
+        float rz = sk_bitcast<float>((sk_e201 ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e201) >> 31u)) ^ 4294967295u) | 2147483648u))); \
         if (ow_ranked) { \
             sk_merge_row_2(rz, noisy, row, r, best64, best64_i); \
         } else { \

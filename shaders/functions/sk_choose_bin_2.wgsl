@@ -4,8 +4,8 @@
 fn sk_choose_bin_2(t_lo: u32, tj: u32, t_want: u32, t_above: u32, sk_io_t_run: ptr<function, u32>) {
     var t_run: u32 = *sk_io_t_run;
     // built by kernels::select::choose_bin
-    let sk_e120: u32 = (t_lo + tj);
-    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e120, 463u)]), (sk_e120 < 464u));
+    let sk_e112: u32 = (t_lo + tj);
+    var t_c: u32 = select(0u, atomicLoad(&select_scratch[min(sk_e112, 463u)]), (sk_e112 < 464u));
     if (((t_run < t_want) && ((t_run + t_c) >= t_want))) {
         atomicStore(&select_scratch[507u], ((t_lo + tj) + 1u));
         atomicStore(&select_scratch[508u], (t_run - t_above));

@@ -117,8 +117,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         var zx2: f32 = (0.0f);
         var zx3: f32 = (0.0f);
         var zx_at: u32 = (base + (col_lo + i0));
-        let sk_e30: u32 = (col_lo + i0);
-        if (((sk_e30 < col_hi) && ((col_hi - sk_e30) >= 4u))) {
+        let sk_e26: u32 = (col_lo + i0);
+        if (((sk_e26 < col_hi) && ((col_hi - sk_e26) >= 4u))) {
             // built by kernels::abi::load_quad_as
             zx0 = sk_load_x((zx_at + 0u));
             zx1 = sk_load_x((zx_at + 1u));
@@ -190,8 +190,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
         var cut_win_x: f32 = sk_load_x((base + up1_i));
         var cut_win: f32 = select((0.0f), cut_win_x, ((cut_win_x > (0.0f)) && (cut_win_x < bitcast<f32>(2139095040u))));
         var w4: vec4<u32> = sk_philox(vec4<u32>(((up1_i & 4294967292u) >> 2u), 0u, pk_off_lo, pk_off_hi), pk_seed_lo, pk_seed_hi);
-        let sk_e47: u32 = (up1_i & 3u);
-        var score: f32 = (cut_win / sk_exponential(select(select(select(w4[0], w4[1], (sk_e47 == 1u)), w4[2], (sk_e47 == 2u)), w4[3], (sk_e47 == 3u))));
+        let sk_e39: u32 = (up1_i & 3u);
+        var score: f32 = (cut_win / sk_exponential(select(select(select(w4[0], w4[1], (sk_e39 == 1u)), w4[2], (sk_e39 == 2u)), w4[3], (sk_e39 == 3u))));
         if (((score > best) || ((score == best) && (up1_i < best_i)))) {
             // built by kernels::filter_top_k::keep_lower
             best = score;
@@ -207,8 +207,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
             var zx2: f32 = (0.0f);
             var zx3: f32 = (0.0f);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e48: u32 = (col_lo + i0);
-            if (((sk_e48 < col_hi) && ((col_hi - sk_e48) >= 4u))) {
+            let sk_e40: u32 = (col_lo + i0);
+            if (((sk_e40 < col_hi) && ((col_hi - sk_e40) >= 4u))) {
                 // built by kernels::abi::load_quad_as
                 zx0 = sk_load_x((zx_at + 0u));
                 zx1 = sk_load_x((zx_at + 1u));
@@ -253,8 +253,8 @@ fn sk_cut_part_18(sk_lid: u32, cut_above_from: u32, cut_grid_shift: u32, base: u
             var zx2: f32 = (0.0f);
             var zx3: f32 = (0.0f);
             var zx_at: u32 = (base + (col_lo + i0));
-            let sk_e61: u32 = (col_lo + i0);
-            if (((sk_e61 < col_hi) && ((col_hi - sk_e61) >= 4u))) {
+            let sk_e53: u32 = (col_lo + i0);
+            if (((sk_e53 < col_hi) && ((col_hi - sk_e53) >= 4u))) {
                 // built by kernels::abi::load_quad_as
                 zx0 = sk_load_x((zx_at + 0u));
                 zx1 = sk_load_x((zx_at + 1u));

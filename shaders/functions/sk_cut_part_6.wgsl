@@ -12,9 +12,10 @@ fn sk_cut_part_6(cut_w0: u32, zx0: f32, cut_race: u32, mp: f32, cut_mx: f32, col
     if ((cut_may && ((cut_race & sk_c0) != 0u))) {
         let sk_e22: f32 = select((0.0f), zx0, ((zx0 > (0.0f)) && (zx0 < bitcast<f32>(2139095040u))));
         if (((mp <= (0.0f)) || (select((sk_e22 / cut_mx), (1.0f), (sk_e22 == cut_mx)) >= mp))) {
-            var pn: f32 = sk_uniform(cut_w0);
-            let sk_e23: f32 = ((1.0f) - pn);
-            var pa: f32 = (zx0 / select((-log(pn)), (sk_e23 + ((sk_e23 * sk_e23) * ((0.5f) + (sk_e23 * (0.33333334f))))), (sk_e23 < (0.015625f))));
+            var un: f32 = sk_uniform(cut_w0);
+            var tn: f32 = ((1.0f) - un);
+            var en: f32 = select((-log(un)), (tn + ((tn * tn) * ((0.5f) + (tn * (0.33333334f))))), (tn < (0.015625f)));
+            var pa: f32 = (zx0 / en);
             var screened: bool = ((pa >= (7.888609e-31f)) && (pa < (1.2676506e30f)));
             lo_best = max(lo_best, select(bitcast<f32>(4286578688u), (pa * (0.99975586f)), screened));
             if ((select(bitcast<f32>(2139095040u), (pa * (1.0002441f)), screened) > up1)) {

@@ -8,8 +8,8 @@ fn sk_merge_row_2(rz: f32, noisy: bool, row: u32, r: u32, sk_io_best64: ptr<func
     var s64: f64 = sk_log64(f64(rz));
     if (noisy) {
         // built by kernels::seeded::score64
-        let sk_e210: u32 = (row * 12u);
-        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e210 + 8u)], rows[(sk_e210 + 9u)], rows[(sk_e210 + 10u)], r)));
+        let sk_e202: u32 = (row * 12u);
+        s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e202 + 8u)], rows[(sk_e202 + 9u)], rows[(sk_e202 + 10u)], r)));
     }
     if (((s64 > best64) || ((s64 == best64) && (r < best64_i)))) {
         // built by kernels::filter_top_k::keep_lower

@@ -95,13 +95,13 @@ fn sk_race_4(sk_lid: u32, tie_start: u32, col_hi: u32, col_lo: u32, base: u32, s
         var bestrk64_i: u32 = 4294967295u;
         for (var r: u32 = sk_lid; r < rank_n; r = r + BLOCK) {
             // built by kernels::filter_rank::race_ranks
-            let sk_e246: u32 = listed_cols[r];
-            var rk_v: f32 = bitcast<f32>((sk_e246 ^ ((bitcast<u32>((bitcast<i32>(sk_e246) >> 31u)) ^ 4294967295u) | 2147483648u)));
+            let sk_e238: u32 = listed_cols[r];
+            var rk_v: f32 = bitcast<f32>((sk_e238 ^ ((bitcast<u32>((bitcast<i32>(sk_e238) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var s64: f64 = sk_log64(f64(rk_v));
             if (noisy) {
                 // built by kernels::seeded::score64
-                let sk_e247: u32 = (row * 12u);
-                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e247 + 8u)], rows[(sk_e247 + 9u)], rows[(sk_e247 + 10u)], r)));
+                let sk_e239: u32 = (row * 12u);
+                s64 = (s64 + sk_seeded_gumbel64(sk_murmur3(rows[(sk_e239 + 8u)], rows[(sk_e239 + 9u)], rows[(sk_e239 + 10u)], r)));
             }
             if (((s64 > bestrk64) || ((s64 == bestrk64) && (r < bestrk64_i)))) {
                 // built by kernels::filter_top_k::keep_lower

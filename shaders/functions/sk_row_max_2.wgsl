@@ -93,8 +93,8 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
                     var t_run: u32 = 0u;
                     for (var tj: u32 = 0u; tj < t_per; tj = tj + 1u) {
                         // built by kernels::select::choose_bin
-                        let sk_e182: u32 = (t_lo + tj);
-                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e182, 463u)]), (sk_e182 < 464u)));
+                        let sk_e174: u32 = (t_lo + tj);
+                        t_run = (t_run + select(0u, atomicLoad(&select_scratch[min(sk_e174, 463u)]), (sk_e174 < 464u)));
                     }
                     var t_start: u32 = 0u;
                     t_start = sk_block_scan(sk_lid, t_run);
@@ -194,8 +194,8 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
                     }
                     if (g_take) {
                         listed_cols[(0u + g_out)] = gk;
-                        let sk_e184: u32 = (gj / want);
-                        listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e184) * 1317u) + (6u + ((gj - (sk_e184 * want)) * 2u)))]);
+                        let sk_e176: u32 = (gj / want);
+                        listed_cols[(257u + g_out)] = atomicLoad(&partials[((((slot * parts) + sk_e176) * 1317u) + (6u + ((gj - (sk_e176 * want)) * 2u)))]);
                         g_out = (g_out + 1u);
                     }
                 }
@@ -203,8 +203,8 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             var n_sel: u32 = (t_above + t_take);
             workgroupBarrier();
             for (var i: u32 = sk_lid; i < n_sel; i = i + BLOCK) {
-                let sk_e185: u32 = listed_cols[(0u + i)];
-                var zi: f32 = bitcast<f32>((sk_e185 ^ ((bitcast<u32>((bitcast<i32>(sk_e185) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                let sk_e177: u32 = listed_cols[(0u + i)];
+                var zi: f32 = bitcast<f32>((sk_e177 ^ ((bitcast<u32>((bitcast<i32>(sk_e177) >> 31u)) ^ 4294967295u) | 2147483648u)));
                 listed_cols[(514u + i)] = bitcast<u32>(zi);
                 listed_cols[(771u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) & 4294967295lu));
                 listed_cols[(1028u + i)] = u32((sk_fixed(select((zi / row_m), (1.0f), (zi == row_m))) >> 32u));
@@ -241,9 +241,9 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             var n_lo: u32 = 0u;
             var n_unsure: u32 = 0u;
             for (var r: u32 = sk_lid; r < n_sel; r = r + BLOCK) {
-                let sk_e187: u32 = listed_cols[(1285u + r)];
-                let sk_e186: f32 = bitcast<f32>((sk_e187 ^ ((bitcast<u32>((bitcast<i32>(sk_e187) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                var wr: f32 = select((sk_e186 / row_m), (1.0f), (sk_e186 == row_m));
+                let sk_e179: u32 = listed_cols[(1285u + r)];
+                let sk_e178: f32 = bitcast<f32>((sk_e179 ^ ((bitcast<u32>((bitcast<i32>(sk_e179) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                var wr: f32 = select((sk_e178 / row_m), (1.0f), (sk_e178 == row_m));
                 var br: u64 = ((u64(listed_cols[(2056u + r)]) << 32u) | u64(listed_cols[(1799u + r)]));
                 var base_r: bool = (((wr > (0.0f)) && (wr >= mp)) && (r < kk));
                 var bf: f32 = sk_fixed_f32(br);
@@ -263,10 +263,10 @@ fn sk_row_max_2(sk_lid: u32, parts: u32, slot: u32, kc: u32, kk: u32, pp: f32, k
             }
             var zt: f32 = bitcast<f32>((t_key ^ ((bitcast<u32>((bitcast<i32>(t_key) >> 31u)) ^ 4294967295u) | 2147483648u)));
             var all_in: bool = ((n_sel < want) || (select((zt / row_m), (1.0f), (zt == row_m)) <= (0.0f)));
-            let sk_e206: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
-            var cut_above: bool = (bitcast<f32>((sk_e206 ^ ((bitcast<u32>((bitcast<i32>(sk_e206) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt);
-            let sk_e207: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
-            var k_above: bool = ((!k_first) || (bitcast<f32>((listed_cols[sk_e207] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e207]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt));
+            let sk_e198: u32 = listed_cols[(1285u + (max(kept_n, 1u) - 1u))];
+            var cut_above: bool = (bitcast<f32>((sk_e198 ^ ((bitcast<u32>((bitcast<i32>(sk_e198) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt);
+            let sk_e199: u32 = (1285u + (max(min(kk, n_sel), 1u) - 1u));
+            var k_above: bool = ((!k_first) || (bitcast<f32>((listed_cols[sk_e199] ^ ((bitcast<u32>((bitcast<i32>(listed_cols[sk_e199]) >> 31u)) ^ 4294967295u) | 2147483648u))) > zt));
             var prefix_exact: bool = all_in;
             if (((!all_in) && (!(cut_above && k_above)))) {
                 // built by kernels::filter_top_k::prefix_is_exact

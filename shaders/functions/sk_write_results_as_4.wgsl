@@ -9,16 +9,16 @@ fn sk_write_results_as_4(sk_lid: u32, row: u32, kept_n: u32, noisy: bool, base: 
     var best64: f64 = bitcast<f64>(18442240474082181120lu);
     var best64_i: u32 = 4294967295u;
     var ow_seeded: bool = (rows[((row * 12u) + 1u)] == 1u);
-    let sk_e208: u32 = (row * 12u);
-    var ow_ranked: bool = ((rows[(sk_e208 + 1u)] == 1u) && (rows[(sk_e208 + 6u)] == 1u));
+    let sk_e200: u32 = (row * 12u);
+    var ow_ranked: bool = ((rows[(sk_e200 + 1u)] == 1u) && (rows[(sk_e200 + 6u)] == 1u));
     var pk_seed_lo: u32 = rows[((row * 12u) + 8u)];
     var pk_seed_hi: u32 = rows[((row * 12u) + 9u)];
     var pk_off_lo: u32 = rows[((row * 12u) + 10u)];
     var pk_off_hi: u32 = rows[((row * 12u) + 11u)];
     for (var r: u32 = sk_lid; r < kept_n; r = r + BLOCK) {
         var rc: u32 = listed_cols[(1542u + r)];
-        let sk_e209: u32 = listed_cols[(1285u + r)];
-        var rz: f32 = bitcast<f32>((sk_e209 ^ ((bitcast<u32>((bitcast<i32>(sk_e209) >> 31u)) ^ 4294967295u) | 2147483648u)));
+        let sk_e201: u32 = listed_cols[(1285u + r)];
+        var rz: f32 = bitcast<f32>((sk_e201 ^ ((bitcast<u32>((bitcast<i32>(sk_e201) >> 31u)) ^ 4294967295u) | 2147483648u)));
         if (ow_ranked) {
             sk_merge_row_2(rz, noisy, row, r, &best64, &best64_i);
         } else {

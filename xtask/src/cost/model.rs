@@ -83,8 +83,10 @@ pub fn rare_loops(kernel: &str) -> Option<(usize, usize, &'static str)> {
         Some((
             1,
             2,
-            "a part reads its columns in one of two loops: the first for the Philox race's rows (the benchmark's), \
-             the second for SGLang's seeded sampler's, which hash each column apart: counted at the rare rate, none",
+            "a part reads its columns in its first loop for the Philox race's rows (the benchmark's); the others \
+             are SGLang's seeded sampler's (which hash each column apart), the rescan of an invocation with two \
+             possible winners, and the race of a range of one value (from its list, or its columns again): \
+             counted at the rare rate, none",
         ))
     } else if kernel.starts_with("top_k_parts_") {
         // Taken as passes, the estimate's loop of 8 word loads looked costlier a column than the

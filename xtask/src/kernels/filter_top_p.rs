@@ -932,6 +932,8 @@ fn cut_part(b: &mut Block, input: Input) {
         Input::Logits(_) => b.let_("cut_rcp_t", Ty::F32, f(1.0) / var("temp")),
         Input::Probs => f(1.0),
     };
+    // Whether min-p keeps a raced column of value `z` (tested where it is scored, not read).
+    let keeps_value = |z: Expr| min_p_keeps(input, values::order_value(input, z, mx.clone()), mx.clone());
     let philox_columns = |b: &mut Block| {
         let one = |b: &mut Block, i: Expr, j: u8, x: Expr| {
             let race = |b: &mut Block, _: [Expr; 3]| b.set("cut_race", var("cut_race") | u(1 << j));
@@ -957,10 +959,12 @@ fn cut_part(b: &mut Block, input: Input) {
         };
         // Where they do, as most of a flat row's quads, they count and race with one test and
         // no branch a column; else each column takes its class alone.
-        let quad_body = |b: &mut Block, i: Expr, j: u8| {
+        let body = |b: &mut Block, i: Expr, j: u8, _: Expr| {
             if j > 0 {
                 return;
             }
+            // Set where a step starts, so that it is not live across steps.
+            b.set("cut_race", u(0));
             let all = (0..4u8).map(&quad_above).reduce(|a, b| a.and(b)).expect("four columns");
             b.if_else(
                 all,
@@ -974,13 +978,6 @@ fn cut_part(b: &mut Block, input: Input) {
                     }
                 },
             );
-        };
-        let body = |b: &mut Block, i: Expr, j: u8, _: Expr| {
-            if j == 0 {
-                // Set where a step starts, so that it is not live across steps.
-                b.set("cut_race", u(0));
-            }
-            quad_body(b, i, j)
         };
         // A raced quad's one test: its raced columns' largest element with the largest of its
         // block's four words (which bounds each raced column's noise too: `values::may_win` is
@@ -1016,8 +1013,7 @@ fn cut_part(b: &mut Block, input: Input) {
                             "cut_may",
                         );
                         b.if_(may.and(raced(j)), |b| {
-                            let ov = values::order_value(input, values::value(input, x.clone()), mx.clone());
-                            b.if_(min_p_keeps(input, ov, mx.clone()), |b| {
+                            b.if_(keeps_value(values::value(input, x.clone())), |b| {
                                 let col = var("col_lo") + i0.clone() + u(u32::from(j));
                                 let (lo, up) = values::screen(b, input, x, rcp_t.clone(), word.clone());
                                 super::race::bound(b, lo, up, col);
@@ -1040,8 +1036,7 @@ fn cut_part(b: &mut Block, input: Input) {
                 b.if_(raced(), |b| {
                     b.set("cw4", block(&i0));
                     let x = var("zx0");
-                    let ov = values::order_value(input, values::value(input, x.clone()), mx.clone());
-                    let kept = (var("cut_race") & u(1)).ne_(u(0)).and(min_p_keeps(input, ov, mx.clone()));
+                    let kept = (var("cut_race") & u(1)).ne_(u(0)).and(keeps_value(values::value(input, x.clone())));
                     b.if_(kept, |b| b.set("cut_lo0", values::score_floor(input, x, rcp_t.clone(), var("cw4").comp(0))));
                 });
                 let floor = b.reduce(ReduceOp::Max, Ty::F32, var("cut_lo0"), "cut_first");
@@ -1080,8 +1075,7 @@ fn cut_part(b: &mut Block, input: Input) {
             // The invocation's own columns, as the loop read them.
             let column = |b: &mut Block, i: Expr, _: u8, x: Expr| {
                 let z = b.let_("cut_rz", Ty::F32, values::value(input, x));
-                let ov = values::order_value(input, z.clone(), mx.clone());
-                let kept = grid.reaches(input, z.clone(), above_from.clone()).and(min_p_keeps(input, ov, mx.clone()));
+                let kept = grid.reaches(input, z.clone(), above_from.clone()).and(keeps_value(z.clone()));
                 b.if_(kept, |b| race_philox(b, input, "", &pkey, var("col_lo") + i, z));
             };
             values::for_each_quad(b, input, n.clone(), column, |_, _, _| {})

@@ -383,7 +383,7 @@ pub(super) fn score_floor(input: Input, x: Expr, rcp_t: Expr, word: Expr) -> Exp
 ///
 /// From probabilities the score is `s = fl(p / E)`, `E` the IR's `-log u` (within 2^-22 of
 /// `-ln u`); the screen is `a = p / E~` by the target's fast division (2.5 ulp on Vulkan, 2 on
-/// CUDA, so within 2^-21.6), `E~` [`math::screen_neg_log`] (within 2^-15 of `-ln u`). So `s`
+/// CUDA, so within 2^-21.6), `E~` [`race::screened_exponential`] (within 2^-15 of `-ln u`). So `s`
 /// and `a` are within `2^-15 + 2^-20` of each other, relative, and the bounds `a (1 -+ 2^-12)`
 /// (each product rounding by 2^-24 of itself) leave a margin of seven. Where `a` lies outside
 /// `[2^-100, 2^100)` (a subnormal `p` among them) the relative bounds are not claimed.
@@ -394,8 +394,7 @@ pub(super) fn screen(b: &mut Block, input: Input, x: Expr, rcp_t: Expr, word: Ex
             (a.clone() - d.clone(), a + d, in_range)
         }
         Input::Probs => {
-            let un = b.let_("pn", Ty::F32, call(philox::UNIFORM, vec![word]));
-            let e = math::screen_neg_log(un.clone(), f(1.0) - un);
+            let e = race::screened_exponential(b, word);
             let a = b.let_("pa", Ty::F32, approx_div(x, e));
             let in_range = a.clone().ge(f(SCREEN_LEAST)).and(a.clone().lt(f(1.0 / SCREEN_LEAST)));
             (a.clone() * f(1.0 - SCREEN_REL), a * f(1.0 + SCREEN_REL), in_range)

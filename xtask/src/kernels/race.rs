@@ -220,13 +220,21 @@ fn screened_column(b: &mut Block, za: Expr, wj: Expr, col: Expr) {
 /// log, two a column), within `d` of its exact score where `in_range` (see [`SCREEN_ZREL`]);
 /// bound as `an`, `dn` and `in_range`.
 pub(super) fn screen(b: &mut Block, za: Expr, wj: Expr) -> (Expr, Expr, Expr) {
-    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![wj]));
-    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
-    let e = b.let_("en", Ty::F32, math::screen_neg_log(un, t));
+    let e = screened_exponential(b, wj);
     let a = b.let_("an", Ty::F32, za.clone() - approx_log(e));
     let d = b.let_("dn", Ty::F32, za.clone().abs() * f(SCREEN_ZREL) + f(SCREEN_GABS));
     let in_range = b.let_("in_range", Ty::Bool, za.abs().lt(f(SCREEN_HUGE)));
     (a, d, in_range)
+}
+
+/// The exponential noise `-ln u` of Philox word `wj` by the screens' fast log
+/// ([`math::screen_neg_log`], within 2^-15 relative), bound as `en` (its uniform as `un`, and
+/// `1 - u`, exact, as `tn`): the screens' of both races (from logits `-ln E`, from
+/// probabilities `p / E`).
+pub(super) fn screened_exponential(b: &mut Block, wj: Expr) -> Expr {
+    let un = b.let_("un", Ty::F32, call(philox::UNIFORM, vec![wj]));
+    let t = b.let_("tn", Ty::F32, f(1.0) - un.clone());
+    b.let_("en", Ty::F32, math::screen_neg_log(un, t))
 }
 
 /// The workgroup memory holding the row's Philox table ([`philox::row_table`]) during the
