@@ -55,7 +55,7 @@ __shared__ float sk_am_f32[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[2049];
+__shared__ __align__(16) unsigned int part_hist[2048];
 
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_max_u32.cuh"
@@ -74,11 +74,11 @@ __shared__ __align__(16) unsigned int part_hist[2049];
 #include "functions/sk_read_step_32.cuh"
 #include "functions/sk_for_each_read.cuh"
 #include "functions/sk_place_cut.cuh"
-#include "functions/sk_estimate_cut.cuh"
+#include "functions/sk_histogram_part_2.cuh"
 #include "functions/sk_read_part.cuh"
 #include "functions/sk_clear.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25236 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25236 + SK_BLOCK_RESERVED)))) top_k_parts_logits_bf16(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25232 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25232 + SK_BLOCK_RESERVED)))) top_k_parts_logits_bf16(
     const unsigned short* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -114,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 2049u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 2048u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
@@ -132,10 +132,9 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
-                float grid_r = (-floorf(((-part_m) * (16.0f))));
-                float grid_rf = (-floorf(((-part_m) * (32768.0f))));
-                const float sk_e50 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
-                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e50) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e50) >> 31u)) | 2147483648u));
+                int grid_low = __float2int_rd(((-part_m) * (32768.0f)));
+                unsigned int grid_ru = (0u - sk_bitcast<unsigned int>((grid_low >> 11u)));
+                unsigned int grid_rfu = (0u - sk_bitcast<unsigned int>(grid_low));
                 for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
@@ -143,35 +142,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
                     unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
                     {
-                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk3, grid_rfu, grid_ru);
                     }
                 }
                 __syncthreads();
-                if ((threadIdx.x == 0u)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 1317u) + 1u)] = part_hist[2048u];
-                    partials[((slot * 1317u) + 2u)] = 0u;
-                    partials[((slot * 1317u) + 3u)] = 0u;
-                    partials[((slot * 1317u) + 4u)] = 0u;
-                }
                 for (unsigned int i = threadIdx.x; i < 1280u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     if ((i < 512u)) {
-                        partials[((slot * 1317u) + (5u + i))] = part_hist[i];
+                        partials[((slot * 1317u) + (5u + i))] = (part_hist[i] - (part_hist[(512u + i)] * 1258291200u));
                     } else {
                         unsigned int hpair = ((i * 2u) - 512u);
                         partials[((slot * 1317u) + (5u + i))] = (part_hist[hpair] | (part_hist[(hpair + 1u)] << 16u));
                     }
+                }
+                if ((threadIdx.x == 0u)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 1317u) + 1u)] = 0u;
+                    partials[((slot * 1317u) + 2u)] = 0u;
+                    partials[((slot * 1317u) + 3u)] = 0u;
+                    partials[((slot * 1317u) + 4u)] = 0u;
                 }
                 __threadfence();
                 __syncthreads();
@@ -188,22 +187,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     // built by kernels::combine::last_part_on
                     __threadfence();
                     {
-                        // built by kernels::filter_top_p::histogram_part
-                        float m = sk_bitcast<float>(4286578688u);
-                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filter_top_k::row_max
-                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
-                        }
-                        float row_m = (0.0f);
-                        row_m = sk_block_max_f32(m);
-                        if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
-                            sk_estimate_cut(row_m, parts, row_slot, pp, kk);
-                        } else {
-                            // built by kernels::filter_top_p::estimate_cut
-                            if ((threadIdx.x == 0u)) {
-                                partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 0u;
-                            }
-                        }
+                        sk_histogram_part_2(parts, row_slot, pp, kk);
                     }
                     if ((threadIdx.x == 0u)) {
                         counters[row_slot] = 0u;
@@ -241,14 +225,14 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e141 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e141 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e141 + 4u)]));
-                            const float sk_e144 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e142 = ((sk_e144 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
-                            const float sk_e143 = (sk_e144 - mp_mx);
-                            const bool sk_e145 = (mp_mx == sk_bitcast<float>(4286578688u));
-                            const bool sk_e146 = (mp_mx == sk_bitcast<float>(2139095040u));
-                            if (((mo_lk != 0u) && (((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) > (0.0f)) && ((sk_e146 ? sk_e142 : (sk_e145 ? (0.0f) : sk_exp(sk_e143))) >= mp)))) {
+                            const unsigned int sk_e140 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e140 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e140 + 4u)]));
+                            const float sk_e143 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e141 = ((sk_e143 == sk_bitcast<float>(2139095040u)) ? (1.0f) : (0.0f));
+                            const float sk_e142 = (sk_e143 - mp_mx);
+                            const bool sk_e144 = (mp_mx == sk_bitcast<float>(4286578688u));
+                            const bool sk_e145 = (mp_mx == sk_bitcast<float>(2139095040u));
+                            if (((mo_lk != 0u) && (((sk_e145 ? sk_e141 : (sk_e144 ? (0.0f) : sk_exp(sk_e142))) > (0.0f)) && ((sk_e145 ? sk_e141 : (sk_e144 ? (0.0f) : sk_exp(sk_e142))) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

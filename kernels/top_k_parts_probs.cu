@@ -45,7 +45,7 @@ __shared__ float sk_am_f32[33];
 __shared__ unsigned int sk_am_i[33];
 __shared__ unsigned int sk_scan[32];
 __shared__ __align__(16) unsigned int part_keys[4096];
-__shared__ __align__(16) unsigned int part_hist[2065];
+__shared__ __align__(16) unsigned int part_hist[2064];
 
 #include "functions/sk_block_max_f32.cuh"
 #include "functions/sk_block_max_u32.cuh"
@@ -58,15 +58,15 @@ __shared__ __align__(16) unsigned int part_hist[2065];
 #include "functions/sk_uniform.cuh"
 #include "functions/sk_exponential.cuh"
 #include "functions/sk_race_part_2.cuh"
-#include "functions/sk_histogram_part_2.cuh"
+#include "functions/sk_histogram_part_3.cuh"
 #include "functions/sk_read_step_33.cuh"
 #include "functions/sk_for_each_read_2.cuh"
 #include "functions/sk_place_cut_2.cuh"
-#include "functions/sk_estimate_cut_2.cuh"
+#include "functions/sk_histogram_part_4.cuh"
 #include "functions/sk_read_part_2.cuh"
 #include "functions/sk_clear_2.cuh"
 
-extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25300 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25300 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
+extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) < (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)) ? (5 < SK_FULL_BLOCKS ? 5 : SK_FULL_BLOCKS) : (SK_SM_SHARED / (25296 + SK_BLOCK_RESERVED)))) top_k_parts_probs(
     const float* __restrict__ x, const unsigned int* __restrict__ rows, const unsigned int* __restrict__ listed, unsigned int* __restrict__ partials, unsigned int* __restrict__ counters, unsigned int batch, unsigned int vocab, unsigned int stride, unsigned int flags) {
     unsigned int parts = max((flags >> 16u), 1u);
     for (unsigned int slot = blockIdx.x; slot < (batch * parts); slot += gridDim.x) {
@@ -102,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 __syncthreads();
-                for (unsigned int i = threadIdx.x; i < 2049u; i += ((unsigned int)SK_BLOCK)) {
+                for (unsigned int i = threadIdx.x; i < 2048u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     part_hist[i] = 0u;
                 }
@@ -115,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 }
                 if ((threadIdx.x < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    part_hist[(2049u + threadIdx.x)] = sk_bitcast<unsigned int>(((16.0f) / (((float)threadIdx.x) + (17.0f))));
+                    part_hist[(2048u + threadIdx.x)] = sk_bitcast<unsigned int>(((16.0f) / (((float)threadIdx.x) + (17.0f))));
                 }
                 float m = sk_bitcast<float>(4286578688u);
                 for (unsigned int i0 = threadIdx.x; i0 < n_cols; i0 += (((unsigned int)SK_BLOCK) * 4u)) {
@@ -124,12 +124,8 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                 float part_m = (0.0f);
                 part_m = sk_block_max_f32(m);
                 __syncthreads();
-                float grid_r = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 4u)));
-                float grid_rf = ((float)(sk_bitcast<unsigned int>(part_m) >> (23u - 14u)));
-                const float sk_e6 = sk_bitcast<float>((((unsigned int)(grid_rf - (1023.0f))) << (23u - 14u)));
-                unsigned int grid_f_low = (sk_bitcast<unsigned int>(sk_e6) ^ (sk_bitcast<unsigned int>((sk_bitcast<int>(sk_e6) >> 31u)) | 2147483648u));
-                unsigned int grid_ru = ((unsigned int)grid_r);
-                unsigned int grid_rfu = ((unsigned int)grid_rf);
+                unsigned int grid_ru = (sk_bitcast<unsigned int>(part_m) >> (23u - 4u));
+                unsigned int grid_rfu = (sk_bitcast<unsigned int>(part_m) >> (23u - 14u));
                 for (unsigned int i = threadIdx.x; i < n_padded; i += h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     unsigned int hk0 = part_keys[(i + (((unsigned int)SK_BLOCK) * 0u))];
@@ -137,35 +133,35 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     unsigned int hk2 = part_keys[(i + (((unsigned int)SK_BLOCK) * 2u))];
                     unsigned int hk3 = part_keys[(i + (((unsigned int)SK_BLOCK) * 3u))];
                     {
-                        sk_histogram_part_2(hk0, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_2(hk1, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_2(hk2, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_2(hk3, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk3, grid_rfu, grid_ru);
                     }
                 }
                 __syncthreads();
-                if ((threadIdx.x == 0u)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
-                    partials[((slot * 1317u) + 1u)] = part_hist[2048u];
-                    partials[((slot * 1317u) + 2u)] = 0u;
-                    partials[((slot * 1317u) + 3u)] = 0u;
-                    partials[((slot * 1317u) + 4u)] = 0u;
-                }
                 for (unsigned int i = threadIdx.x; i < 1280u; i += ((unsigned int)SK_BLOCK)) {
                     // built by kernels::filter_top_p::histogram_part
                     if ((i < 512u)) {
-                        partials[((slot * 1317u) + (5u + i))] = part_hist[i];
+                        partials[((slot * 1317u) + (5u + i))] = (part_hist[i] - (part_hist[(512u + i)] * 1258291200u));
                     } else {
                         unsigned int hpair = ((i * 2u) - 512u);
                         partials[((slot * 1317u) + (5u + i))] = (part_hist[hpair] | (part_hist[(hpair + 1u)] << 16u));
                     }
+                }
+                if ((threadIdx.x == 0u)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    partials[((slot * 1317u) + 0u)] = sk_bitcast<unsigned int>(part_m);
+                    partials[((slot * 1317u) + 1u)] = 0u;
+                    partials[((slot * 1317u) + 2u)] = 0u;
+                    partials[((slot * 1317u) + 3u)] = 0u;
+                    partials[((slot * 1317u) + 4u)] = 0u;
                 }
                 __threadfence();
                 __syncthreads();
@@ -182,22 +178,7 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                     // built by kernels::combine::last_part_on
                     __threadfence();
                     {
-                        // built by kernels::filter_top_p::histogram_part
-                        float m = sk_bitcast<float>(4286578688u);
-                        for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
-                            // built by kernels::filter_top_k::row_max
-                            m = fmaxf(m, sk_bitcast<float>((*(volatile unsigned int*)&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
-                        }
-                        float row_m = (0.0f);
-                        row_m = sk_block_max_f32(m);
-                        if (((row_m > sk_bitcast<float>(4286578688u)) && (row_m < sk_bitcast<float>(2139095040u)))) {
-                            sk_estimate_cut_2(row_m, parts, row_slot, pp, kk);
-                        } else {
-                            // built by kernels::filter_top_p::estimate_cut
-                            if ((threadIdx.x == 0u)) {
-                                partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)] = 0u;
-                            }
-                        }
+                        sk_histogram_part_4(parts, row_slot, pp, kk);
                     }
                     if ((threadIdx.x == 0u)) {
                         counters[row_slot] = 0u;
@@ -235,11 +216,11 @@ extern "C" __global__ void __launch_bounds__(SK_BLOCK, ((5 < SK_FULL_BLOCKS ? 5 
                         unsigned int mo_left = 0u;
                         for (unsigned int p = threadIdx.x; p < parts; p += ((unsigned int)SK_BLOCK)) {
                             // built by kernels::filter_min_p::left_out_kept
-                            const unsigned int sk_e45 = (((row_slot * parts) + p) * 1317u);
-                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e45 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e45 + 4u)]));
-                            const float sk_e47 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            const float sk_e46 = ((sk_e47 == mp_mx) ? (1.0f) : (sk_e47 / mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
+                            const unsigned int sk_e44 = (((row_slot * parts) + p) * 1317u);
+                            unsigned int mo_lk = max((*(volatile unsigned int*)&partials[(sk_e44 + 3u)]), (*(volatile unsigned int*)&partials[(sk_e44 + 4u)]));
+                            const float sk_e46 = sk_bitcast<float>((mo_lk ^ ((sk_bitcast<unsigned int>((sk_bitcast<int>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            const float sk_e45 = ((sk_e46 == mp_mx) ? (1.0f) : (sk_e46 / mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e45 > (0.0f)) && (sk_e45 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

@@ -25,7 +25,7 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
-var<workgroup> part_hist: array<atomic<u32>, 2049>;
+var<workgroup> part_hist: array<atomic<u32>, 2048>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -57,7 +57,7 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_read_step_32.wgsl
 // shaders/functions/sk_for_each_read.wgsl
 // shaders/functions/sk_place_cut.wgsl
-// shaders/functions/sk_estimate_cut.wgsl
+// shaders/functions/sk_histogram_part_2.wgsl
 // shaders/functions/sk_read_part.wgsl
 // shaders/functions/sk_clear.wgsl
 
@@ -97,7 +97,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 2049u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&part_hist[i], 0u);
                 }
@@ -115,10 +115,9 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
-                var grid_r: f32 = (-floor(((-part_m) * (16.0f))));
-                var grid_rf: f32 = (-floor(((-part_m) * (32768.0f))));
-                let sk_e50: f32 = ((grid_rf - (1023.0f)) * (3.0517578e-5f));
-                var grid_f_low: u32 = (bitcast<u32>(sk_e50) ^ (bitcast<u32>((bitcast<i32>(sk_e50) >> 31u)) | 2147483648u));
+                var grid_low: i32 = i32(clamp(floor(((-part_m) * (32768.0f))), -2147483648.0, 2147483520.0));
+                var grid_ru: u32 = (0u - bitcast<u32>((grid_low >> 11u)));
+                var grid_rfu: u32 = (0u - bitcast<u32>(grid_low));
                 for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
@@ -126,35 +125,35 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
                     var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
                     {
-                        sk_histogram_part(hk0, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk1, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk2, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part(hk3, grid_r, grid_f_low, grid_rf);
+                        sk_histogram_part(hk3, grid_rfu, grid_ru);
                     }
                 }
                 workgroupBarrier();
-                if ((sk_lid == 0u)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 1317u) + 1u)], atomicLoad(&part_hist[2048u]));
-                    atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
-                }
                 for (var i: u32 = sk_lid; i < 1280u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     if ((i < 512u)) {
-                        atomicStore(&partials[((slot * 1317u) + (5u + i))], atomicLoad(&part_hist[i]));
+                        atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[i]) - (atomicLoad(&part_hist[(512u + i)]) * 1258291200u)));
                     } else {
                         var hpair: u32 = ((i * 2u) - 512u);
                         atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[hpair]) | (atomicLoad(&part_hist[(hpair + 1u)]) << 16u)));
                     }
+                }
+                if ((sk_lid == 0u)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
+                    atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -171,22 +170,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::combine::last_part_on
                     storageBarrier();
                     {
-                        // built by kernels::filter_top_p::histogram_part
-                        var m: f32 = bitcast<f32>(4286578688u);
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_top_k::row_max
-                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
-                        }
-                        var row_m: f32 = (0.0f);
-                        row_m = sk_block_max_f32(sk_lid, m);
-                        if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
-                            sk_estimate_cut(sk_lid, row_m, parts, row_slot, pp, kk);
-                        } else {
-                            // built by kernels::filter_top_p::estimate_cut
-                            if ((sk_lid == 0u)) {
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 0u);
-                            }
-                        }
+                        sk_histogram_part_2(sk_lid, parts, row_slot, pp, kk);
                     }
                     if ((sk_lid == 0u)) {
                         atomicStore(&counters[row_slot], 0u);
@@ -224,14 +208,14 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_min_p::left_out_kept
-                            let sk_e141: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e141 + 3u)]), atomicLoad(&partials[(sk_e141 + 4u)]));
-                            let sk_e144: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e142: f32 = select((0.0f), (1.0f), (sk_e144 == bitcast<f32>(2139095040u)));
-                            let sk_e143: f32 = (sk_e144 - mp_mx);
-                            let sk_e145: bool = (mp_mx == bitcast<f32>(4286578688u));
-                            let sk_e146: bool = (mp_mx == bitcast<f32>(2139095040u));
-                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) > (0.0f)) && (select(select(sk_exp(sk_e143), (0.0f), sk_e145), sk_e142, sk_e146) >= mp)))) {
+                            let sk_e140: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e140 + 3u)]), atomicLoad(&partials[(sk_e140 + 4u)]));
+                            let sk_e143: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e141: f32 = select((0.0f), (1.0f), (sk_e143 == bitcast<f32>(2139095040u)));
+                            let sk_e142: f32 = (sk_e143 - mp_mx);
+                            let sk_e144: bool = (mp_mx == bitcast<f32>(4286578688u));
+                            let sk_e145: bool = (mp_mx == bitcast<f32>(2139095040u));
+                            if (((mo_lk != 0u) && ((select(select(sk_exp(sk_e142), (0.0f), sk_e144), sk_e141, sk_e145) > (0.0f)) && (select(select(sk_exp(sk_e142), (0.0f), sk_e144), sk_e141, sk_e145) >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

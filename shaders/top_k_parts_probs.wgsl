@@ -25,7 +25,7 @@ var<workgroup> sk_am_f32: array<f32, BLOCK>;
 var<workgroup> sk_am_i: array<u32, BLOCK>;
 var<workgroup> sk_scan: array<u32, BLOCK>;
 var<workgroup> part_keys: array<u32, 4096>;
-var<workgroup> part_hist: array<atomic<u32>, 2065>;
+var<workgroup> part_hist: array<atomic<u32>, 2064>;
 
 fn sk_mulhi(a: u32, b: u32) -> u32 {
     let ll = (a & 0xffffu) * (b & 0xffffu);
@@ -50,11 +50,11 @@ fn sk_load_x(i: u32) -> f32 {
 // shaders/functions/sk_uniform.wgsl
 // shaders/functions/sk_exponential.wgsl
 // shaders/functions/sk_race_part_2.wgsl
-// shaders/functions/sk_histogram_part_2.wgsl
+// shaders/functions/sk_histogram_part_3.wgsl
 // shaders/functions/sk_read_step_33.wgsl
 // shaders/functions/sk_for_each_read_2.wgsl
 // shaders/functions/sk_place_cut_2.wgsl
-// shaders/functions/sk_estimate_cut_2.wgsl
+// shaders/functions/sk_histogram_part_4.wgsl
 // shaders/functions/sk_read_part_2.wgsl
 // shaders/functions/sk_clear_2.wgsl
 
@@ -94,7 +94,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
             // built by kernels::filter_top_k::parts_kernel
             if (top_p_cut) {
                 workgroupBarrier();
-                for (var i: u32 = sk_lid; i < 2049u; i = i + BLOCK) {
+                for (var i: u32 = sk_lid; i < 2048u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     atomicStore(&part_hist[i], 0u);
                 }
@@ -107,7 +107,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 }
                 if ((sk_lid < 16u)) {
                     // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&part_hist[(2049u + sk_lid)], bitcast<u32>(((16.0f) / (f32(sk_lid) + (17.0f)))));
+                    atomicStore(&part_hist[(2048u + sk_lid)], bitcast<u32>(((16.0f) / (f32(sk_lid) + (17.0f)))));
                 }
                 var m: f32 = bitcast<f32>(4286578688u);
                 for (var i0: u32 = sk_lid; i0 < n_cols; i0 = i0 + (BLOCK * 4u)) {
@@ -116,12 +116,8 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                 var part_m: f32 = (0.0f);
                 part_m = sk_block_max_f32(sk_lid, m);
                 workgroupBarrier();
-                var grid_r: f32 = f32((bitcast<u32>(part_m) >> (23u - 4u)));
-                var grid_rf: f32 = f32((bitcast<u32>(part_m) >> (23u - 14u)));
-                let sk_e6: f32 = bitcast<f32>((u32((grid_rf - (1023.0f))) << (23u - 14u)));
-                var grid_f_low: u32 = (bitcast<u32>(sk_e6) ^ (bitcast<u32>((bitcast<i32>(sk_e6) >> 31u)) | 2147483648u));
-                var grid_ru: u32 = u32(grid_r);
-                var grid_rfu: u32 = u32(grid_rf);
+                var grid_ru: u32 = (bitcast<u32>(part_m) >> (23u - 4u));
+                var grid_rfu: u32 = (bitcast<u32>(part_m) >> (23u - 14u));
                 for (var i: u32 = sk_lid; i < n_padded; i = i + h_step) {
                     // built by kernels::filter_top_p::histogram_part
                     var hk0: u32 = part_keys[(i + (BLOCK * 0u))];
@@ -129,35 +125,35 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     var hk2: u32 = part_keys[(i + (BLOCK * 2u))];
                     var hk3: u32 = part_keys[(i + (BLOCK * 3u))];
                     {
-                        sk_histogram_part_2(hk0, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk0, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_2(hk1, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk1, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_2(hk2, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk2, grid_rfu, grid_ru);
                     }
                     {
-                        sk_histogram_part_2(hk3, grid_ru, grid_f_low, grid_rfu);
+                        sk_histogram_part_3(hk3, grid_rfu, grid_ru);
                     }
                 }
                 workgroupBarrier();
-                if ((sk_lid == 0u)) {
-                    // built by kernels::filter_top_p::histogram_part
-                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
-                    atomicStore(&partials[((slot * 1317u) + 1u)], atomicLoad(&part_hist[2048u]));
-                    atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
-                    atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
-                }
                 for (var i: u32 = sk_lid; i < 1280u; i = i + BLOCK) {
                     // built by kernels::filter_top_p::histogram_part
                     if ((i < 512u)) {
-                        atomicStore(&partials[((slot * 1317u) + (5u + i))], atomicLoad(&part_hist[i]));
+                        atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[i]) - (atomicLoad(&part_hist[(512u + i)]) * 1258291200u)));
                     } else {
                         var hpair: u32 = ((i * 2u) - 512u);
                         atomicStore(&partials[((slot * 1317u) + (5u + i))], (atomicLoad(&part_hist[hpair]) | (atomicLoad(&part_hist[(hpair + 1u)]) << 16u)));
                     }
+                }
+                if ((sk_lid == 0u)) {
+                    // built by kernels::filter_top_p::histogram_part
+                    atomicStore(&partials[((slot * 1317u) + 0u)], bitcast<u32>(part_m));
+                    atomicStore(&partials[((slot * 1317u) + 1u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 2u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 3u)], 0u);
+                    atomicStore(&partials[((slot * 1317u) + 4u)], 0u);
                 }
                 storageBarrier();
                 workgroupBarrier();
@@ -174,22 +170,7 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                     // built by kernels::combine::last_part_on
                     storageBarrier();
                     {
-                        // built by kernels::filter_top_p::histogram_part
-                        var m: f32 = bitcast<f32>(4286578688u);
-                        for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
-                            // built by kernels::filter_top_k::row_max
-                            m = max(m, bitcast<f32>(atomicLoad(&partials[((((row_slot * parts) + p) * 1317u) + 0u)])));
-                        }
-                        var row_m: f32 = (0.0f);
-                        row_m = sk_block_max_f32(sk_lid, m);
-                        if (((row_m > bitcast<f32>(4286578688u)) && (row_m < bitcast<f32>(2139095040u)))) {
-                            sk_estimate_cut_2(sk_lid, row_m, parts, row_slot, pp, kk);
-                        } else {
-                            // built by kernels::filter_top_p::estimate_cut
-                            if ((sk_lid == 0u)) {
-                                atomicStore(&partials[((((row_slot * parts) + 0u) * 1317u) + 1285u)], 0u);
-                            }
-                        }
+                        sk_histogram_part_4(sk_lid, parts, row_slot, pp, kk);
                     }
                     if ((sk_lid == 0u)) {
                         atomicStore(&counters[row_slot], 0u);
@@ -227,11 +208,11 @@ fn main(@builtin(local_invocation_index) sk_lid: u32, @builtin(workgroup_id) sk_
                         var mo_left: u32 = 0u;
                         for (var p: u32 = sk_lid; p < parts; p = p + BLOCK) {
                             // built by kernels::filter_min_p::left_out_kept
-                            let sk_e45: u32 = (((row_slot * parts) + p) * 1317u);
-                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e45 + 3u)]), atomicLoad(&partials[(sk_e45 + 4u)]));
-                            let sk_e47: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
-                            let sk_e46: f32 = select((sk_e47 / mp_mx), (1.0f), (sk_e47 == mp_mx));
-                            if (((mo_lk != 0u) && ((sk_e46 > (0.0f)) && (sk_e46 >= mp)))) {
+                            let sk_e44: u32 = (((row_slot * parts) + p) * 1317u);
+                            var mo_lk: u32 = max(atomicLoad(&partials[(sk_e44 + 3u)]), atomicLoad(&partials[(sk_e44 + 4u)]));
+                            let sk_e46: f32 = bitcast<f32>((mo_lk ^ ((bitcast<u32>((bitcast<i32>(mo_lk) >> 31u)) ^ 4294967295u) | 2147483648u)));
+                            let sk_e45: f32 = select((sk_e46 / mp_mx), (1.0f), (sk_e46 == mp_mx));
+                            if (((mo_lk != 0u) && ((sk_e45 > (0.0f)) && (sk_e45 >= mp)))) {
                                 mo_left = 1u;
                             }
                         }

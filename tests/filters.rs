@@ -1139,6 +1139,45 @@ pub fn cut_screens_match_the_oracle<B: Backend>(b: &B) {
     assert!(differ.is_empty(), "rows whose token is not the CPU oracle's: {differ:?}");
 }
 
+/// From logits the top-p histograms bin a value by `floor(z 2^15)` as an i32, which saturates,
+/// so a row whose largest `z` does not lie within 2^15 of 0 takes the filter kernel's body
+/// (`filter_top_p.rs`, `estimate_cut`). Zipf rows moved by -1e5, 6e4 and 1e5 (beyond), by
+/// -3e4 and 3e4 (inside, the indices near 2^30) and by none, under top-p 0.9, a top-k of 1000
+/// (which the cut's counts place) and top-p 0.5 with min-p 0.05: every token is the CPU
+/// oracle's, and a row inside takes the cut's two reads. It can fail: with the coarse index
+/// the fine one shifted by 10, not 11 (another grid than the cut's), 8 of the 12 rows inside
+/// read more (the merge's checks sent them to the filter kernel). With every row placed, the
+/// rows beyond read once more and still get the oracle's tokens: the merge refuses their
+/// saturated estimates, but only the rule makes that certain.
+pub fn far_logits_match_the_oracle<B: Backend>(b: &B) {
+    let mut rng = Rng::new(4243);
+    let vocab = 16384;
+    let moves = [-1e5f32, -3e4, 0.0, 3e4, 6e4, 1e5];
+    let rows: Vec<RowParams> = (0..18u64)
+        .map(|r| {
+            let row = RowParams::new([0.8, 1.0][r as usize % 2], 5 + r, r);
+            match r / 6 {
+                0 => row.with_top_p(0.9),
+                1 => row.with_top_k(1000),
+                _ => row.with_top_p(0.5).with_min_p(0.05),
+            }
+        })
+        .collect();
+    let shape = Shape::dense(rows.len(), vocab);
+    let mut x = zipf_logits(&mut rng, rows.len(), vocab);
+    for (r, row) in x.chunks_mut(vocab).enumerate() {
+        row.iter_mut().for_each(|l| *l += moves[r % moves.len()]);
+    }
+    let (tokens, _, _, reads) = sample_all(b, shape, &x, &rows);
+    let want = oracle_tokens(shape, &x, &rows);
+    let differ: Vec<usize> = (0..rows.len()).filter(|&r| tokens[r] != want[r]).collect();
+    assert!(differ.is_empty(), "rows whose token is not the CPU oracle's: {differ:?}");
+    // Within 2^15 the steps of f32 are at most 2^-8, a few ties in each bin: the cut decides.
+    let inside = |r: usize| moves[r % moves.len()].abs() < 32768.0;
+    let more: Vec<usize> = (0..rows.len()).filter(|&r| inside(r) && reads[r] != path_reads(&rows[r], vocab)).collect();
+    assert!(more.is_empty(), "rows inside 2^15 read more than the cut's two reads: {more:?} ({reads:?})");
+}
+
 /// A row samples alike alone and in a batch: the one-read path's merge launch does the top-p
 /// cut too where the parts all run at once (a row of 32768 alone: 8 parts), and the cut kernel
 /// has its own launch where they do not (13 such rows: 104 parts, more than a wgpu adapter's 64
@@ -1217,6 +1256,7 @@ device_suites!(
     flat_rows_take_the_cut_in_two_reads,
     flat_races_match_the_oracle,
     cut_screens_match_the_oracle,
+    far_logits_match_the_oracle,
     long_min_p_sets_read_once,
     rows_sample_alike_alone_and_in_a_batch
 );

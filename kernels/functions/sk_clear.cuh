@@ -80,23 +80,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e107 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e107 < n_cols) ? (part_keys[min(sk_e107, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e106 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e106 < n_cols) ? (part_keys[min(sk_e106, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e108 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e108 < n_cols) ? (part_keys[min(sk_e108, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e107 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e107 < n_cols) ? (part_keys[min(sk_e107, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e109 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e108 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e108 < n_cols) ? (part_keys[min(sk_e108, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e110 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e110 < n_cols) ? (part_keys[min(sk_e110, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e109 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e109 < n_cols) ? (part_keys[min(sk_e109, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -133,20 +133,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e123 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e123 < n_cols) ? (part_keys[min(sk_e123, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e122 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e122 < n_cols) ? (part_keys[min(sk_e122, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e124 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e124 < n_cols) ? (part_keys[min(sk_e124, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e123 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e123 < n_cols) ? (part_keys[min(sk_e123, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e125 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e124 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e124 < n_cols) ? (part_keys[min(sk_e124, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e126 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e126 < n_cols) ? (part_keys[min(sk_e126, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e125 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e125 < n_cols) ? (part_keys[min(sk_e125, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

@@ -80,23 +80,23 @@
         unsigned int mr_quads = ((n_cols + 3u) >> 2u); \
         unsigned int mr_q0 = threadIdx.x; \
         mr_in = 0u; \
-        const unsigned int sk_e19 = ((mr_q0 * 4u) + 0u); \
-        if ((((sk_e19 < n_cols) ? (part_keys[min(sk_e19, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e18 = ((mr_q0 * 4u) + 0u); \
+        if ((((sk_e18 < n_cols) ? (part_keys[min(sk_e18, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 1u); \
         } \
-        const unsigned int sk_e20 = ((mr_q0 * 4u) + 1u); \
-        if ((((sk_e20 < n_cols) ? (part_keys[min(sk_e20, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e19 = ((mr_q0 * 4u) + 1u); \
+        if ((((sk_e19 < n_cols) ? (part_keys[min(sk_e19, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 2u); \
         } \
-        const unsigned int sk_e21 = ((mr_q0 * 4u) + 2u); \
-        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e20 = ((mr_q0 * 4u) + 2u); \
+        if ((((sk_e20 < n_cols) ? (part_keys[min(sk_e20, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 4u); \
         } \
-        const unsigned int sk_e22 = ((mr_q0 * 4u) + 3u); \
-        if ((((sk_e22 < n_cols) ? (part_keys[min(sk_e22, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+        const unsigned int sk_e21 = ((mr_q0 * 4u) + 3u); \
+        if ((((sk_e21 < n_cols) ? (part_keys[min(sk_e21, (n_cols - 1u))]) : 0u) >= mr_band)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = (mr_in | 8u); \
         } \
@@ -133,20 +133,20 @@
         for (unsigned int mr_q = (threadIdx.x + ((unsigned int)SK_BLOCK)); mr_q < mr_quads; mr_q += ((unsigned int)SK_BLOCK)) { \
             /* built by kernels::filter_min_p::race_part */ \
             mr_in = 0u; \
-            const unsigned int sk_e31 = ((mr_q * 4u) + 0u); \
-            if ((((sk_e31 < n_cols) ? (part_keys[min(sk_e31, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e30 = ((mr_q * 4u) + 0u); \
+            if ((((sk_e30 < n_cols) ? (part_keys[min(sk_e30, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 1u); \
             } \
-            const unsigned int sk_e32 = ((mr_q * 4u) + 1u); \
-            if ((((sk_e32 < n_cols) ? (part_keys[min(sk_e32, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e31 = ((mr_q * 4u) + 1u); \
+            if ((((sk_e31 < n_cols) ? (part_keys[min(sk_e31, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 2u); \
             } \
-            const unsigned int sk_e33 = ((mr_q * 4u) + 2u); \
-            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e32 = ((mr_q * 4u) + 2u); \
+            if ((((sk_e32 < n_cols) ? (part_keys[min(sk_e32, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 4u); \
             } \
-            const unsigned int sk_e34 = ((mr_q * 4u) + 3u); \
-            if ((((sk_e34 < n_cols) ? (part_keys[min(sk_e34, (n_cols - 1u))]) : 0u) >= mr_band)) { \
+            const unsigned int sk_e33 = ((mr_q * 4u) + 3u); \
+            if ((((sk_e33 < n_cols) ? (part_keys[min(sk_e33, (n_cols - 1u))]) : 0u) >= mr_band)) { \
                 mr_in = (mr_in | 8u); \
             } \
             if ((mr_in != 0u)) { \

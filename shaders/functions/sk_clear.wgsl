@@ -80,23 +80,23 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e107: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e107, (n_cols - 1u))], (sk_e107 < n_cols)) >= mr_band)) {
+        let sk_e106: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e106, (n_cols - 1u))], (sk_e106 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e108: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e108, (n_cols - 1u))], (sk_e108 < n_cols)) >= mr_band)) {
+        let sk_e107: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e107, (n_cols - 1u))], (sk_e107 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e109: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e109, (n_cols - 1u))], (sk_e109 < n_cols)) >= mr_band)) {
+        let sk_e108: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e108, (n_cols - 1u))], (sk_e108 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e110: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e110, (n_cols - 1u))], (sk_e110 < n_cols)) >= mr_band)) {
+        let sk_e109: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e109, (n_cols - 1u))], (sk_e109 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -133,20 +133,20 @@ fn sk_clear(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, ba
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e123: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e123, (n_cols - 1u))], (sk_e123 < n_cols)) >= mr_band)) {
+            let sk_e122: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e122, (n_cols - 1u))], (sk_e122 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e124: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e124, (n_cols - 1u))], (sk_e124 < n_cols)) >= mr_band)) {
+            let sk_e123: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e123, (n_cols - 1u))], (sk_e123 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e125: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e125, (n_cols - 1u))], (sk_e125 < n_cols)) >= mr_band)) {
+            let sk_e124: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e124, (n_cols - 1u))], (sk_e124 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e126: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e126, (n_cols - 1u))], (sk_e126 < n_cols)) >= mr_band)) {
+            let sk_e125: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e125, (n_cols - 1u))], (sk_e125 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

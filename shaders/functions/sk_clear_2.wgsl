@@ -80,23 +80,23 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         var mr_quads: u32 = ((n_cols + 3u) >> 2u);
         var mr_q0: u32 = sk_lid;
         mr_in = 0u;
-        let sk_e19: u32 = ((mr_q0 * 4u) + 0u);
-        if ((select(0u, part_keys[min(sk_e19, (n_cols - 1u))], (sk_e19 < n_cols)) >= mr_band)) {
+        let sk_e18: u32 = ((mr_q0 * 4u) + 0u);
+        if ((select(0u, part_keys[min(sk_e18, (n_cols - 1u))], (sk_e18 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 1u);
         }
-        let sk_e20: u32 = ((mr_q0 * 4u) + 1u);
-        if ((select(0u, part_keys[min(sk_e20, (n_cols - 1u))], (sk_e20 < n_cols)) >= mr_band)) {
+        let sk_e19: u32 = ((mr_q0 * 4u) + 1u);
+        if ((select(0u, part_keys[min(sk_e19, (n_cols - 1u))], (sk_e19 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 2u);
         }
-        let sk_e21: u32 = ((mr_q0 * 4u) + 2u);
-        if ((select(0u, part_keys[min(sk_e21, (n_cols - 1u))], (sk_e21 < n_cols)) >= mr_band)) {
+        let sk_e20: u32 = ((mr_q0 * 4u) + 2u);
+        if ((select(0u, part_keys[min(sk_e20, (n_cols - 1u))], (sk_e20 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 4u);
         }
-        let sk_e22: u32 = ((mr_q0 * 4u) + 3u);
-        if ((select(0u, part_keys[min(sk_e22, (n_cols - 1u))], (sk_e22 < n_cols)) >= mr_band)) {
+        let sk_e21: u32 = ((mr_q0 * 4u) + 3u);
+        if ((select(0u, part_keys[min(sk_e21, (n_cols - 1u))], (sk_e21 < n_cols)) >= mr_band)) {
             // built by kernels::filter_min_p::race_part
             mr_in = (mr_in | 8u);
         }
@@ -133,20 +133,20 @@ fn sk_clear_2(sk_lid: u32, col_hi: u32, col_lo: u32, min_p_cut: bool, row: u32, 
         for (var mr_q: u32 = (sk_lid + BLOCK); mr_q < mr_quads; mr_q = mr_q + BLOCK) {
             // built by kernels::filter_min_p::race_part
             mr_in = 0u;
-            let sk_e31: u32 = ((mr_q * 4u) + 0u);
-            if ((select(0u, part_keys[min(sk_e31, (n_cols - 1u))], (sk_e31 < n_cols)) >= mr_band)) {
+            let sk_e30: u32 = ((mr_q * 4u) + 0u);
+            if ((select(0u, part_keys[min(sk_e30, (n_cols - 1u))], (sk_e30 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 1u);
             }
-            let sk_e32: u32 = ((mr_q * 4u) + 1u);
-            if ((select(0u, part_keys[min(sk_e32, (n_cols - 1u))], (sk_e32 < n_cols)) >= mr_band)) {
+            let sk_e31: u32 = ((mr_q * 4u) + 1u);
+            if ((select(0u, part_keys[min(sk_e31, (n_cols - 1u))], (sk_e31 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 2u);
             }
-            let sk_e33: u32 = ((mr_q * 4u) + 2u);
-            if ((select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols)) >= mr_band)) {
+            let sk_e32: u32 = ((mr_q * 4u) + 2u);
+            if ((select(0u, part_keys[min(sk_e32, (n_cols - 1u))], (sk_e32 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 4u);
             }
-            let sk_e34: u32 = ((mr_q * 4u) + 3u);
-            if ((select(0u, part_keys[min(sk_e34, (n_cols - 1u))], (sk_e34 < n_cols)) >= mr_band)) {
+            let sk_e33: u32 = ((mr_q * 4u) + 3u);
+            if ((select(0u, part_keys[min(sk_e33, (n_cols - 1u))], (sk_e33 < n_cols)) >= mr_band)) {
                 mr_in = (mr_in | 8u);
             }
             if ((mr_in != 0u)) {

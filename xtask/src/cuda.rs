@@ -256,6 +256,7 @@ impl CLike for Emitter<'_> {
             Expr::Intrinsic(Intrinsic::ApproxExp, args) => format!("sk_fast_exp({})", x(&args[0])?),
             Expr::Intrinsic(Intrinsic::ApproxDiv, args) => format!("__fdividef({}, {})", x(&args[0])?, x(&args[1])?),
             Expr::Intrinsic(Intrinsic::HighBit, args) => format!("sk_high_bit({})", x(&args[0])?),
+            Expr::Intrinsic(Intrinsic::FloorI32, args) => format!("__float2int_rd({})", x(&args[0])?),
             Expr::Select(c, a, b) => format!("({} ? {} : {})", atom(x(c)?), atom(x(a)?), atom(x(b)?)),
             Expr::Call(name, args) => {
                 let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;

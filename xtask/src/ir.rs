@@ -222,6 +222,12 @@ pub enum Intrinsic {
     /// `firstLeadingBit` in WGSL): an exact integer, where a conversion to f32 would round as
     /// the target pleases.
     HighBit,
+    /// `floor(x)` of an f32 as an i32, saturated at the i32 bounds: `__float2int_rd` on CUDA
+    /// (one conversion, where `floor` and a cast are two, and the conversion pipe is a quarter
+    /// of the integer pipe's), in WGSL `floor` clamped before the cast (WGSL leaves an
+    /// out-of-range conversion to the implementation). NaN gives 0 on CUDA, an unspecified i32
+    /// in WGSL: callers pass none.
+    FloorI32,
 }
 
 impl Intrinsic {
@@ -232,6 +238,7 @@ impl Intrinsic {
             Intrinsic::ApproxLog | Intrinsic::ApproxExp => (&[Ty::F32], Ty::F32),
             Intrinsic::ApproxDiv => (&[Ty::F32, Ty::F32], Ty::F32),
             Intrinsic::HighBit => (&[Ty::U32], Ty::U32),
+            Intrinsic::FloorI32 => (&[Ty::F32], Ty::I32),
         }
     }
 }
@@ -575,6 +582,9 @@ pub fn approx_div(a: Expr, b: Expr) -> Expr {
 }
 pub fn high_bit(a: Expr) -> Expr {
     Expr::Intrinsic(Intrinsic::HighBit, vec![a])
+}
+pub fn floor_i32(a: Expr) -> Expr {
+    Expr::Intrinsic(Intrinsic::FloorI32, vec![a])
 }
 pub fn bin_value(name: &str, i: u32) -> Expr {
     Expr::BinValue(name.to_string(), i)

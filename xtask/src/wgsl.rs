@@ -169,6 +169,10 @@ impl CLike for Emitter<'_> {
             Expr::Intrinsic(Intrinsic::ApproxExp, args) => format!("exp({})", x(&args[0])?),
             Expr::Intrinsic(Intrinsic::ApproxDiv, args) => format!("({} / {})", x(&args[0])?, x(&args[1])?),
             Expr::Intrinsic(Intrinsic::HighBit, args) => format!("firstLeadingBit({})", x(&args[0])?),
+            // 2147483520 is the largest f32 below 2^31.
+            Expr::Intrinsic(Intrinsic::FloorI32, args) => {
+                format!("i32(clamp(floor({}), -2147483648.0, 2147483520.0))", x(&args[0])?)
+            }
             Expr::Select(c, a, b) => format!("select({}, {}, {})", x(b)?, x(a)?, x(c)?),
             Expr::Call(name, args) => {
                 let args: Vec<String> = args.iter().map(x).collect::<Result<_, _>>()?;

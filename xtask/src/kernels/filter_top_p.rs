@@ -116,8 +116,9 @@ const ESTIMATE_MARGIN: f32 = 2.0 * COARSE_ERROR;
 /// a bin are summed in integers, exactly; the exact sums' truncation to 2^-40 a token is bounded
 /// apart ([`estimate_bounds`]).
 const COARSE_ERROR: f32 = 1.0 / 131072.0;
-/// Weight under which a token lies outside a part's coarse grid, which the bins miss: `e^-31.9`
-/// below the part's largest from logits, `2^-31` from probabilities.
+/// Weight under which a token lies outside the row's coarse grid, which its bins miss (a NaN
+/// counted among them weighs nothing): `e^-31.9` below the row's largest from logits, `2^-31`
+/// from probabilities.
 const TAIL_WEIGHT: (f32, f32) = (1.0 / 35_184_372_088_832.0, 1.0 / 2_147_483_648.0);
 /// The same on the fine grid, whose bins carry counts only: each weighed at its middle, within
 /// `2^-16` (relative) of its tokens' mass (from probabilities, `2^-15`, `Level::spread`), so the
@@ -127,6 +128,8 @@ const TAIL_WEIGHT: (f32, f32) = (1.0 / 35_184_372_088_832.0, 1.0 / 2_147_483_648
 const FINE_MARGIN: f32 = 1.0 / 16384.0;
 /// 2^23: a float at or above it and below 2^24 is an integer, its bits that integer plus these.
 const ROUNDER: f32 = 8_388_608.0;
+/// 1.5 2^23: an integer within 2^22 of 0 added to its bits gives the float that integer plus it.
+const MAGIC: f32 = 12_582_912.0;
 /// Fixed-point bits of the histograms' masses: a part of 4096 columns sums below 2^31 in a bin.
 const HIST_BITS: u32 = 19;
 /// [`estimate_cut`] sums a grid's counts, each part's most and masses in the keys' array: the
@@ -225,10 +228,8 @@ const COARSE_STEPS: u32 = 1 << 4;
 /// Keys a step of [`histogram_part`]'s binning loop takes an invocation, at most.
 const UNROLL: u32 = 4;
 const _: () = assert!(super::filter_top_k::PART_COLS.is_multiple_of(UNROLL * 1024));
-/// Words of [`histogram_shared`]: the histograms, then the count of the part's tokens with mass
-/// outside its coarse grid (`TAIL_COUNT`), whose weight the estimate bounds by [`TAIL_WEIGHT`].
-const HIST_SHARED: u32 = 2 * BINS + FINE_BINS + 1;
-const TAIL_COUNT: u32 = HIST_SHARED - 1;
+/// Words of [`histogram_shared`]: the histograms.
+const HIST_SHARED: u32 = 2 * BINS + FINE_BINS;
 
 /// One grid of a top-p row's histograms.
 struct Level {
@@ -295,18 +296,26 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
     }
     let m = load_part(b, input, n.clone());
     let (coarse, fine) = (COARSE.grid(input), FINE.grid(input));
-    let r = b.let_("grid_r", Ty::F32, coarse.origin(input, m.clone()));
-    let rf = b.let_("grid_rf", Ty::F32, fine.origin(input, m.clone()));
-    // The fine grid holds the keys from its lowest bin's lower edge (a compare of keys, which
-    // are monotone in the value): a model-like row's few, a flat row's all.
-    let lowest = b.let_("grid_f_low", Ty::U32, order_key(fine.edge(input, rf.clone() - f((FINE_BINS - 1) as f32))));
-    // From probabilities the bins are counted in integers (a probability's index is its bits
-    // shifted), without a conversion each way per key.
+    // Each key's index on the fine grid, and on the coarse one the same shifted right (a floor
+    // of a floor by a power of two is the floor), each counted down from the grid's origin in
+    // u32: a value past the bins wraps past them. From logits the index is `floor(z 2^15)` as
+    // an i32, one conversion a key, which saturates: the indices are the grids' (those the cut
+    // compares in floats, `Grid::reaches`) wherever `z` lies within 2^16 of 0, so a row whose
+    // largest does not lie within 2^15 of 0 takes the filter kernel's body ([`estimate_cut`]),
+    // and a part within the 32 units of such a row's largest that the estimate weighs has no
+    // key outside (a lower key saturates far below the bins). From probabilities the index is
+    // the bits shifted.
+    let coarser = u(FINE.shift(input) - COARSE.shift(input));
     let (r_at, rf_at) = match input {
-        Input::Logits(_) => (r.clone(), rf.clone()),
-        Input::Probs => {
-            (b.let_("grid_ru", Ty::U32, r.clone().cast(Ty::U32)), b.let_("grid_rfu", Ty::U32, rf.clone().cast(Ty::U32)))
+        Input::Logits(_) => {
+            let low = b.let_("grid_low", Ty::I32, floor_i32(-m.clone() * fine.scale.clone()));
+            let ru = b.let_("grid_ru", Ty::U32, u(0) - (low.clone() >> coarser.clone()).bitcast(Ty::U32));
+            (ru, b.let_("grid_rfu", Ty::U32, u(0) - low.bitcast(Ty::U32)))
         }
+        Input::Probs => (
+            b.let_("grid_ru", Ty::U32, coarse.bits_index(m.clone())),
+            b.let_("grid_rfu", Ty::U32, fine.bits_index(m.clone())),
+        ),
     };
     // Both grids in one pass over the keys on chip, every count a word of its own (the bin's
     // address is its mass's, offset).
@@ -314,79 +323,80 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
         b.atomic_add(HIST, u(at) + g, u(1), name);
     };
     // Four keys an invocation a step, read before any is binned: the loop's overhead once for
-    // them all (the keys past the part's columns are zero, no mass, up to a whole step).
+    // them all (the keys past the part's columns are zero, no mass, up to a whole step). A zero
+    // key's value is garbage (NaN from logits) that no bin takes: its tests fail with the key's
+    // own, with no branch around the key.
     b.for_("i", lid.clone(), padded, step, |b, i| {
         let keys: Vec<Expr> = (0..UNROLL)
             .map(|j| b.let_(&format!("hk{j}"), Ty::U32, load_shared(KEYS, i.clone() + bs.clone() * u(j))))
             .collect();
         for k in keys {
             b.scope(|b| {
-                b.if_(k.clone().ne_(u(0)), |b| {
-                    let z = b.let_("hz", Ty::F32, part_value(input, k.clone()));
-                    let (g, inside) = part_bin(b, input, (&coarse, r_at.clone(), BINS), z.clone(), "hg");
-                    b.if_else(
-                        inside,
-                        |b| {
-                            // Against the bin's upper edge, not the part's maximum: a tail
-                            // of thousands of tokens under 2^-19 of the maximum each would
-                            // round to a unit or to nothing. An estimate within its bound
-                            // (`COARSE_ERROR`), so the target's fast exponential.
-                            let we = match input {
-                                Input::Logits(_) => {
-                                    let edge = coarse.edge(input, var("hg_i") + f(1.0));
-                                    values::estimate_weight(input, z.clone(), edge)
-                                }
-                                // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge
-                                // is `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the
-                                // ratio is `(1 + m) 16 / (17 + j)`, within an ulp. A subnormal
-                                // `p` lies in a bin only of a part whose largest is under 2^-94,
-                                // whose 4096 tokens weigh under 2^-64 of the row's mass (its
-                                // largest is at least 1 / 2^23): off by no more than that.
-                                Input::Probs => {
-                                    let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
-                                    let j = coarse.bits_index(z.clone()) & u(COARSE_STEPS - 1);
-                                    let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
-                                    mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
-                                }
-                            };
-                            // Rounded to an integer by the float add of 2^23 (the weight is at
-                            // most about 1, so the sum lies where floats are integers) and read
-                            // from its bits: no conversion, whose pipe is an eighth of the float
-                            // pipe's.
-                            let placed = we * f((1u32 << HIST_BITS) as f32) + f(ROUNDER);
-                            let mass = placed.bitcast(Ty::U32) - u(ROUNDER.to_bits());
-                            let g = b.let_("hgu", Ty::U32, g.cast(Ty::U32));
-                            b.atomic_add(HIST, g.clone(), mass, "hist_old");
-                            count(b, BINS, g, "hist_n_old");
-                        },
-                        |b| {
-                            b.atomic_add(HIST, u(TAIL_COUNT), u(1), "hist_tail_old");
-                        },
-                    );
-                    b.if_(k.ge(lowest.clone()), |b| {
-                        let (g, fits) = part_bin(b, input, (&fine, rf_at.clone(), FINE_BINS), z, "hfg");
-                        b.if_(fits, |b| count(b, 2 * BINS, g.cast(Ty::U32), "hist_f_old"));
-                    });
+                let keyed = b.let_("hkeyed", Ty::Bool, k.clone().ne_(u(0)));
+                let z = b.let_("hz", Ty::F32, part_value(input, k.clone()));
+                let (fi, ci) = match input {
+                    Input::Logits(_) => {
+                        let fi = b.let_("hfi", Ty::I32, floor_i32(z.clone() * fine.scale.clone()));
+                        let ci = b.let_("hci", Ty::I32, fi.clone() >> coarser.clone());
+                        (fi.bitcast(Ty::U32), ci.bitcast(Ty::U32))
+                    }
+                    Input::Probs => {
+                        let fi = b.let_("hfi", Ty::U32, fine.bits_index(z.clone()));
+                        (fi.clone(), b.let_("hci", Ty::U32, fi >> coarser.clone()))
+                    }
+                };
+                let gf = b.let_("hfg", Ty::U32, rf_at.clone() - fi);
+                b.if_(keyed.clone().and(gf.clone().lt(u(FINE_BINS))), |b| count(b, 2 * BINS, gf, "hist_f_old"));
+                let g = b.let_("hg", Ty::U32, r_at.clone() - ci.clone());
+                b.if_(keyed.and(g.clone().lt(u(BINS))), |b| {
+                    // Against the bin's upper edge, not the part's maximum: a tail
+                    // of thousands of tokens under 2^-19 of the maximum each would
+                    // round to a unit or to nothing. An estimate within its bound
+                    // (`COARSE_ERROR`), so the target's fast exponential.
+                    let we = match input {
+                        // The edge `(ci + 1) 2^-4`: `ci + 1` (within 2^20 of 0) as f32
+                        // by the float add of 1.5 2^23 to its bits, no conversion; its
+                        // product by 2^-4 is exact, so one fused step subtracts it.
+                        Input::Logits(_) => {
+                            let above = (ci + u(MAGIC.to_bits() + 1)).bitcast(Ty::F32) - f(MAGIC);
+                            approx_exp(fma(above, -coarse.inv.clone(), z.clone()))
+                        }
+                        // `p = 2^e (1 + m)` in bin `j` of its octave, whose upper edge
+                        // is `2^e (1 + (j + 1) / 16)` (`2^(e + 1)` for the last): the
+                        // ratio is `(1 + m) 16 / (17 + j)`, within an ulp. A subnormal
+                        // `p` lies in a bin only of a part whose largest is under 2^-94,
+                        // whose 4096 tokens weigh under 2^-64 of the row's mass (its
+                        // largest is at least 1 / 2^23): off by no more than that.
+                        Input::Probs => {
+                            let bits = b.let_("hbits", Ty::U32, z.clone().bitcast(Ty::U32));
+                            let j = ci & u(COARSE_STEPS - 1);
+                            let mantissa = ((bits & u(0x007f_ffff)) | u(0x3f80_0000)).bitcast(Ty::F32);
+                            mantissa * load_shared(HIST, u(EDGE_RCP) + j).bitcast(Ty::F32)
+                        }
+                    };
+                    // Rounded to an integer by the float add of 2^23 (the weight is at
+                    // most about 1, so the sum lies where floats are integers; the
+                    // product by 2^19 is exact, one fused step), its bits summed as
+                    // they are: the copy into the slot takes the 2^23's bits away,
+                    // once a token (a sum below 2^31, so exact in u32).
+                    let placed = fma(we, f((1u32 << HIST_BITS) as f32), f(ROUNDER));
+                    b.atomic_add(HIST, g.clone(), placed.bitcast(Ty::U32), "hist_old");
+                    count(b, BINS, g, "hist_n_old");
                 });
             });
         }
     });
     b.barrier();
-    // No sum: the estimate weighs the row from its bins, which miss only the tokens past their
-    // 32 units (under e^-32 each), counted in word 1.
-    b.if_(lid.clone().eq_(u(0)), |b| {
-        b.store(SCRATCH, own_word(u(0)), m.bitcast(Ty::U32));
-        b.store(SCRATCH, own_word(u(1)), load_shared(HIST, u(TAIL_COUNT)));
-        for k in 2..HEAD_WORDS {
-            b.store(SCRATCH, own_word(u(k)), u(0));
-        }
-    });
-    // Into the slot: the masses as they stand, the counts (coarse, then fine) two a word.
-    b.for_("i", lid, u(HIST_WORDS), bs, |b, i| {
+    // Into the slot: the masses less their tokens' 2^23s, the counts (coarse, then fine) two a
+    // word.
+    b.for_("i", lid.clone(), u(HIST_WORDS), bs.clone(), |b, i| {
         let to = own_word(u(HEAD_WORDS) + i.clone());
         b.if_else(
             i.clone().lt(u(BINS)),
-            |b| b.store(SCRATCH, to.clone(), load_shared(HIST, i.clone())),
+            |b| {
+                let n = load_shared(HIST, u(BINS) + i.clone());
+                b.store(SCRATCH, to.clone(), load_shared(HIST, i.clone()) - n * u(ROUNDER.to_bits()))
+            },
             |b| {
                 let pair = b.let_("hpair", Ty::U32, i.clone() * u(2) - u(BINS));
                 b.store(
@@ -396,6 +406,13 @@ pub(super) fn histogram_part(b: &mut Block, input: Input) {
                 )
             },
         );
+    });
+    // No sum: the estimate weighs the row from its bins, and counts the tokens they miss.
+    b.if_(lid.eq_(u(0)), |b| {
+        b.store(SCRATCH, own_word(u(0)), m.bitcast(Ty::U32));
+        for k in 1..HEAD_WORDS {
+            b.store(SCRATCH, own_word(u(k)), u(0));
+        }
     });
     super::combine::last_part(b, |b| b.scope(|b| estimate_cut(b, input)));
 }
@@ -409,50 +426,33 @@ fn part_value(input: Input, k: Expr) -> Expr {
     }
 }
 
-/// The bin of value `z` on `grid` counted down from `origin` (of the grid's `bins`), bound to
-/// `name`, and whether it lies inside: an integer as f32 from logits (`origin` an f32; the
-/// value's index on the grid bound to `{name}_i`), a u32
-/// from probabilities (`origin` a u32; a value above the origin, which a part's keys never are,
-/// wraps past the bins).
-fn part_bin(
-    b: &mut Block,
-    input: Input,
-    (grid, origin, bins): (&Grid, Expr, u32),
-    z: Expr,
-    name: &str,
-) -> (Expr, Expr) {
-    match input {
-        Input::Logits(_) => {
-            let index = b.let_(&format!("{name}_i"), Ty::F32, grid.index(input, z));
-            let g = b.let_(name, Ty::F32, origin - index);
-            (g.clone(), g.lt(f(bins as f32)))
-        }
-        Input::Probs => {
-            let g = b.let_(name, Ty::U32, origin - grid.bits_index(z));
-            (g.clone(), g.lt(u(bins)))
-        }
-    }
-}
-
 /// The estimate of a top-p row's cut, by its last part in the parts launch (see the module's
 /// step 1), from every part's histograms, summed in the part's workgroup array of keys: the
 /// bin where the mass from the top crosses `top_p` of the row's, or where the count reaches
 /// the top-k (exact integers; a top-k above `CAP` takes this path too), whichever comes first,
 /// on the fine grid where it lies there (the top 1/32 below the maximum), else on the coarse.
-/// The row's state for the cut launch; where the maximum is not finite, `GO` 0 (the cut launch
-/// leaves the row, and the merge runs the filter kernel's body on it).
+/// The row's state for the cut launch; where the maximum is not finite (from logits, not within
+/// 2^15 of 0), `GO` 0 (the cut launch leaves the row, and the merge runs the filter kernel's
+/// body on it).
 fn estimate_cut(b: &mut Block, input: Input) {
     let lid = builtin(Builtin::LocalId);
     let state = |k: u32| tail_word(var("row_slot"), u(0), k);
     let (mx, finite) = row_max(b, var("row_slot"), load);
+    // From logits, the parts' bins are the grids' only where the largest lies within 2^15 of 0
+    // (`histogram_part`; a test that also fails for one not finite).
+    let placeable = match input {
+        Input::Logits(_) => mx.clone().abs().lt(f(32768.0)),
+        Input::Probs => finite,
+    };
     b.if_else(
-        finite,
+        placeable,
         |b| {
             // The estimate in u32, scaled so the row's mass (its coarse bins' sum) is
             // `ESTIMATE_UNITS`: by the mass, not by the row's length, so a cut deep in a long
             // tail (top-p 0.99 on Zipf rows at T 0.6: bins of 4e-4 of the mass) keeps its bins
             // apart.
             let (coarse, unit) = place_cut(b, input, &COARSE, (mx.clone(), None));
+            let coarse_inside = coarse.inside.clone();
             b.let_("e_shift", Ty::U32, u(COARSE.shift(input)));
             b.let_("e_lo", Ty::U32, coarse.lo);
             b.let_("e_hi", Ty::U32, coarse.hi);
@@ -472,7 +472,7 @@ fn estimate_cut(b: &mut Block, input: Input) {
                 });
             });
             let range = (var("e_lo"), var("e_hi"));
-            let bounds = estimate_bounds(b, input, (var("e_above"), var("e_error")), var("ec_total"));
+            let bounds = estimate_bounds(b, input, (var("e_above"), var("e_error")), (var("ec_total"), coarse_inside));
             write_state(b, u(1), range, (var("e_r"), var("e_shift")), mx, bounds);
         },
         |b| b.if_(lid.clone().eq_(u(0)), |b| b.store(SCRATCH, state(tail::GO), u(0))),
@@ -481,17 +481,17 @@ fn estimate_cut(b: &mut Block, input: Input) {
 
 /// The row's bounds for its state (`tail::BOUNDS`): the exact mass above the range and the
 /// row's, least then most, from the estimate's `above` (off by at most `error` of the row's
-/// mass) and `total` (by [`COARSE_ERROR`] of it, less the tokens outside the parts' grids: at
-/// most [`TAIL_WEIGHT`] each, counted in the parts' records); the exact sums' truncation takes
-/// at most 2^-40 a token from either. In weights of the row's maximum (f32: each bound within
-/// 2^-24 of its own, inside the errors' margins).
-fn estimate_bounds(b: &mut Block, input: Input, (above, error): (Expr, Expr), total: Expr) -> [Expr; 4] {
-    let (lid, bs) = (builtin(Builtin::LocalId), builtin(Builtin::BlockSize));
-    b.let_("tail_own", Ty::U32, u(0));
-    b.for_("p", lid, var("parts"), bs, |b, p| {
-        b.set("tail_own", var("tail_own") + load(SCRATCH, slot_word(var("row_slot"), p, u(1))))
-    });
-    let tail = b.reduce(ReduceOp::Sum, Ty::U32, var("tail_own"), "tail_n");
+/// mass) and `total` (by [`COARSE_ERROR`] of it, less the row's tokens outside its coarse
+/// grid, all but the `inside` its bins count: at most [`TAIL_WEIGHT`] each); the exact sums'
+/// truncation takes at most 2^-40 a token from either. In weights of the row's maximum (f32:
+/// each bound within 2^-24 of its own, inside the errors' margins).
+fn estimate_bounds(
+    b: &mut Block,
+    input: Input,
+    (above, error): (Expr, Expr),
+    (total, inside): (Expr, Expr),
+) -> [Expr; 4] {
+    let tail = b.let_("tail_n", Ty::U32, param("vocab") - inside);
     let weight = match input {
         Input::Logits(_) => TAIL_WEIGHT.0,
         Input::Probs => TAIL_WEIGHT.1,
@@ -519,6 +519,8 @@ struct Placed {
     /// The estimated mass above `lo`, in the row's weights.
     above: Expr,
     found: Expr,
+    /// The row's tokens inside the grid (its bins' counts summed).
+    inside: Expr,
 }
 
 /// [`estimate_cut`] on one grid of the parts' histograms: each part's shifted by whole bins
@@ -608,13 +610,13 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
     });
     let range = (g0, g1);
     let margin = u((ESTIMATE_UNITS * level.margin) as u32);
-    let (by_mass, start, end) =
+    let (by_mass, start, end, _) =
         crossing(b, (&v("m"), bins), 2 * bins, range.clone(), var("pp").lt(f(1.0)), margin, &|b, _| {
             b.let_(&v("lim"), Ty::U32, (var("pp") * f(ESTIMATE_UNITS)).cast(Ty::U32))
         });
     // The bin of the top-k's last token: the count before it at most `kk - 1`.
     let gate = var("kk").lt(param("vocab"));
-    let by_count = crossing(b, (&v("n"), bins), 0, range, gate, u(0), &|_, _| var("kk") - u(1)).0;
+    let (by_count, _, _, inside) = crossing(b, (&v("n"), bins), 0, range, gate, u(0), &|_, _| var("kk") - u(1));
     let first = b.let_(&v("first"), Ty::U32, by_mass.clone().max(by_count.clone()));
     let bin = b.let_(&v("cut"), Ty::U32, u(bins) - select(first.clone().gt(u(0)), first.clone(), u(1)));
     // Where the mass places the cut, the neighbour on a side is listed only where the limit
@@ -647,7 +649,7 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
     });
     let above = b.reduce(ReduceOp::Sum, Ty::U32, var(&v("a_own")), &v("a_units"));
     let above = b.let_(&v("a_w"), Ty::F32, above.cast(Ty::F32) / unit.clone());
-    (Placed { bin, lo, hi, r, above, found: first.gt(u(0)) }, unit)
+    (Placed { bin, lo, hi, r, above, found: first.gt(u(0)), inside }, unit)
 }
 
 /// After [`place_cut`] summed the row's histogram into the part's workgroup array of keys,
@@ -655,7 +657,7 @@ fn place_cut(b: &mut Block, input: Input, level: &Level, (mx, unit): (Expr, Opti
 /// grid's `bins`: where `gate` holds, the first bin whose values summed from the top pass
 /// `limit(total)`, as `bins - bin` (0 for none; the largest over the workgroup is the first
 /// bin), returned with whether the limit lies within `margin` of that bin's start and of its
-/// end (1 or 0 each).
+/// end (1 or 0 each), and the total.
 fn crossing(
     b: &mut Block,
     (name, bins): (&str, u32),
@@ -664,14 +666,14 @@ fn crossing(
     gate: Expr,
     margin: Expr,
     limit: &dyn Fn(&mut Block, Expr) -> Expr,
-) -> (Expr, Expr, Expr) {
+) -> (Expr, Expr, Expr, Expr) {
     let v = |s: &str| format!("{name}_{s}");
     let bin = |g: Expr| load_shared(KEYS, u(at) + g);
     b.let_(&v("own"), Ty::U32, u(0));
     b.for_("g", range.0.clone(), range.1.clone(), u(1), |b, g| b.set(&v("own"), var(&v("own")) + bin(g)));
     let before = b.scan(var(&v("own")), &v("before"));
     let total = b.reduce(ReduceOp::Sum, Ty::U32, var(&v("own")), &v("total"));
-    let lim = limit(b, total);
+    let lim = limit(b, total.clone());
     b.let_(&v("cum"), Ty::U32, before);
     b.let_(&v("first"), Ty::U32, u(0));
     b.let_(&v("near_start"), Ty::U32, u(0));
@@ -690,7 +692,7 @@ fn crossing(
     let first = b.reduce(ReduceOp::Max, Ty::U32, var(&v("first")), &v("bin"));
     let near_start = b.reduce(ReduceOp::Max, Ty::U32, var(&v("near_start")), &v("bin_start"));
     let near_end = b.reduce(ReduceOp::Max, Ty::U32, var(&v("near_end")), &v("bin_end"));
-    (first, near_start, near_end)
+    (first, near_start, near_end, total)
 }
 
 /// Writes this workgroup's winners (`best{suffix}`, `best{suffix}64`, after their block
